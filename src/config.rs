@@ -1,0 +1,619 @@
+//! Configuration: read once from the environment, validated into [`Config`].
+//!
+//! Standard OpenTelemetry variables (`OTEL_*`) are used where one exists; the agent's own
+//! settings carry the prefix `GPU_SIDECAR_` and are read with `envy`. Nothing below this
+//! module reads the environment: every other module takes what it needs from [`Config`].
+//!
+//! A bad value is a [`ConfigError`] naming the variable, the value and what it accepts;
+//! the binary prints it as one line and exits with code 2.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Prefix of the agent's own settings.
+pub const PREFIX: &str = "GPU_SIDECAR_";
+
+/// Default `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES`
+/// names one.
+pub const DEFAULT_SERVICE_NAME: &str = "gpu-otel-sidecar";
+
+/// The NVML library loaded when `GPU_SIDECAR_NVML_LIBRARY` is unset: the soname that the
+/// NVIDIA driver installs and the NVIDIA Container Toolkit injects.
+pub const DEFAULT_NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// A setting that could not be accepted: the variable, the value as given and what the
+/// variable accepts. Displayed as one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {var}={value:?}: expected {expected}")]
+pub struct ConfigError {
+    /// Name of the environment variable, e.g. `GPU_SIDECAR_SAMPLE_INTERVAL`.
+    pub var: String,
+    /// The value as read (secrets are replaced by `<redacted>`).
+    pub value: String,
+    /// What the variable accepts, in words.
+    pub expected: String,
+}
+
+impl ConfigError {
+    fn new(var: &str, value: &str, expected: impl Into<String>) -> Self {
+        Self {
+            var: var.to_string(),
+            value: value.to_string(),
+            expected: expected.into(),
+        }
+    }
+}
+
+/// OTLP transport, from `OTEL_EXPORTER_OTLP_PROTOCOL` (`grpc` | `http/protobuf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// OTLP/gRPC over tonic (default here; port 4317).
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies (port 4318, paths `/v1/metrics`, `/v1/logs`).
+    HttpProtobuf,
+}
+
+/// Where a signal goes, from `OTEL_METRICS_EXPORTER` / `OTEL_LOGS_EXPORTER`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExporterKind {
+    /// OTLP to the configured endpoint.
+    Otlp,
+    /// One line of OTLP/JSON per export on stdout.
+    Console,
+    /// Not exported.
+    None,
+}
+
+/// Log line format for the agent's own logs (on stderr), `GPU_SIDECAR_LOG_FORMAT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Which GPUs to report, `GPU_SIDECAR_DEVICES`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceSelection {
+    /// Every device NVML shows.
+    All,
+    /// Only these: NVML indices, GPU UUIDs (`GPU-…`) or MIG UUIDs (`MIG-…`).
+    List(Vec<DeviceId>),
+}
+
+/// One entry of a device list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceId {
+    /// NVML device index (as `nvidia-smi` numbers GPUs).
+    Index(u32),
+    /// A GPU UUID (`GPU-…`) or MIG device UUID (`MIG-…`).
+    Uuid(String),
+}
+
+/// A string whose value never appears in logs, errors or debug output (OTLP header values
+/// carry tokens).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The value, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// OTLP exporter settings (standard `OTEL_EXPORTER_OTLP_*` variables).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpConfig {
+    /// Transport, `OTEL_EXPORTER_OTLP_PROTOCOL`; default gRPC.
+    pub protocol: Protocol,
+    /// Full URL for metrics: `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` as given, or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (plus `/v1/metrics` over HTTP). Defaults:
+    /// `http://localhost:4317` (gRPC), `http://localhost:4318/v1/metrics` (HTTP).
+    pub metrics_endpoint: String,
+    /// Full URL for logs (events), built the same way with `/v1/logs`.
+    pub logs_endpoint: String,
+    /// Headers sent with every request, `OTEL_EXPORTER_OTLP_HEADERS` (`k=v,k2=v2`,
+    /// values percent-decoded). Values are secrets.
+    pub headers: Vec<(String, Secret)>,
+    /// Per-export timeout, `OTEL_EXPORTER_OTLP_TIMEOUT` in milliseconds; default 10000.
+    pub timeout: Duration,
+    /// gzip compression, `OTEL_EXPORTER_OTLP_COMPRESSION` (`gzip` | `none`); default none.
+    pub gzip: bool,
+}
+
+/// The whole validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// How often NVML is read, `GPU_SIDECAR_SAMPLE_INTERVAL`; default 5 s.
+    pub sample_interval: Duration,
+    /// How often metrics are exported, `OTEL_METRIC_EXPORT_INTERVAL` (ms); default 10 s.
+    pub export_interval: Duration,
+    /// Which GPUs, `GPU_SIDECAR_DEVICES`; default all.
+    pub devices: DeviceSelection,
+    /// NVML library to dlopen, `GPU_SIDECAR_NVML_LIBRARY`; default `libnvidia-ml.so.1`.
+    pub nvml_library: PathBuf,
+    /// Agent log format, `GPU_SIDECAR_LOG_FORMAT`; default text.
+    pub log_format: LogFormat,
+    /// Agent log filter (tracing `EnvFilter` syntax), `GPU_SIDECAR_LOG_LEVEL`; default `info`.
+    pub log_level: String,
+    /// Bound on the final export and NVML shutdown after SIGTERM/SIGINT,
+    /// `GPU_SIDECAR_SHUTDOWN_TIMEOUT`; default 5 s.
+    pub shutdown_timeout: Duration,
+    /// Metrics destination, `OTEL_METRICS_EXPORTER`; default otlp.
+    pub metrics_exporter: ExporterKind,
+    /// OTLP settings (used when an exporter is `otlp`).
+    pub otlp: OtlpConfig,
+    /// `service.name`: `OTEL_SERVICE_NAME`, else `service.name` in
+    /// `OTEL_RESOURCE_ATTRIBUTES`, else `gpu-otel-sidecar`.
+    pub service_name: String,
+    /// Resource attributes from the Downward API variables (`K8S_POD_NAME` → `k8s.pod.name`,
+    /// …) merged with `OTEL_RESOURCE_ATTRIBUTES`, which wins on conflict. Empty variables
+    /// add nothing. `service.name` is not in here (see `service_name`).
+    pub resource_attributes: BTreeMap<String, String>,
+}
+
+/// The agent's own variables, as strings, read with `envy` (prefix `GPU_SIDECAR_`).
+#[derive(Debug, Default, Deserialize)]
+struct RawOwn {
+    sample_interval: Option<String>,
+    devices: Option<String>,
+    nvml_library: Option<String>,
+    log_format: Option<String>,
+    log_level: Option<String>,
+    shutdown_timeout: Option<String>,
+}
+
+/// Every `GPU_SIDECAR_*` variable the agent knows (without the prefix); any other one is
+/// rejected as a probable typo.
+pub const KNOWN_SETTINGS: &[&str] = &[
+    "SAMPLE_INTERVAL",
+    "DEVICES",
+    "NVML_LIBRARY",
+    "LOG_FORMAT",
+    "LOG_LEVEL",
+    "SHUTDOWN_TIMEOUT",
+];
+
+/// Downward API variables and the resource attribute each one sets.
+pub const DOWNWARD_API: &[(&str, &str)] = &[
+    ("K8S_POD_NAME", "k8s.pod.name"),
+    ("K8S_POD_UID", "k8s.pod.uid"),
+    ("K8S_NAMESPACE_NAME", "k8s.namespace.name"),
+    ("K8S_NODE_NAME", "k8s.node.name"),
+    ("K8S_CONTAINER_NAME", "k8s.container.name"),
+];
+
+impl Config {
+    /// Reads and validates the process environment.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found, naming the variable.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(std::env::vars())
+    }
+
+    /// Reads and validates the given variables (the environment, or a test's map).
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found, naming the variable.
+    pub fn from_vars<I: IntoIterator<Item = (String, String)>>(vars: I) -> Result<Self, ConfigError> {
+        let vars: BTreeMap<String, String> = vars.into_iter().collect();
+        for key in vars.keys() {
+            if let Some(rest) = key.strip_prefix(PREFIX) {
+                if !KNOWN_SETTINGS.contains(&rest) {
+                    return Err(ConfigError::new(
+                        key,
+                        &vars[key],
+                        format!(
+                            "no such setting; the known ones are {}",
+                            KNOWN_SETTINGS
+                                .iter()
+                                .map(|s| format!("{PREFIX}{s}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        let raw: RawOwn = envy::prefixed(PREFIX)
+            .from_iter(vars.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .map_err(|e| ConfigError::new(PREFIX, "", e.to_string()))?;
+        let get = |name: &str| vars.get(name).map(String::as_str).filter(|v| !v.is_empty());
+
+        let sample_interval = match raw.sample_interval.as_deref() {
+            None | Some("") => Duration::from_secs(5),
+            Some(v) => parse_duration("GPU_SIDECAR_SAMPLE_INTERVAL", v)?,
+        };
+        let shutdown_timeout = match raw.shutdown_timeout.as_deref() {
+            None | Some("") => Duration::from_secs(5),
+            Some(v) => parse_duration("GPU_SIDECAR_SHUTDOWN_TIMEOUT", v)?,
+        };
+        let devices = match raw.devices.as_deref() {
+            None | Some("") => DeviceSelection::All,
+            Some(v) => parse_devices(v)?,
+        };
+        let nvml_library = raw
+            .nvml_library
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_NVML_LIBRARY));
+        let log_format = match raw.log_format.as_deref() {
+            None | Some("") | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(v) => return Err(ConfigError::new("GPU_SIDECAR_LOG_FORMAT", v, "text or json")),
+        };
+        let log_level = raw
+            .log_level
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "info".to_string());
+        if !valid_log_filter(&log_level) {
+            return Err(ConfigError::new(
+                "GPU_SIDECAR_LOG_LEVEL",
+                &log_level,
+                "a level (error, warn, info, debug, trace) or tracing filter directives such as info,gpu_otel_sidecar=debug",
+            ));
+        }
+
+        let export_interval = match get("OTEL_METRIC_EXPORT_INTERVAL") {
+            None => Duration::from_millis(10_000),
+            Some(v) => parse_millis("OTEL_METRIC_EXPORT_INTERVAL", v)?,
+        };
+        let metrics_exporter = match get("OTEL_METRICS_EXPORTER") {
+            None => ExporterKind::Otlp,
+            Some(v) => parse_exporter("OTEL_METRICS_EXPORTER", v)?,
+        };
+        let otlp = parse_otlp(&get)?;
+
+        let mut resource_attributes = BTreeMap::new();
+        for (var, key) in DOWNWARD_API {
+            if let Some(v) = get(var) {
+                resource_attributes.insert((*key).to_string(), v.to_string());
+            }
+        }
+        let mut service_name = None;
+        if let Some(v) = get("OTEL_RESOURCE_ATTRIBUTES") {
+            for (k, val) in parse_key_values("OTEL_RESOURCE_ATTRIBUTES", v, false)? {
+                if k == "service.name" {
+                    service_name = Some(val);
+                } else {
+                    resource_attributes.insert(k, val);
+                }
+            }
+        }
+        if let Some(v) = get("OTEL_SERVICE_NAME") {
+            service_name = Some(v.to_string());
+        }
+
+        Ok(Config {
+            sample_interval,
+            export_interval,
+            devices,
+            nvml_library,
+            log_format,
+            log_level,
+            shutdown_timeout,
+            metrics_exporter,
+            otlp,
+            service_name: service_name.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string()),
+            resource_attributes,
+        })
+    }
+}
+
+fn parse_otlp<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<OtlpConfig, ConfigError> {
+    let protocol = match get("OTEL_EXPORTER_OTLP_PROTOCOL") {
+        None | Some("grpc") => Protocol::Grpc,
+        Some("http/protobuf") => Protocol::HttpProtobuf,
+        Some(v) => {
+            return Err(ConfigError::new(
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+                v,
+                "grpc or http/protobuf",
+            ))
+        }
+    };
+    let insecure = match get("OTEL_EXPORTER_OTLP_INSECURE") {
+        None => false,
+        Some(v) => parse_bool("OTEL_EXPORTER_OTLP_INSECURE", v)?,
+    };
+    let base = match get("OTEL_EXPORTER_OTLP_ENDPOINT") {
+        Some(v) => check_endpoint("OTEL_EXPORTER_OTLP_ENDPOINT", v, insecure)?,
+        None => match protocol {
+            Protocol::Grpc => "http://localhost:4317".to_string(),
+            Protocol::HttpProtobuf => "http://localhost:4318".to_string(),
+        },
+    };
+    let signal = |var: &str, path: &str| -> Result<String, ConfigError> {
+        match get(var) {
+            Some(v) => check_endpoint(var, v, insecure),
+            None => Ok(match protocol {
+                Protocol::Grpc => base.clone(),
+                Protocol::HttpProtobuf => format!("{}/{path}", base.trim_end_matches('/')),
+            }),
+        }
+    };
+    let metrics_endpoint = signal("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "v1/metrics")?;
+    let logs_endpoint = signal("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "v1/logs")?;
+    let headers = match get("OTEL_EXPORTER_OTLP_HEADERS") {
+        None => Vec::new(),
+        Some(v) => parse_key_values("OTEL_EXPORTER_OTLP_HEADERS", v, true)?
+            .into_iter()
+            .map(|(k, v)| {
+                let k = k.to_ascii_lowercase();
+                let ok = tonic::codegen::http::HeaderName::from_bytes(k.as_bytes()).is_ok()
+                    && tonic::codegen::http::HeaderValue::from_str(&v).is_ok();
+                if ok {
+                    Ok((k, Secret(v)))
+                } else {
+                    Err(ConfigError::new(
+                        "OTEL_EXPORTER_OTLP_HEADERS",
+                        "<redacted>",
+                        format!("valid HTTP header names and visible ASCII values (the entry for {k:?} is not)"),
+                    ))
+                }
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let timeout = match get("OTEL_EXPORTER_OTLP_TIMEOUT") {
+        None => Duration::from_millis(10_000),
+        Some(v) => parse_millis("OTEL_EXPORTER_OTLP_TIMEOUT", v)?,
+    };
+    let gzip = match get("OTEL_EXPORTER_OTLP_COMPRESSION") {
+        None | Some("none") => false,
+        Some("gzip") => true,
+        Some(v) => return Err(ConfigError::new("OTEL_EXPORTER_OTLP_COMPRESSION", v, "gzip or none")),
+    };
+    Ok(OtlpConfig {
+        protocol,
+        metrics_endpoint,
+        logs_endpoint,
+        headers,
+        timeout,
+        gzip,
+    })
+}
+
+/// An endpoint must be an `http://` or `https://` URL. A schemeless `host:port` means
+/// https, or http when `OTEL_EXPORTER_OTLP_INSECURE=true`.
+fn check_endpoint(var: &str, v: &str, insecure: bool) -> Result<String, ConfigError> {
+    let expected = "a URL such as http://otel-collector:4317 (or host:port)";
+    let url = if v.starts_with("http://") || v.starts_with("https://") {
+        v.to_string()
+    } else if v.contains("://") {
+        return Err(ConfigError::new(var, v, expected));
+    } else if insecure {
+        format!("http://{v}")
+    } else {
+        format!("https://{v}")
+    };
+    match url.parse::<tonic::codegen::http::Uri>() {
+        Ok(uri) if uri.host().is_some() => Ok(url),
+        _ => Err(ConfigError::new(var, v, expected)),
+    }
+}
+
+/// Durations are written with a unit: `500ms`, `5s`, `1m` (humantime syntax); zero is refused.
+pub fn parse_duration(var: &str, v: &str) -> Result<Duration, ConfigError> {
+    let expected = "a duration with a unit such as 500ms, 5s or 1m, greater than zero";
+    match humantime::parse_duration(v.trim()) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(ConfigError::new(var, v, expected)),
+    }
+}
+
+fn parse_millis(var: &str, v: &str) -> Result<Duration, ConfigError> {
+    match v.trim().parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+        _ => Err(ConfigError::new(var, v, "a whole number of milliseconds greater than zero, such as 10000")),
+    }
+}
+
+/// A level name (`error` … `trace`, `off`) or directives `target=level`, comma-separated.
+/// A bare word that is not a level is refused (tracing would read it as a target name and
+/// silently log nothing of ours).
+fn valid_log_filter(v: &str) -> bool {
+    const LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
+    let is_level = |s: &str| LEVELS.contains(&s.trim().to_ascii_lowercase().as_str());
+    v.split(',').all(|d| match d.split_once('=') {
+        None => is_level(d),
+        Some((target, level)) => !target.trim().is_empty() && is_level(level),
+    }) && tracing_subscriber::EnvFilter::try_new(v).is_ok()
+}
+
+fn parse_bool(var: &str, v: &str) -> Result<bool, ConfigError> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ConfigError::new(var, v, "true or false")),
+    }
+}
+
+fn parse_exporter(var: &str, v: &str) -> Result<ExporterKind, ConfigError> {
+    match v.trim() {
+        "otlp" => Ok(ExporterKind::Otlp),
+        "console" => Ok(ExporterKind::Console),
+        "none" => Ok(ExporterKind::None),
+        _ => Err(ConfigError::new(var, v, "otlp, console or none")),
+    }
+}
+
+fn parse_devices(v: &str) -> Result<DeviceSelection, ConfigError> {
+    let expected = "all, or a comma-separated list of NVML indices and GPU-/MIG- UUIDs such as 0,GPU-8f6c…";
+    let v = v.trim();
+    if v == "all" {
+        return Ok(DeviceSelection::All);
+    }
+    let mut ids = Vec::new();
+    for item in v.split(',').map(str::trim) {
+        if let Ok(i) = item.parse::<u32>() {
+            ids.push(DeviceId::Index(i));
+        } else if (item.starts_with("GPU-") || item.starts_with("MIG-")) && item.len() > 4 {
+            ids.push(DeviceId::Uuid(item.to_string()));
+        } else {
+            return Err(ConfigError::new("GPU_SIDECAR_DEVICES", v, expected));
+        }
+    }
+    Ok(DeviceSelection::List(ids))
+}
+
+/// Parses the W3C-baggage-like `key=value,key2=value2` lists of `OTEL_RESOURCE_ATTRIBUTES`
+/// and `OTEL_EXPORTER_OTLP_HEADERS`; values are percent-decoded. With `secret`, the value
+/// in an error is redacted.
+fn parse_key_values(var: &str, v: &str, secret: bool) -> Result<Vec<(String, String)>, ConfigError> {
+    let shown = if secret { "<redacted>" } else { v };
+    let mut out = Vec::new();
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((k, val)) = item.split_once('=') else {
+            return Err(ConfigError::new(var, shown, "a comma-separated list of key=value pairs"));
+        };
+        let k = k.trim();
+        if k.is_empty() {
+            return Err(ConfigError::new(var, shown, "a comma-separated list of key=value pairs with non-empty keys"));
+        }
+        let val = percent_encoding::percent_decode_str(val.trim())
+            .decode_utf8()
+            .map_err(|_| ConfigError::new(var, shown, "percent-encoded UTF-8 values"))?;
+        out.push((k.to_string(), val.into_owned()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.sample_interval, Duration::from_secs(5));
+        assert_eq!(c.export_interval, Duration::from_secs(10));
+        assert_eq!(c.devices, DeviceSelection::All);
+        assert_eq!(c.nvml_library, PathBuf::from("libnvidia-ml.so.1"));
+        assert_eq!(c.otlp.protocol, Protocol::Grpc);
+        assert_eq!(c.otlp.metrics_endpoint, "http://localhost:4317");
+        assert_eq!(c.metrics_exporter, ExporterKind::Otlp);
+        assert_eq!(c.service_name, "gpu-otel-sidecar");
+        assert!(c.resource_attributes.is_empty());
+        assert!(!c.otlp.gzip);
+    }
+
+    #[test]
+    fn durations_take_units() {
+        let c = cfg(&[("GPU_SIDECAR_SAMPLE_INTERVAL", "500ms")]).unwrap();
+        assert_eq!(c.sample_interval, Duration::from_millis(500));
+        let c = cfg(&[("GPU_SIDECAR_SAMPLE_INTERVAL", "1m")]).unwrap();
+        assert_eq!(c.sample_interval, Duration::from_secs(60));
+        let e = cfg(&[("GPU_SIDECAR_SAMPLE_INTERVAL", "5")]).unwrap_err();
+        assert_eq!(e.var, "GPU_SIDECAR_SAMPLE_INTERVAL");
+        assert_eq!(
+            e.to_string(),
+            "invalid GPU_SIDECAR_SAMPLE_INTERVAL=\"5\": expected a duration with a unit such as 500ms, 5s or 1m, greater than zero"
+        );
+        assert!(cfg(&[("GPU_SIDECAR_SAMPLE_INTERVAL", "0s")]).is_err());
+    }
+
+    #[test]
+    fn devices_list() {
+        let c = cfg(&[("GPU_SIDECAR_DEVICES", "0, GPU-abc,MIG-def")]).unwrap();
+        assert_eq!(
+            c.devices,
+            DeviceSelection::List(vec![
+                DeviceId::Index(0),
+                DeviceId::Uuid("GPU-abc".into()),
+                DeviceId::Uuid("MIG-def".into())
+            ])
+        );
+        assert_eq!(cfg(&[("GPU_SIDECAR_DEVICES", "gpu0")]).unwrap_err().var, "GPU_SIDECAR_DEVICES");
+    }
+
+    #[test]
+    fn http_endpoints_get_signal_paths() {
+        let c = cfg(&[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"),
+            ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://other:4318/custom"),
+        ])
+        .unwrap();
+        assert_eq!(c.otlp.metrics_endpoint, "http://collector:4318/v1/metrics");
+        assert_eq!(c.otlp.logs_endpoint, "http://other:4318/custom");
+        let c = cfg(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]).unwrap();
+        assert_eq!(c.otlp.metrics_endpoint, "http://localhost:4318/v1/metrics");
+    }
+
+    #[test]
+    fn schemeless_endpoint_is_https_unless_insecure() {
+        let c = cfg(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")]).unwrap();
+        assert_eq!(c.otlp.metrics_endpoint, "https://collector:4317");
+        let c = cfg(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"),
+            ("OTEL_EXPORTER_OTLP_INSECURE", "true"),
+        ])
+        .unwrap();
+        assert_eq!(c.otlp.metrics_endpoint, "http://collector:4317");
+        assert!(cfg(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x")]).is_err());
+    }
+
+    #[test]
+    fn resource_merge_otel_wins_and_empty_adds_nothing() {
+        let c = cfg(&[
+            ("K8S_POD_NAME", "trainer-0"),
+            ("K8S_NAMESPACE_NAME", "ml"),
+            ("K8S_NODE_NAME", ""),
+            ("OTEL_RESOURCE_ATTRIBUTES", "k8s.namespace.name=override,team=vision%20ai,service.name=svc"),
+        ])
+        .unwrap();
+        assert_eq!(c.resource_attributes["k8s.pod.name"], "trainer-0");
+        assert_eq!(c.resource_attributes["k8s.namespace.name"], "override");
+        assert_eq!(c.resource_attributes["team"], "vision ai");
+        assert!(!c.resource_attributes.contains_key("k8s.node.name"));
+        assert_eq!(c.service_name, "svc");
+        let c = cfg(&[("OTEL_RESOURCE_ATTRIBUTES", "service.name=svc"), ("OTEL_SERVICE_NAME", "named")]).unwrap();
+        assert_eq!(c.service_name, "named");
+    }
+
+    #[test]
+    fn header_values_are_secret() {
+        let c = cfg(&[("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20tok123,x-tenant=a")]).unwrap();
+        assert_eq!(c.otlp.headers[0].0, "authorization");
+        assert_eq!(c.otlp.headers[0].1.expose(), "Bearer tok123");
+        assert!(!format!("{c:?}").contains("tok123"));
+        let e = cfg(&[("OTEL_EXPORTER_OTLP_HEADERS", "tok123-without-key")]).unwrap_err();
+        assert!(!e.to_string().contains("tok123"), "{e}");
+    }
+
+    #[test]
+    fn unknown_own_setting_is_refused() {
+        let e = cfg(&[("GPU_SIDECAR_SAMPEL_INTERVAL", "5s")]).unwrap_err();
+        assert_eq!(e.var, "GPU_SIDECAR_SAMPEL_INTERVAL");
+        assert!(e.expected.contains("GPU_SIDECAR_SAMPLE_INTERVAL"));
+    }
+
+    #[test]
+    fn bad_enums_name_what_they_accept() {
+        let e = cfg(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]).unwrap_err();
+        assert_eq!(e.expected, "grpc or http/protobuf");
+        let e = cfg(&[("OTEL_METRICS_EXPORTER", "prometheus")]).unwrap_err();
+        assert_eq!(e.expected, "otlp, console or none");
+        let e = cfg(&[("GPU_SIDECAR_LOG_LEVEL", "verbose")]).unwrap_err();
+        assert_eq!(e.var, "GPU_SIDECAR_LOG_LEVEL");
+        let e = cfg(&[("OTEL_METRIC_EXPORT_INTERVAL", "10s")]).unwrap_err();
+        assert_eq!(e.var, "OTEL_METRIC_EXPORT_INTERVAL");
+    }
+}

@@ -1,0 +1,13 @@
+//! gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metrics over
+//! OTLP with the pod's and container's attributes.
+//!
+//! Data flow, one module per stage: [`config`] (environment → typed settings) →
+//! [`sampling`] (the NVML thread → [`sampling::Snapshot`]) → [`telemetry`] (catalogue of
+//! instruments, OTel SDK, OTLP/console exporters), with [`attribution`] giving the resource
+//! (pod, container, node).
+
+pub mod attribution;
+pub mod config;
+pub mod logging;
+pub mod sampling;
+pub mod telemetry;

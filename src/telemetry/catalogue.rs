@@ -1,0 +1,359 @@
+//! The one catalogue of exported metrics: name, instrument, unit, description, attributes
+//! and NVML source, plus the pure function that turns a [`DeviceSample`] into data points.
+//!
+//! Registration ([`super::instruments`]), `docs/metrics.md` ([`markdown`]) and the
+//! consistency test all follow [`CATALOGUE`]; adding a metric is one row.
+
+use opentelemetry::KeyValue;
+
+use crate::sampling::{DeviceSample, DeviceState, CLOCKS_EVENT_REASONS};
+
+/// OpenTelemetry instrument kind of a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instrument {
+    /// Asynchronous gauge: the current value.
+    Gauge,
+    /// Asynchronous monotonic counter: a cumulative total.
+    Counter,
+    /// Asynchronous up-down counter: a cumulative value that can go down (sizes, states).
+    UpDownCounter,
+}
+
+impl Instrument {
+    /// Name used in `docs/metrics.md`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Instrument::Gauge => "gauge",
+            Instrument::Counter => "counter",
+            Instrument::UpDownCounter => "updowncounter",
+        }
+    }
+}
+
+/// Number type of the data points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Number {
+    /// Double.
+    F64,
+    /// Integer (bytes, counts, states).
+    Int,
+}
+
+/// One data point before the device's common attributes are added: the value and the
+/// metric's own attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// Value in the metric's unit.
+    pub value: f64,
+    /// Attributes specific to this metric (e.g. `hw.gpu.task`).
+    pub attributes: Vec<KeyValue>,
+}
+
+/// Turns one device's sample into points; pushes nothing for a value NVML did not give.
+pub type Extract = fn(&DeviceSample, &mut Vec<Point>);
+
+/// One row of the catalogue.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricDef {
+    /// OTel metric name (semantic conventions where they exist, else `nvidia.gpu.*`).
+    pub name: &'static str,
+    /// Instrument kind.
+    pub instrument: Instrument,
+    /// Point number type.
+    pub number: Number,
+    /// UCUM unit.
+    pub unit: &'static str,
+    /// One-line description.
+    pub description: &'static str,
+    /// Attribute keys this metric adds to the common device attributes, with their values.
+    pub attributes: &'static str,
+    /// NVML call(s) the value comes from, and the conversion.
+    pub source: &'static str,
+    /// The mapping.
+    pub extract: Extract,
+}
+
+/// Attributes on every GPU data point.
+pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it)";
+
+fn kv(k: &'static str, v: &'static str) -> KeyValue {
+    KeyValue::new(k, v)
+}
+
+fn push(out: &mut Vec<Point>, value: Option<f64>, attributes: Vec<KeyValue>) {
+    if let Some(value) = value {
+        out.push(Point { value, attributes });
+    }
+}
+
+fn ratio(percent: Option<u32>) -> Option<f64> {
+    percent.map(|p| f64::from(p) / 100.0)
+}
+
+/// Every metric the agent exports, in documentation order.
+pub static CATALOGUE: &[MetricDef] = &[
+    MetricDef {
+        name: "hw.gpu.utilization",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "Fraction of the last sample period during which the GPU engine was busy.",
+        attributes: "`hw.gpu.task` = `general` | `encoder` | `decoder`",
+        source: "`nvmlDeviceGetUtilizationRates` (`.gpu`), `nvmlDeviceGetEncoderUtilization`, `nvmlDeviceGetDecoderUtilization`; percent / 100",
+        extract: |d, out| {
+            push(out, ratio(d.utilization_gpu_percent), vec![kv("hw.gpu.task", "general")]);
+            push(out, ratio(d.utilization_encoder_percent), vec![kv("hw.gpu.task", "encoder")]);
+            push(out, ratio(d.utilization_decoder_percent), vec![kv("hw.gpu.task", "decoder")]);
+        },
+    },
+    MetricDef {
+        name: "hw.gpu.memory.usage",
+        instrument: Instrument::UpDownCounter,
+        number: Number::Int,
+        unit: "By",
+        description: "GPU memory used.",
+        attributes: "",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.used`), bytes",
+        extract: |d, out| push(out, d.memory_used_bytes.map(|b| b as f64), vec![]),
+    },
+    MetricDef {
+        name: "hw.gpu.memory.limit",
+        instrument: Instrument::UpDownCounter,
+        number: Number::Int,
+        unit: "By",
+        description: "Size of the GPU memory.",
+        attributes: "",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.total`), bytes",
+        extract: |d, out| push(out, d.memory_total_bytes.map(|b| b as f64), vec![]),
+    },
+    MetricDef {
+        name: "hw.gpu.memory.utilization",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "Fraction of GPU memory used (used / total).",
+        attributes: "",
+        source: "`nvmlDeviceGetMemoryInfo_v2`, `.used / .total`",
+        extract: |d, out| {
+            let v = match (d.memory_used_bytes, d.memory_total_bytes) {
+                (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
+                _ => None,
+            };
+            push(out, v, vec![]);
+        },
+    },
+    MetricDef {
+        name: "nvidia.gpu.memory.reserved",
+        instrument: Instrument::UpDownCounter,
+        number: Number::Int,
+        unit: "By",
+        description: "GPU memory reserved by the driver and firmware (not usable by applications).",
+        attributes: "",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.reserved`), bytes",
+        extract: |d, out| push(out, d.memory_reserved_bytes.map(|b| b as f64), vec![]),
+    },
+    MetricDef {
+        name: "nvidia.gpu.memory_controller.utilization",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "Fraction of the last sample period during which device memory was being read or written.",
+        attributes: "",
+        source: "`nvmlDeviceGetUtilizationRates` (`.memory`); percent / 100",
+        extract: |d, out| push(out, ratio(d.utilization_memory_controller_percent), vec![]),
+    },
+    MetricDef {
+        name: "hw.temperature",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "Cel",
+        description: "Temperature of the GPU die or of its memory.",
+        attributes: "`hw.sensor_location` = `gpu` | `memory`",
+        source: "`nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`; `nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)`; °C",
+        extract: |d, out| {
+            push(out, d.temperature_gpu_celsius.map(f64::from), vec![kv("hw.sensor_location", "gpu")]);
+            push(out, d.temperature_memory_celsius.map(f64::from), vec![kv("hw.sensor_location", "memory")]);
+        },
+    },
+    MetricDef {
+        name: "hw.power",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "W",
+        description: "Power drawn by the GPU board.",
+        attributes: "",
+        source: "`nvmlDeviceGetPowerUsage`; mW / 1000",
+        extract: |d, out| push(out, d.power_milliwatts.map(|mw| f64::from(mw) / 1000.0), vec![]),
+    },
+    MetricDef {
+        name: "nvidia.gpu.power.limit",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "W",
+        description: "Power limit the driver enforces (the cap the board is held to).",
+        attributes: "",
+        source: "`nvmlDeviceGetEnforcedPowerLimit`; mW / 1000",
+        extract: |d, out| push(out, d.power_limit_milliwatts.map(|mw| f64::from(mw) / 1000.0), vec![]),
+    },
+    MetricDef {
+        name: "hw.energy",
+        instrument: Instrument::Counter,
+        number: Number::F64,
+        unit: "J",
+        description: "Energy consumed by the GPU since the driver was loaded.",
+        attributes: "",
+        source: "`nvmlDeviceGetTotalEnergyConsumption`; mJ / 1000",
+        extract: |d, out| push(out, d.energy_millijoules.map(|mj| mj as f64 / 1000.0), vec![]),
+    },
+    MetricDef {
+        name: "nvidia.gpu.clock.frequency",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "Hz",
+        description: "Current clock frequency.",
+        attributes: "`nvidia.gpu.clock.type` = `graphics` | `sm` | `memory`",
+        source: "`nvmlDeviceGetClockInfo(NVML_CLOCK_GRAPHICS | NVML_CLOCK_SM | NVML_CLOCK_MEM)`; MHz × 10⁶",
+        extract: |d, out| {
+            let hz = |mhz: Option<u32>| mhz.map(|m| f64::from(m) * 1e6);
+            push(out, hz(d.clock_graphics_mhz), vec![kv("nvidia.gpu.clock.type", "graphics")]);
+            push(out, hz(d.clock_sm_mhz), vec![kv("nvidia.gpu.clock.type", "sm")]);
+            push(out, hz(d.clock_memory_mhz), vec![kv("nvidia.gpu.clock.type", "memory")]);
+        },
+    },
+    MetricDef {
+        name: "nvidia.gpu.clocks_event.active",
+        instrument: Instrument::UpDownCounter,
+        number: Number::Int,
+        unit: "1",
+        description: "1 while the reason is holding the clocks back (clock-event or throttle reason), else 0.",
+        attributes: "`nvidia.gpu.clocks_event.reason` = `gpu_idle` | `applications_clocks_setting` | `sw_power_cap` | `hw_slowdown` | `sync_boost` | `sw_thermal_slowdown` | `hw_thermal_slowdown` | `hw_power_brake_slowdown` | `display_clock_setting`",
+        source: "`nvmlDeviceGetCurrentClocksThrottleReasons` (`nvmlClocksEventReasons` bitmask), one point per bit",
+        extract: |d, out| {
+            if let Some(bits) = d.clocks_event_reasons {
+                for (bit, reason) in CLOCKS_EVENT_REASONS {
+                    let v = if bits & bit != 0 { 1.0 } else { 0.0 };
+                    out.push(Point { value: v, attributes: vec![kv("nvidia.gpu.clocks_event.reason", reason)] });
+                }
+            }
+        },
+    },
+    MetricDef {
+        name: "nvidia.gpu.performance_state",
+        instrument: Instrument::Gauge,
+        number: Number::Int,
+        unit: "{pstate}",
+        description: "Performance state: 0 (P0, maximum performance) to 15 (P15, minimum).",
+        attributes: "",
+        source: "`nvmlDeviceGetPerformanceState`",
+        extract: |d, out| push(out, d.performance_state.map(f64::from), vec![]),
+    },
+    MetricDef {
+        name: "hw.errors",
+        instrument: Instrument::Counter,
+        number: Number::Int,
+        unit: "{error}",
+        description: "ECC memory errors since the driver was loaded.",
+        attributes: "`error.type` = `corrected` | `uncorrected`",
+        source: "`nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_CORRECTED | _UNCORRECTED, NVML_VOLATILE_ECC)`",
+        extract: |d, out| {
+            push(out, d.ecc_corrected_total.map(|n| n as f64), vec![kv("error.type", "corrected")]);
+            push(out, d.ecc_uncorrected_total.map(|n| n as f64), vec![kv("error.type", "uncorrected")]);
+        },
+    },
+    MetricDef {
+        name: "hw.status",
+        instrument: Instrument::UpDownCounter,
+        number: Number::Int,
+        unit: "1",
+        description: "1 for the GPU's current state, 0 for the others: `failed` when NVML reports it lost, `degraded` while thermal or hardware slowdown holds its clocks back, else `ok`. Carries the static facts.",
+        attributes: "`hw.state` = `ok` | `degraded` | `failed`; `hw.serial_number`, `hw.firmware_version` (VBIOS), `hw.driver_version`, `nvidia.gpu.pci.bus_id`, `nvidia.gpu.index` where known",
+        source: "device state from error codes (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`); `nvmlDeviceGetCurrentClocksThrottleReasons`; static: `nvmlDeviceGetSerial`, `nvmlDeviceGetVbiosVersion`, `nvmlSystemGetDriverVersion`, `nvmlDeviceGetPciInfo_v3`",
+        extract: |d, out| {
+            let state = device_state(d);
+            let mut facts = vec![KeyValue::new("nvidia.gpu.index", i64::from(d.info.index))];
+            let i = &d.info;
+            for (k, v) in [
+                ("hw.serial_number", &i.serial),
+                ("hw.firmware_version", &i.vbios_version),
+                ("hw.driver_version", &i.driver_version),
+                ("nvidia.gpu.pci.bus_id", &i.pci_bus_id),
+            ] {
+                if let Some(v) = v {
+                    facts.push(KeyValue::new(k, v.clone()));
+                }
+            }
+            for s in ["ok", "degraded", "failed"] {
+                let mut attributes = vec![kv("hw.state", s)];
+                attributes.extend(facts.iter().cloned());
+                out.push(Point { value: if s == state { 1.0 } else { 0.0 }, attributes });
+            }
+        },
+    },
+];
+
+/// Clock-event reasons that mean the card is degraded (not the power cap, which is normal
+/// at full load): SW/HW thermal slowdown, HW slowdown, HW power brake.
+pub const DEGRADING_REASONS: u64 = 0x8 | 0x20 | 0x40 | 0x80;
+
+/// The `hw.state` of a device: `failed`, `degraded` or `ok`.
+pub fn device_state(d: &DeviceSample) -> &'static str {
+    match d.state {
+        DeviceState::Lost => "failed",
+        DeviceState::Ok if d.clocks_event_reasons.unwrap_or(0) & DEGRADING_REASONS != 0 => "degraded",
+        DeviceState::Ok => "ok",
+    }
+}
+
+/// The attributes every data point of this device carries (see [`COMMON_ATTRIBUTES`]).
+pub fn device_attributes(d: &DeviceSample) -> Vec<KeyValue> {
+    let mut v = vec![
+        KeyValue::new("hw.id", d.info.uuid.clone()),
+        KeyValue::new("hw.type", "gpu"),
+        KeyValue::new("hw.vendor", "NVIDIA"),
+    ];
+    if let Some(name) = &d.info.name {
+        v.push(KeyValue::new("hw.model", name.clone()));
+    }
+    v
+}
+
+/// All points of one metric for one device, with the common attributes first.
+pub fn device_points(def: &MetricDef, d: &DeviceSample) -> Vec<Point> {
+    let mut own = Vec::new();
+    (def.extract)(d, &mut own);
+    if own.is_empty() {
+        return own;
+    }
+    let common = device_attributes(d);
+    for p in &mut own {
+        let mut attrs = common.clone();
+        attrs.append(&mut p.attributes);
+        p.attributes = attrs;
+    }
+    own
+}
+
+/// `docs/metrics.md`, generated from [`CATALOGUE`].
+pub fn markdown() -> String {
+    let mut s = String::from(
+        "# Metrics\n\n\
+         Generated from `src/telemetry/catalogue.rs` (the test `metrics_doc_matches_catalogue` fails when \
+         this file and the code disagree; regenerate with `UPDATE_DOCS=1 cargo test metrics_doc`).\n\n\
+         Ratios are 0..1, units are UCUM. A value NVML does not give is absent, never 0.\n\n",
+    );
+    s.push_str(&format!("Every GPU data point carries {COMMON_ATTRIBUTES}.\n\n"));
+    s.push_str("| name | instrument | unit | attributes | NVML source | description |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- |\n");
+    for d in CATALOGUE {
+        s.push_str(&format!(
+            "| `{}` | {} | `{}` | {} | {} | {} |\n",
+            d.name,
+            d.instrument.as_str(),
+            d.unit,
+            d.attributes,
+            d.source,
+            d.description
+        ));
+    }
+    s
+}

@@ -1,0 +1,231 @@
+//! Exporters: OTLP (gRPC via tonic, or HTTP/protobuf) and console (one line of OTLP/JSON
+//! per export on stdout), wrapped in [`AgentExporter`], which records each export's outcome
+//! in [`ExportStatus`] and logs failures at a bounded rate.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::Temporality;
+
+use crate::config::{OtlpConfig, Protocol};
+
+/// What the last exports did; read by health checks and logs.
+#[derive(Debug, Default)]
+pub struct ExportStatus {
+    inner: Mutex<ExportState>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct ExportState {
+    last_success: Option<(Instant, SystemTime)>,
+    last_failure: Option<Instant>,
+    consecutive_failures: u64,
+    total_failures: u64,
+    total_exports: u64,
+    last_logged_failure: Option<Instant>,
+}
+
+/// Failures are logged at most once per this period (plus the first of a run, and the
+/// recovery), so a collector down for hours gives a few lines, not one per try.
+pub const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(60);
+
+impl ExportStatus {
+    /// Instant and wall-clock time of the last successful export.
+    pub fn last_success(&self) -> Option<(Instant, SystemTime)> {
+        self.lock().last_success
+    }
+
+    /// Failed exports in a row (0 after a success).
+    pub fn consecutive_failures(&self) -> u64 {
+        self.lock().consecutive_failures
+    }
+
+    /// Failed exports since start.
+    pub fn total_failures(&self) -> u64 {
+        self.lock().total_failures
+    }
+
+    /// Exports tried since start.
+    pub fn total_exports(&self) -> u64 {
+        self.lock().total_exports
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ExportState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record(&self, result: &OTelSdkResult, target: &str) {
+        let mut s = self.lock();
+        s.total_exports += 1;
+        let now = Instant::now();
+        match result {
+            Ok(()) => {
+                if s.consecutive_failures > 0 {
+                    tracing::info!(
+                        target_endpoint = target,
+                        failed_exports = s.consecutive_failures,
+                        "metrics export works again"
+                    );
+                }
+                s.consecutive_failures = 0;
+                s.last_success = Some((now, SystemTime::now()));
+            }
+            Err(e) => {
+                s.consecutive_failures += 1;
+                s.total_failures += 1;
+                s.last_failure = Some(now);
+                let due = s
+                    .last_logged_failure
+                    .is_none_or(|t| now.duration_since(t) >= FAILURE_LOG_PERIOD);
+                if s.consecutive_failures == 1 || due {
+                    s.last_logged_failure = Some(now);
+                    tracing::warn!(
+                        target_endpoint = target,
+                        failed_in_a_row = s.consecutive_failures,
+                        "metrics export failed: {e}; the data of this export is dropped (cumulative counters stay continuous), retrying at the next interval; next report of this in {}s at most",
+                        FAILURE_LOG_PERIOD.as_secs()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Writes each export as one line of OTLP/JSON (the protobuf JSON mapping of
+/// `ExportMetricsServiceRequest`) on stdout.
+#[derive(Debug, Default)]
+pub struct ConsoleExporter;
+
+impl ConsoleExporter {
+    /// The JSON line for one export.
+    ///
+    /// # Errors
+    /// If serialization fails (it does not for well-formed data).
+    pub fn encode(metrics: &ResourceMetrics) -> Result<String, serde_json::Error> {
+        serde_json::to_string(&ExportMetricsServiceRequest::from(metrics))
+    }
+}
+
+/// The exporter behind the periodic reader.
+#[derive(Debug)]
+pub enum Inner {
+    /// OTLP over gRPC or HTTP.
+    Otlp(opentelemetry_otlp::MetricExporter),
+    /// OTLP/JSON lines on stdout.
+    Console(ConsoleExporter),
+}
+
+/// The agent's metric exporter: the configured one, plus outcome tracking.
+#[derive(Debug)]
+pub struct AgentExporter {
+    inner: Inner,
+    target: String,
+    status: std::sync::Arc<ExportStatus>,
+}
+
+impl AgentExporter {
+    /// Wraps an exporter; `target` names where it sends (for logs; no secrets).
+    pub fn new(inner: Inner, target: String, status: std::sync::Arc<ExportStatus>) -> Self {
+        Self {
+            inner,
+            target,
+            status,
+        }
+    }
+}
+
+impl PushMetricExporter for AgentExporter {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let result = match &self.inner {
+            Inner::Otlp(e) => e.export(metrics).await,
+            Inner::Console(_) => match ConsoleExporter::encode(metrics) {
+                Ok(line) => {
+                    let mut out = std::io::stdout().lock();
+                    writeln!(out, "{line}")
+                        .and_then(|()| out.flush())
+                        .map_err(|e| OTelSdkError::InternalFailure(format!("stdout: {e}")))
+                }
+                Err(e) => Err(OTelSdkError::InternalFailure(format!("JSON encoding: {e}"))),
+            },
+        };
+        self.status.record(&result, &self.target);
+        result
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        match &self.inner {
+            Inner::Otlp(e) => e.force_flush(),
+            Inner::Console(_) => Ok(()),
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        match &self.inner {
+            Inner::Otlp(e) => e.shutdown_with_timeout(timeout),
+            Inner::Console(_) => Ok(()),
+        }
+    }
+
+    fn temporality(&self) -> Temporality {
+        Temporality::Cumulative
+    }
+}
+
+/// Builds the OTLP metric exporter from validated settings. Must run with a tokio runtime
+/// entered (tonic spawns its connection task there).
+///
+/// # Errors
+/// The SDK's build error (bad endpoint, TLS setup).
+pub fn otlp_metric_exporter(
+    c: &OtlpConfig,
+) -> Result<opentelemetry_otlp::MetricExporter, opentelemetry_otlp::ExporterBuildError> {
+    let builder = opentelemetry_otlp::MetricExporter::builder()
+        .with_temporality(Temporality::Cumulative);
+    match c.protocol {
+        Protocol::Grpc => {
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            // Keys and values were validated in `config`.
+            for (k, v) in &c.headers {
+                if let (Ok(key), Ok(value)) = (
+                    tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
+                    v.expose().parse(),
+                ) {
+                    metadata.insert(key, value);
+                }
+            }
+            let mut b = builder
+                .with_tonic()
+                .with_endpoint(c.metrics_endpoint.clone())
+                .with_timeout(c.timeout)
+                .with_metadata(metadata);
+            if c.gzip {
+                b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
+            }
+            b.build()
+        }
+        Protocol::HttpProtobuf => {
+            let headers: HashMap<String, String> = c
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.expose().to_string()))
+                .collect();
+            let mut b = builder
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(c.metrics_endpoint.clone())
+                .with_timeout(c.timeout)
+                .with_headers(headers);
+            if c.gzip {
+                b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
+            }
+            b.build()
+        }
+    }
+}
