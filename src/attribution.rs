@@ -19,7 +19,10 @@ use crate::config::Config;
 pub fn resource(config: &Config) -> Resource {
     let mut attrs: Vec<KeyValue> = Vec::new();
     if !config.resource_attributes.contains_key("host.name") {
-        if let Some(h) = gethostname::gethostname().to_str().filter(|h| !h.is_empty()) {
+        if let Some(h) = gethostname::gethostname()
+            .to_str()
+            .filter(|h| !h.is_empty())
+        {
             attrs.push(KeyValue::new("host.name", h.to_string()));
         }
     }
@@ -56,7 +59,10 @@ mod tests {
         )
         .unwrap();
         let r = resource(&c);
-        let get = |k: &'static str| r.get(&opentelemetry::Key::from_static_str(k)).map(|v| v.to_string());
+        let get = |k: &'static str| {
+            r.get(&opentelemetry::Key::from_static_str(k))
+                .map(|v| v.to_string())
+        };
         assert_eq!(get("k8s.pod.name").as_deref(), Some("trainer-0"));
         assert_eq!(get("k8s.container.name").as_deref(), Some("trainer"));
         assert_eq!(get("host.name").as_deref(), Some("node-a"));

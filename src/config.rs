@@ -208,7 +208,9 @@ impl Config {
     ///
     /// # Errors
     /// The first [`ConfigError`] found, naming the variable.
-    pub fn from_vars<I: IntoIterator<Item = (String, String)>>(vars: I) -> Result<Self, ConfigError> {
+    pub fn from_vars<I: IntoIterator<Item = (String, String)>>(
+        vars: I,
+    ) -> Result<Self, ConfigError> {
         let vars: BTreeMap<String, String> = vars.into_iter().collect();
         for key in vars.keys() {
             if let Some(rest) = key.strip_prefix(PREFIX) {
@@ -253,7 +255,13 @@ impl Config {
         let log_format = match raw.log_format.as_deref() {
             None | Some("") | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
-            Some(v) => return Err(ConfigError::new("GPU_SIDECAR_LOG_FORMAT", v, "text or json")),
+            Some(v) => {
+                return Err(ConfigError::new(
+                    "GPU_SIDECAR_LOG_FORMAT",
+                    v,
+                    "text or json",
+                ))
+            }
         };
         let log_level = raw
             .log_level
@@ -374,7 +382,13 @@ fn parse_otlp<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<OtlpConfig, 
     let gzip = match get("OTEL_EXPORTER_OTLP_COMPRESSION") {
         None | Some("none") => false,
         Some("gzip") => true,
-        Some(v) => return Err(ConfigError::new("OTEL_EXPORTER_OTLP_COMPRESSION", v, "gzip or none")),
+        Some(v) => {
+            return Err(ConfigError::new(
+                "OTEL_EXPORTER_OTLP_COMPRESSION",
+                v,
+                "gzip or none",
+            ))
+        }
     };
     Ok(OtlpConfig {
         protocol,
@@ -417,7 +431,11 @@ pub fn parse_duration(var: &str, v: &str) -> Result<Duration, ConfigError> {
 fn parse_millis(var: &str, v: &str) -> Result<Duration, ConfigError> {
     match v.trim().parse::<u64>() {
         Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-        _ => Err(ConfigError::new(var, v, "a whole number of milliseconds greater than zero, such as 10000")),
+        _ => Err(ConfigError::new(
+            var,
+            v,
+            "a whole number of milliseconds greater than zero, such as 10000",
+        )),
     }
 }
 
@@ -451,7 +469,8 @@ fn parse_exporter(var: &str, v: &str) -> Result<ExporterKind, ConfigError> {
 }
 
 fn parse_devices(v: &str) -> Result<DeviceSelection, ConfigError> {
-    let expected = "all, or a comma-separated list of NVML indices and GPU-/MIG- UUIDs such as 0,GPU-8f6c…";
+    let expected =
+        "all, or a comma-separated list of NVML indices and GPU-/MIG- UUIDs such as 0,GPU-8f6c…";
     let v = v.trim();
     if v == "all" {
         return Ok(DeviceSelection::All);
@@ -472,16 +491,28 @@ fn parse_devices(v: &str) -> Result<DeviceSelection, ConfigError> {
 /// Parses the W3C-baggage-like `key=value,key2=value2` lists of `OTEL_RESOURCE_ATTRIBUTES`
 /// and `OTEL_EXPORTER_OTLP_HEADERS`; values are percent-decoded. With `secret`, the value
 /// in an error is redacted.
-fn parse_key_values(var: &str, v: &str, secret: bool) -> Result<Vec<(String, String)>, ConfigError> {
+fn parse_key_values(
+    var: &str,
+    v: &str,
+    secret: bool,
+) -> Result<Vec<(String, String)>, ConfigError> {
     let shown = if secret { "<redacted>" } else { v };
     let mut out = Vec::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some((k, val)) = item.split_once('=') else {
-            return Err(ConfigError::new(var, shown, "a comma-separated list of key=value pairs"));
+            return Err(ConfigError::new(
+                var,
+                shown,
+                "a comma-separated list of key=value pairs",
+            ));
         };
         let k = k.trim();
         if k.is_empty() {
-            return Err(ConfigError::new(var, shown, "a comma-separated list of key=value pairs with non-empty keys"));
+            return Err(ConfigError::new(
+                var,
+                shown,
+                "a comma-separated list of key=value pairs with non-empty keys",
+            ));
         }
         let val = percent_encoding::percent_decode_str(val.trim())
             .decode_utf8()
@@ -540,7 +571,10 @@ mod tests {
                 DeviceId::Uuid("MIG-def".into())
             ])
         );
-        assert_eq!(cfg(&[("GPU_SIDECAR_DEVICES", "gpu0")]).unwrap_err().var, "GPU_SIDECAR_DEVICES");
+        assert_eq!(
+            cfg(&[("GPU_SIDECAR_DEVICES", "gpu0")]).unwrap_err().var,
+            "GPU_SIDECAR_DEVICES"
+        );
     }
 
     #[test]
@@ -548,7 +582,10 @@ mod tests {
         let c = cfg(&[
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"),
-            ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://other:4318/custom"),
+            (
+                "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+                "http://other:4318/custom",
+            ),
         ])
         .unwrap();
         assert_eq!(c.otlp.metrics_endpoint, "http://collector:4318/v1/metrics");
@@ -576,7 +613,10 @@ mod tests {
             ("K8S_POD_NAME", "trainer-0"),
             ("K8S_NAMESPACE_NAME", "ml"),
             ("K8S_NODE_NAME", ""),
-            ("OTEL_RESOURCE_ATTRIBUTES", "k8s.namespace.name=override,team=vision%20ai,service.name=svc"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "k8s.namespace.name=override,team=vision%20ai,service.name=svc",
+            ),
         ])
         .unwrap();
         assert_eq!(c.resource_attributes["k8s.pod.name"], "trainer-0");
@@ -584,13 +624,21 @@ mod tests {
         assert_eq!(c.resource_attributes["team"], "vision ai");
         assert!(!c.resource_attributes.contains_key("k8s.node.name"));
         assert_eq!(c.service_name, "svc");
-        let c = cfg(&[("OTEL_RESOURCE_ATTRIBUTES", "service.name=svc"), ("OTEL_SERVICE_NAME", "named")]).unwrap();
+        let c = cfg(&[
+            ("OTEL_RESOURCE_ATTRIBUTES", "service.name=svc"),
+            ("OTEL_SERVICE_NAME", "named"),
+        ])
+        .unwrap();
         assert_eq!(c.service_name, "named");
     }
 
     #[test]
     fn header_values_are_secret() {
-        let c = cfg(&[("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20tok123,x-tenant=a")]).unwrap();
+        let c = cfg(&[(
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "Authorization=Bearer%20tok123,x-tenant=a",
+        )])
+        .unwrap();
         assert_eq!(c.otlp.headers[0].0, "authorization");
         assert_eq!(c.otlp.headers[0].1.expose(), "Bearer tok123");
         assert!(!format!("{c:?}").contains("tok123"));

@@ -104,8 +104,10 @@ fn run(config: Config) -> ExitCode {
 
 async fn wait_for_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::error!("cannot install signal handlers; stop with SIGKILL");
         std::future::pending::<()>().await;
         unreachable!()

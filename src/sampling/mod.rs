@@ -65,9 +65,7 @@ pub enum NvmlDown {
 impl NvmlDown {
     fn classify(e: &NvmlError) -> Self {
         match e {
-            NvmlError::LibloadingError(inner) => {
-                NvmlDown::LibraryNotFound(format!("{inner}"))
-            }
+            NvmlError::LibloadingError(inner) => NvmlDown::LibraryNotFound(format!("{inner}")),
             NvmlError::DriverNotLoaded => NvmlDown::DriverNotLoaded,
             NvmlError::NoPermission => NvmlDown::NoPermission,
             NvmlError::LibRmVersionMismatch => NvmlDown::VersionMismatch,
@@ -126,7 +124,10 @@ impl Default for SharedState {
 impl SharedState {
     /// The latest snapshot, if any tick completed.
     pub fn latest(&self) -> Option<Arc<Snapshot>> {
-        self.latest.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.latest
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The latest snapshot if it was taken less than `max_age` ago: a stale one is never
@@ -138,7 +139,10 @@ impl SharedState {
 
     /// NVML's current status.
     pub fn status(&self) -> NvmlStatus {
-        self.status.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.status
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Ticks completed since start.
@@ -300,9 +304,13 @@ fn session(
         Ok(r) => r,
         Err(e) => {
             tracing::error!("NVML is up but listing devices failed: {e}; re-initializing");
-            shared.set_status(NvmlStatus::Down(NvmlDown::Other(format!("device listing: {e}"))));
+            shared.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
+                "device listing: {e}"
+            ))));
             return match commands.recv_timeout(Duration::from_secs(5)) {
-                Ok(Command::FinalSampleAndStop) | Err(RecvTimeoutError::Disconnected) => SessionEnd::Stop,
+                Ok(Command::FinalSampleAndStop) | Err(RecvTimeoutError::Disconnected) => {
+                    SessionEnd::Stop
+                }
                 Err(RecvTimeoutError::Timeout) => SessionEnd::Reinit,
             };
         }

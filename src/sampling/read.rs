@@ -287,7 +287,10 @@ fn sample_device(gate: &mut Gate, sel: &mut Selected<'_>) -> DeviceSample {
         read!(Field::EncoderUtilization, dev.encoder_utilization()).map(|u| u.utilization);
     s.utilization_decoder_percent =
         read!(Field::DecoderUtilization, dev.decoder_utilization()).map(|u| u.utilization);
-    s.temperature_gpu_celsius = read!(Field::TemperatureGpu, dev.temperature(TemperatureSensor::Gpu));
+    s.temperature_gpu_celsius = read!(
+        Field::TemperatureGpu,
+        dev.temperature(TemperatureSensor::Gpu)
+    );
     s.temperature_memory_celsius = read!(Field::TemperatureMemory, memory_temperature(dev));
     s.power_milliwatts = read!(Field::Power, dev.power_usage());
     s.power_limit_milliwatts = read!(Field::PowerLimit, dev.enforced_power_limit());
@@ -297,8 +300,7 @@ fn sample_device(gate: &mut Gate, sel: &mut Selected<'_>) -> DeviceSample {
     s.clock_memory_mhz = read!(Field::ClockMemory, dev.clock_info(Clock::Memory));
     s.clocks_event_reasons =
         read!(Field::ClocksEventReasons, dev.current_throttle_reasons()).map(|r| r.bits());
-    s.performance_state =
-        read!(Field::PerformanceState, dev.performance_state()).map(|p| p.as_c());
+    s.performance_state = read!(Field::PerformanceState, dev.performance_state()).map(|p| p.as_c());
     s.ecc_corrected_total = read!(
         Field::EccCorrected,
         dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)

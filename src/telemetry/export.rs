@@ -186,8 +186,8 @@ impl PushMetricExporter for AgentExporter {
 pub fn otlp_metric_exporter(
     c: &OtlpConfig,
 ) -> Result<opentelemetry_otlp::MetricExporter, opentelemetry_otlp::ExporterBuildError> {
-    let builder = opentelemetry_otlp::MetricExporter::builder()
-        .with_temporality(Temporality::Cumulative);
+    let builder =
+        opentelemetry_otlp::MetricExporter::builder().with_temporality(Temporality::Cumulative);
     match c.protocol {
         Protocol::Grpc => {
             let mut metadata = tonic::metadata::MetadataMap::new();

@@ -56,7 +56,10 @@ impl Telemetry {
                     status,
                 })
             }
-            ExporterKind::Console => (Inner::Console(export::ConsoleExporter), "stdout".to_string()),
+            ExporterKind::Console => (
+                Inner::Console(export::ConsoleExporter),
+                "stdout".to_string(),
+            ),
             ExporterKind::Otlp => (
                 Inner::Otlp(export::otlp_metric_exporter(&config.otlp)?),
                 config.otlp.metrics_endpoint.clone(),

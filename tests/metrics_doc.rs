@@ -1,0 +1,41 @@
+//! `docs/metrics.md` is generated from the catalogue; this test fails when they disagree.
+//! Regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`.
+
+use gpu_otel_sidecar::telemetry::catalogue::{markdown, CATALOGUE};
+
+#[test]
+fn metrics_doc_matches_catalogue() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md");
+    let generated = markdown();
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == generated,
+        "docs/metrics.md differs from the catalogue; run UPDATE_DOCS=1 cargo test --test metrics_doc"
+    );
+    for def in CATALOGUE {
+        assert!(on_disk.contains(&format!(
+            "| `{}` | {} | `{}` |",
+            def.name,
+            def.instrument.as_str(),
+            def.unit
+        )));
+    }
+}
+
+#[test]
+fn catalogue_names_are_unique_and_namespaced() {
+    let mut names: Vec<_> = CATALOGUE.iter().map(|d| d.name).collect();
+    names.sort_unstable();
+    let before = names.len();
+    names.dedup();
+    assert_eq!(before, names.len(), "duplicate metric name");
+    for n in names {
+        assert!(
+            n.starts_with("hw.") || n.starts_with("nvidia.gpu."),
+            "{n} is outside hw.* and nvidia.gpu.*"
+        );
+    }
+}
