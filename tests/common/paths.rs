@@ -1,0 +1,81 @@
+//! Where things are: the workspace, the mock NVML library, scenarios and fixtures.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The workspace root (the agent crate's manifest directory).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `<root>/tests/scenarios/<name>`: a scenario file for the mock NVML library (give the name
+/// with its extension). The path is returned whether or not the file exists.
+pub fn scenario(name: &str) -> PathBuf {
+    workspace_root().join("tests").join("scenarios").join(name)
+}
+
+/// `<root>/../shared/fixtures/nvml-h200`: the real H200 recording (the shared folder sits next
+/// to the checkout).
+pub fn fixture_dir() -> PathBuf {
+    workspace_root()
+        .join("..")
+        .join("shared")
+        .join("fixtures")
+        .join("nvml-h200")
+}
+
+/// Path of the mock NVML shared library `libnvml_mock.so` (workspace crate `tests/nvml-mock`).
+///
+/// `$NVML_MOCK_LIB`, when set, is returned as is. Otherwise the crate is built once per test
+/// process with `$CARGO build -p nvml-mock --target-dir <root>/target/nvml-mock` (a target
+/// directory of its own, because the outer `cargo test` holds the lock on `target/`), and
+/// `<root>/target/nvml-mock/debug/libnvml_mock.so` is returned. Several test processes building
+/// at once (cargo-nextest) are serialised by cargo's own lock; after the first it is a no-op.
+///
+/// # Panics
+/// If cargo cannot be run, the build fails (its output is in the message), or the library is
+/// not where it should be.
+pub fn mock_library() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        if let Some(path) = std::env::var_os("NVML_MOCK_LIB") {
+            return PathBuf::from(path);
+        }
+        let root = workspace_root();
+        let target_dir = root.join("target").join("nvml-mock");
+        build_mock(&root, &target_dir);
+        let lib = target_dir.join("debug").join("libnvml_mock.so");
+        assert!(
+            lib.is_file(),
+            "nvml-mock built but {} is missing",
+            lib.display()
+        );
+        lib
+    })
+    .clone()
+}
+
+fn build_mock(root: &Path, target_dir: &Path) {
+    // `CARGO` is set by `cargo test` (and cargo-nextest); the compile-time value is a fallback.
+    let cargo = std::env::var_os("CARGO")
+        .or_else(|| option_env!("CARGO").map(Into::into))
+        .unwrap_or_else(|| "cargo".into());
+    let output = Command::new(&cargo)
+        .current_dir(root)
+        .arg("build")
+        .arg("-p")
+        .arg("nvml-mock")
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cargo:?} to build nvml-mock: {e}"));
+    assert!(
+        output.status.success(),
+        "building nvml-mock failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
