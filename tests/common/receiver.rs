@@ -717,9 +717,9 @@ impl Receiver {
         let listener = loop {
             match StdTcpListener::bind(self.addr) {
                 Ok(listener) => break listener,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
-                    std::thread::sleep(Duration::from_millis(50));
+                // The old listener may take a moment to close.
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
                 }
                 Err(e) => panic!("cannot bind {} again: {e}", self.addr),
             }
