@@ -402,7 +402,10 @@ mod tests {
     }
 
     fn attr(p: &Point, key: &str) -> Option<String> {
-        p.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.to_string())
+        p.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
     }
 
     #[test]
@@ -411,11 +414,17 @@ mod tests {
         let power = device_points(def("hw.power"), &d);
         assert_eq!(power.len(), 1);
         assert!((power[0].value - 690.599).abs() < 1e-9);
-        assert_eq!(attr(&power[0], "hw.id").as_deref(), Some("GPU-00000000-1111-2222-3333-444444444444"));
+        assert_eq!(
+            attr(&power[0], "hw.id").as_deref(),
+            Some("GPU-00000000-1111-2222-3333-444444444444")
+        );
         assert_eq!(attr(&power[0], "hw.type").as_deref(), Some("gpu"));
         assert_eq!(attr(&power[0], "hw.model").as_deref(), Some("NVIDIA H200"));
         assert_eq!(device_points(def("hw.energy"), &d)[0].value, 7749.089);
-        assert_eq!(device_points(def("hw.gpu.memory.limit"), &d)[0].value, 150_754_820_096.0);
+        assert_eq!(
+            device_points(def("hw.gpu.memory.limit"), &d)[0].value,
+            150_754_820_096.0
+        );
         let util = device_points(def("hw.gpu.utilization"), &d);
         assert_eq!(util.len(), 1, "encoder/decoder not read: absent, not 0");
         assert_eq!(util[0].value, 0.99);
@@ -424,7 +433,13 @@ mod tests {
         assert!((mem_util - 1_839_071_232.0 / 150_754_820_096.0).abs() < 1e-12);
         let temps = device_points(def("hw.temperature"), &d);
         assert_eq!(temps.len(), 2);
-        assert_eq!((temps[1].value, attr(&temps[1], "hw.sensor_location").as_deref()), (49.0, Some("memory")));
+        assert_eq!(
+            (
+                temps[1].value,
+                attr(&temps[1], "hw.sensor_location").as_deref()
+            ),
+            (49.0, Some("memory"))
+        );
         let clocks = device_points(def("nvidia.gpu.clock.frequency"), &d);
         assert_eq!(clocks.len(), 1);
         assert_eq!(clocks[0].value, 1_455_000_000.0);
@@ -435,16 +450,27 @@ mod tests {
         let d = h200();
         let reasons = device_points(def("nvidia.gpu.clocks_event.active"), &d);
         assert_eq!(reasons.len(), CLOCKS_EVENT_REASONS.len());
-        let active: Vec<_> = reasons.iter().filter(|p| p.value == 1.0).map(|p| attr(p, "nvidia.gpu.clocks_event.reason").unwrap()).collect();
+        let active: Vec<_> = reasons
+            .iter()
+            .filter(|p| p.value == 1.0)
+            .map(|p| attr(p, "nvidia.gpu.clocks_event.reason").unwrap())
+            .collect();
         assert_eq!(active, vec!["sw_power_cap"]);
         assert_eq!(device_state(&d), "ok", "power cap at full load is normal");
         let mut hot = h200();
         hot.clocks_event_reasons = Some(0x20 | 0x4);
         assert_eq!(device_state(&hot), "degraded");
         let status = device_points(def("hw.status"), &hot);
-        let on: Vec<_> = status.iter().filter(|p| p.value == 1.0).map(|p| attr(p, "hw.state").unwrap()).collect();
+        let on: Vec<_> = status
+            .iter()
+            .filter(|p| p.value == 1.0)
+            .map(|p| attr(p, "hw.state").unwrap())
+            .collect();
         assert_eq!(on, vec!["degraded"]);
-        assert_eq!(attr(&status[0], "hw.driver_version").as_deref(), Some("580.159.04"));
+        assert_eq!(
+            attr(&status[0], "hw.driver_version").as_deref(),
+            Some("580.159.04")
+        );
     }
 
     #[test]
@@ -453,7 +479,11 @@ mod tests {
         for def in CATALOGUE {
             let points = device_points(def, &d);
             if def.name == "hw.status" {
-                let on: Vec<_> = points.iter().filter(|p| p.value == 1.0).map(|p| attr(p, "hw.state").unwrap()).collect();
+                let on: Vec<_> = points
+                    .iter()
+                    .filter(|p| p.value == 1.0)
+                    .map(|p| attr(p, "hw.state").unwrap())
+                    .collect();
                 assert_eq!(on, vec!["failed"]);
             } else {
                 assert!(points.is_empty(), "{} emitted for a lost GPU", def.name);

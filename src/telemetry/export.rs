@@ -117,7 +117,7 @@ impl ConsoleExporter {
 #[derive(Debug)]
 pub enum Inner {
     /// OTLP over gRPC or HTTP.
-    Otlp(opentelemetry_otlp::MetricExporter),
+    Otlp(Box<opentelemetry_otlp::MetricExporter>),
     /// OTLP/JSON lines on stdout.
     Console(ConsoleExporter),
 }

@@ -61,7 +61,7 @@ impl Telemetry {
                 "stdout".to_string(),
             ),
             ExporterKind::Otlp => (
-                Inner::Otlp(export::otlp_metric_exporter(&config.otlp)?),
+                Inner::Otlp(Box::new(export::otlp_metric_exporter(&config.otlp)?)),
                 config.otlp.metrics_endpoint.clone(),
             ),
         };

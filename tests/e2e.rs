@@ -1,0 +1,499 @@
+//! End to end: the agent binary, started as a process with the mock NVML replaying a
+//! scenario, exporting to an in-process OTLP receiver. Values are checked against the
+//! scenario files (and, for the H200, against the original recording).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{fixture_dir, scenario, Agent, Kind, Point, Protocol, Receiver};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn load(path: std::path::PathBuf) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// The recording's rows (`series-under-load.jsonl`).
+fn recording() -> Vec<Value> {
+    std::fs::read_to_string(fixture_dir().join("series-under-load.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn set(values: impl IntoIterator<Item = f64>) -> BTreeSet<u64> {
+    values
+        .into_iter()
+        .map(|v| (v * 1e6).round() as u64)
+        .collect()
+}
+
+fn one<'a>(points: &'a [Point], attr: (&str, &str)) -> &'a Point {
+    let hits: Vec<_> = points
+        .iter()
+        .filter(|p| p.attr(attr.0) == Some(attr.1))
+        .collect();
+    assert_eq!(
+        hits.len(),
+        1,
+        "expected one point with {attr:?} in {points:#?}"
+    );
+    hits[0]
+}
+
+fn pod_env() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("K8S_POD_NAME", "resnet-train-0"),
+        ("K8S_POD_UID", "4f1c7e2a-0000-4000-8000-000000000001"),
+        ("K8S_NAMESPACE_NAME", "ml"),
+        ("K8S_NODE_NAME", "gpu-node-7"),
+        ("K8S_CONTAINER_NAME", "trainer"),
+        ("K8S_UNUSED", ""),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment.name=test,k8s.node.name=from-otel",
+        ),
+        ("GPU_SIDECAR_SAMPLE_INTERVAL", "250ms"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "500"),
+    ]
+}
+
+/// The H200 scenario through the whole pipeline: names, units, kinds, values, attributes.
+fn h200_end_to_end(protocol: Protocol, extra: &[(&str, &str)]) -> (Receiver, Agent) {
+    let rx = Receiver::start(protocol);
+    let mut b = Agent::builder().otlp(&rx).env_mock("h200-under-load.json");
+    for (k, v) in pod_env().into_iter().chain(extra.iter().copied()) {
+        b = b.env(k, v);
+    }
+    let agent = b.spawn();
+    assert!(
+        rx.wait_for_metric("hw.power", WAIT),
+        "no hw.power arrived\n{}",
+        agent.dump()
+    );
+    // Let a few exports arrive so that every metric has been seen.
+    assert!(
+        rx.wait_until(WAIT, |r| r.metrics_requests().len() >= 3),
+        "{}",
+        agent.dump()
+    );
+
+    let scen = load(scenario("h200-under-load.json"));
+    let uuid = scen["devices"][0]["uuid"].as_str().unwrap().to_string();
+    let rec = recording();
+
+    // Power: a value of the recording, in W, on the GPU's hw.id.
+    let powers = set(rec.iter().map(|r| r["power_mw"].as_f64().unwrap() / 1000.0));
+    for p in rx.points("hw.power") {
+        assert_eq!(p.unit, "W");
+        assert_eq!(p.kind, Kind::Gauge);
+        assert!(
+            powers.contains(&((p.value * 1e6).round() as u64)),
+            "hw.power {} not in the recording",
+            p.value
+        );
+        assert!(
+            (680.0..=700.0).contains(&p.value),
+            "~690.6 W under load, got {}",
+            p.value
+        );
+        assert_eq!(p.attr("hw.id"), Some(uuid.as_str()));
+        assert_eq!(p.attr("hw.type"), Some("gpu"));
+        assert_eq!(p.attr("hw.vendor"), Some("NVIDIA"));
+        assert_eq!(p.attr("hw.model"), Some("NVIDIA H200"));
+        assert_eq!(p.scope_name, "gpu-otel-sidecar");
+    }
+
+    let limit = rx.last_points("hw.gpu.memory.limit");
+    assert_eq!(limit.len(), 1);
+    assert_eq!(limit[0].value, 150_754_820_096.0);
+    assert!(limit[0].is_int);
+    assert_eq!(limit[0].unit, "By");
+    assert_eq!(
+        limit[0].kind,
+        Kind::Sum {
+            monotonic: false,
+            cumulative: true
+        }
+    );
+
+    // The recording's `used` is nvmlDeviceGetMemoryInfo (v1), which counts the reserved
+    // memory; the _v2 call the agent makes reports it apart (reserved 644939776 here).
+    let reserved = scen["devices"][0]["defaults"]["mem_reserved"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(reserved, 644_939_776.0);
+    let used = set(rec.iter().map(|r| r["mem"][1].as_f64().unwrap() - reserved));
+    for p in rx.points("hw.gpu.memory.usage") {
+        assert!(
+            used.contains(&((p.value * 1e6).round() as u64)),
+            "memory used {} not in the recording",
+            p.value
+        );
+    }
+
+    let util = rx.last_points("hw.gpu.utilization");
+    let general = one(&util, ("hw.gpu.task", "general"));
+    assert_eq!(general.value, 0.99);
+    assert_eq!(general.unit, "1");
+    assert_eq!(general.kind, Kind::Gauge);
+
+    for p in rx.points("hw.temperature") {
+        assert_eq!(p.unit, "Cel");
+        match p.attr("hw.sensor_location") {
+            Some("gpu") => assert!(
+                (58.0..=60.0).contains(&p.value),
+                "GPU temperature {}",
+                p.value
+            ),
+            Some("memory") => assert!(
+                (45.0..=55.0).contains(&p.value),
+                "HBM temperature {}",
+                p.value
+            ),
+            other => panic!("unexpected sensor {other:?}"),
+        }
+    }
+    let gpu_temps = set(rec.iter().map(|r| r["temp"].as_f64().unwrap()));
+    for p in rx
+        .points("hw.temperature")
+        .iter()
+        .filter(|p| p.attr("hw.sensor_location") == Some("gpu"))
+    {
+        assert!(gpu_temps.contains(&((p.value * 1e6).round() as u64)));
+    }
+
+    let energies = set(rec
+        .iter()
+        .map(|r| r["energy_mj"].as_f64().unwrap() / 1000.0));
+    let energy = rx.points("hw.energy");
+    assert!(!energy.is_empty());
+    for p in &energy {
+        assert_eq!(p.unit, "J");
+        assert_eq!(
+            p.kind,
+            Kind::Sum {
+                monotonic: true,
+                cumulative: true
+            }
+        );
+        assert!(
+            energies.contains(&((p.value * 1e6).round() as u64)),
+            "energy {} J not in the recording",
+            p.value
+        );
+    }
+
+    let limit_w = rx.last_points("nvidia.gpu.power.limit");
+    assert_eq!(limit_w[0].value, 700.0);
+    let reasons = rx.last_points("nvidia.gpu.clocks_event.active");
+    assert_eq!(
+        one(&reasons, ("nvidia.gpu.clocks_event.reason", "sw_power_cap")).value,
+        1.0
+    );
+    assert_eq!(
+        one(
+            &reasons,
+            ("nvidia.gpu.clocks_event.reason", "hw_thermal_slowdown")
+        )
+        .value,
+        0.0
+    );
+    let status = rx.last_points("hw.status");
+    assert_eq!(
+        one(&status, ("hw.state", "ok")).value,
+        1.0,
+        "power cap under load is not degraded"
+    );
+    assert_eq!(rx.last_points("nvidia.gpu.performance_state")[0].value, 0.0);
+    let sm = rx.last_points("nvidia.gpu.clock.frequency");
+    let sm_hz = one(&sm, ("nvidia.gpu.clock.type", "sm")).value;
+    assert!((1.3e9..=2.0e9).contains(&sm_hz), "SM clock {sm_hz} Hz");
+    assert_eq!(one(&sm, ("nvidia.gpu.clock.type", "memory")).value, 3.201e9);
+
+    // Resource: Downward API, OTEL_RESOURCE_ATTRIBUTES winning on conflict, empty adds nothing.
+    let res = &rx.points("hw.power")[0].resource;
+    let expect: BTreeMap<&str, &str> = [
+        ("service.name", "gpu-otel-sidecar"),
+        ("k8s.pod.name", "resnet-train-0"),
+        ("k8s.pod.uid", "4f1c7e2a-0000-4000-8000-000000000001"),
+        ("k8s.namespace.name", "ml"),
+        ("k8s.node.name", "from-otel"),
+        ("k8s.container.name", "trainer"),
+        ("deployment.environment.name", "test"),
+    ]
+    .into();
+    for (k, v) in expect {
+        assert_eq!(
+            res.get(k).map(String::as_str),
+            Some(v),
+            "resource {k} in {res:?}"
+        );
+    }
+    assert!(res.contains_key("host.name"));
+    (rx, agent)
+}
+
+fn sigterm_sends_final_export(rx: &Receiver, agent: &mut Agent) {
+    // Exports every 500 ms: stop just after one, so the final export is the only one due
+    // within the next 400 ms.
+    let before = rx.metrics_requests().len();
+    assert!(rx.wait_until(WAIT, |r| r.metrics_requests().len() > before));
+    let n = rx.metrics_requests().len();
+    agent.sigterm();
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits within the shutdown bound");
+    assert_eq!(status.code(), Some(0), "{}", agent.dump());
+    assert!(
+        rx.metrics_requests().len() > n,
+        "no final export after SIGTERM\n{}",
+        agent.dump()
+    );
+    assert!(agent
+        .stderr_lines()
+        .iter()
+        .any(|l| l.contains("shutting down")));
+}
+
+#[test]
+fn grpc_export_matches_the_h200_recording() {
+    let (rx, mut agent) = h200_end_to_end(Protocol::Grpc, &[]);
+    sigterm_sends_final_export(&rx, &mut agent);
+}
+
+#[test]
+fn http_protobuf_export_with_gzip_and_headers() {
+    let (rx, mut agent) = h200_end_to_end(
+        Protocol::Http,
+        &[
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "authorization=Bearer%20s3cr3t-token",
+            ),
+        ],
+    );
+    let reqs = rx.metrics_requests();
+    assert!(reqs.iter().all(|r| r.gzip), "bodies are gzip-compressed");
+    assert_eq!(reqs[0].header("authorization"), Some("Bearer s3cr3t-token"));
+    sigterm_sends_final_export(&rx, &mut agent);
+    let out = agent.dump();
+    assert!(
+        !out.contains("s3cr3t-token"),
+        "a header value appeared in the agent's output"
+    );
+}
+
+#[test]
+fn four_gpus_with_unsupported_fields_absent() {
+    let rx = Receiver::start(Protocol::Grpc);
+    let agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock("four-gpu.json")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "200ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "400")
+        .spawn();
+    assert!(
+        rx.wait_until(WAIT, |r| r.metrics_requests().len() >= 2),
+        "{}",
+        agent.dump()
+    );
+    let scen = load(scenario("four-gpu.json"));
+    let devices = scen["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 4);
+    let status = rx.last_points("hw.status");
+    let ids: BTreeSet<_> = status.iter().filter_map(|p| p.attr("hw.id")).collect();
+    assert_eq!(ids.len(), 4, "{status:#?}");
+    let power = rx.last_points("hw.power");
+    let temps = rx.last_points("hw.temperature");
+    for (i, dev) in devices.iter().enumerate() {
+        let uuid = dev["uuid"].as_str().unwrap();
+        assert!(ids.contains(uuid));
+        let defaults = &dev["defaults"];
+        let p: Vec<_> = power
+            .iter()
+            .filter(|p| p.attr("hw.id") == Some(uuid))
+            .collect();
+        let mem_t: Vec<_> = temps
+            .iter()
+            .filter(|p| {
+                p.attr("hw.id") == Some(uuid) && p.attr("hw.sensor_location") == Some("memory")
+            })
+            .collect();
+        if i == 2 {
+            assert!(
+                p.is_empty(),
+                "GPU 2 power is NOT_SUPPORTED: absent, never 0; got {p:?}"
+            );
+            assert!(
+                mem_t.is_empty(),
+                "GPU 2 memory temperature is NOT_SUPPORTED: absent"
+            );
+        } else {
+            assert_eq!(p.len(), 1);
+            let expected = defaults["power_mw"].as_f64().unwrap() / 1000.0;
+            assert_eq!(p[0].value, expected, "GPU {i}");
+            assert_eq!(expected, 100.0 * (i as f64 + 1.0));
+            assert_eq!(mem_t.len(), 1);
+            assert_eq!(mem_t[0].value, defaults["temp_mem"].as_f64().unwrap());
+        }
+    }
+    let log = agent.dump();
+    assert!(
+        log.contains("nvmlDeviceGetPowerUsage") && log.contains("not supported"),
+        "unsupported field logged once\n{log}"
+    );
+    assert_eq!(
+        agent
+            .stderr_lines()
+            .iter()
+            .filter(|l| l.contains("nvmlDeviceGetPowerUsage") && l.contains("not supported"))
+            .count(),
+        1,
+        "logged once, not every tick"
+    );
+}
+
+#[test]
+fn device_selection_by_index_and_uuid() {
+    let scen = load(scenario("four-gpu.json"));
+    let uuid3 = scen["devices"][3]["uuid"].as_str().unwrap().to_string();
+    let rx = Receiver::start(Protocol::Grpc);
+    let agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock("four-gpu.json")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "200ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "400")
+        .env("GPU_SIDECAR_DEVICES", format!("1,{uuid3}"))
+        .spawn();
+    assert!(rx.wait_for_metric("hw.status", WAIT), "{}", agent.dump());
+    let ids: BTreeSet<String> = rx
+        .points("hw.status")
+        .iter()
+        .filter_map(|p| p.attr("hw.id").map(str::to_string))
+        .collect();
+    let uuid1 = scen["devices"][1]["uuid"].as_str().unwrap().to_string();
+    assert_eq!(ids, BTreeSet::from([uuid1, uuid3]));
+}
+
+#[test]
+fn console_exporter_prints_otlp_json_lines_on_stdout() {
+    let mut agent = Agent::builder()
+        .env_mock("h200-under-load.json")
+        .env("OTEL_METRICS_EXPORTER", "console")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "250ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .spawn();
+    assert!(
+        agent.wait_for_stdout("resourceMetrics", WAIT),
+        "{}",
+        agent.dump()
+    );
+    agent.sigterm();
+    assert_eq!(
+        agent
+            .wait_exit(Duration::from_secs(10))
+            .and_then(|s| s.code()),
+        Some(0)
+    );
+    let lines = agent.stdout_lines();
+    let v: Value = serde_json::from_str(&lines[0]).expect("each stdout line is one JSON document");
+    let metrics = &v["resourceMetrics"][0]["scopeMetrics"][0]["metrics"];
+    let names: BTreeSet<_> = metrics
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains("hw.power") && names.contains("hw.gpu.memory.limit"),
+        "{names:?}"
+    );
+    let power = metrics
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "hw.power")
+        .unwrap();
+    assert_eq!(power["unit"], "W");
+    let value = power["gauge"]["dataPoints"][0]["asDouble"]
+        .as_f64()
+        .unwrap();
+    assert!((680.0..700.0).contains(&value), "{value}");
+    assert!(
+        agent.stderr_lines().iter().any(|l| l.contains("starting")),
+        "logs go to stderr"
+    );
+}
+
+#[test]
+fn bad_setting_exits_2_naming_the_variable() {
+    for (var, value, accepts) in [
+        ("GPU_SIDECAR_SAMPLE_INTERVAL", "fast", "500ms, 5s or 1m"),
+        (
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "http/json",
+            "grpc or http/protobuf",
+        ),
+        (
+            "GPU_SIDECAR_DEVICES",
+            "first",
+            "all, or a comma-separated list",
+        ),
+        (
+            "OTEL_METRICS_EXPORTER",
+            "prometheus",
+            "otlp, console or none",
+        ),
+    ] {
+        let mut agent = Agent::builder().env(var, value).spawn();
+        let status = agent
+            .wait_exit(Duration::from_secs(10))
+            .expect("exits at once");
+        assert_eq!(status.code(), Some(2), "{var}={value}\n{}", agent.dump());
+        let err = agent.stderr_lines();
+        assert_eq!(err.len(), 1, "one line: {err:?}");
+        assert!(
+            err[0].contains(var) && err[0].contains(value) && err[0].contains(accepts),
+            "{}",
+            err[0]
+        );
+    }
+}
+
+#[test]
+fn nvml_init_error_is_explained_and_the_agent_keeps_running() {
+    let rx = Receiver::start(Protocol::Grpc);
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock("init-unknown-error.json")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .spawn();
+    assert!(
+        agent.wait_for_stderr("Unknown Error", WAIT),
+        "{}",
+        agent.dump()
+    );
+    assert!(
+        agent.dump().contains("daemon-reload"),
+        "names the usual cause"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(agent.is_running(), "keeps running and retrying");
+    assert!(
+        !rx.has_metric("hw.power"),
+        "nothing exported as if a GPU were there"
+    );
+    agent.sigterm();
+    assert_eq!(
+        agent
+            .wait_exit(Duration::from_secs(10))
+            .and_then(|s| s.code()),
+        Some(0)
+    );
+}
