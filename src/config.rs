@@ -153,6 +153,8 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Metrics destination, `OTEL_METRICS_EXPORTER`; default otlp.
     pub metrics_exporter: ExporterKind,
+    /// Events (OTel log records) destination, `OTEL_LOGS_EXPORTER`; default otlp.
+    pub logs_exporter: ExporterKind,
     /// OTLP settings (used when an exporter is `otlp`).
     pub otlp: OtlpConfig,
     /// `service.name`: `OTEL_SERVICE_NAME`, else `service.name` in
@@ -283,6 +285,10 @@ impl Config {
             None => ExporterKind::Otlp,
             Some(v) => parse_exporter("OTEL_METRICS_EXPORTER", v)?,
         };
+        let logs_exporter = match get("OTEL_LOGS_EXPORTER") {
+            None => ExporterKind::Otlp,
+            Some(v) => parse_exporter("OTEL_LOGS_EXPORTER", v)?,
+        };
         let otlp = parse_otlp(&get)?;
 
         let mut resource_attributes = BTreeMap::new();
@@ -314,6 +320,7 @@ impl Config {
             log_level,
             shutdown_timeout,
             metrics_exporter,
+            logs_exporter,
             otlp,
             service_name: service_name.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string()),
             resource_attributes,

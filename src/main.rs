@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use gpu_otel_sidecar::config::{Config, LogFormat};
 use gpu_otel_sidecar::sampling::{Sampler, SamplerSettings, SharedState};
-use gpu_otel_sidecar::telemetry::Telemetry;
+use gpu_otel_sidecar::telemetry::events::Events;
+use gpu_otel_sidecar::telemetry::{Telemetry, TelemetryError};
 use gpu_otel_sidecar::{attribution, logging};
 
 const USAGE: &str = "\
@@ -70,11 +71,17 @@ fn run(config: Config) -> ExitCode {
     );
     let shared = Arc::new(SharedState::default());
     let sampler = Sampler::start(SamplerSettings::from(&config), shared.clone());
-    let telemetry = {
+    let resource = attribution::resource(&config);
+    let started = {
         let _guard = runtime.enter();
-        Telemetry::start(&config, attribution::resource(&config), shared.clone())
+        Telemetry::start(&config, resource.clone(), shared.clone()).and_then(|t| {
+            Ok((
+                t,
+                Events::start(&config, resource).map_err(TelemetryError::Exporter)?,
+            ))
+        })
     };
-    let telemetry = match telemetry {
+    let (telemetry, events) = match started {
         Ok(t) => t,
         Err(e) => {
             tracing::error!("{e}");
@@ -90,6 +97,9 @@ fn run(config: Config) -> ExitCode {
             "the NVML sampler did not finish its final sample within {:?} (a driver call is stuck); exporting without it",
             config.shutdown_timeout
         );
+    }
+    if !events.shutdown(deadline.saturating_duration_since(Instant::now())) {
+        tracing::warn!("queued events could not be exported before the shutdown bound");
     }
     if !telemetry.shutdown(deadline.saturating_duration_since(Instant::now())) {
         tracing::warn!(

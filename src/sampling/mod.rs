@@ -107,6 +107,7 @@ pub enum NvmlStatus {
 #[derive(Debug)]
 pub struct SharedState {
     latest: RwLock<Option<Arc<Snapshot>>>,
+    subscribers: std::sync::Mutex<Vec<mpsc::SyncSender<Arc<Snapshot>>>>,
     status: RwLock<NvmlStatus>,
     ticks: AtomicU64,
 }
@@ -115,6 +116,7 @@ impl Default for SharedState {
     fn default() -> Self {
         Self {
             latest: RwLock::new(None),
+            subscribers: std::sync::Mutex::new(Vec::new()),
             status: RwLock::new(NvmlStatus::Down(NvmlDown::Starting)),
             ticks: AtomicU64::new(0),
         }
@@ -150,10 +152,30 @@ impl SharedState {
         self.ticks.load(Ordering::Relaxed)
     }
 
-    /// Publishes a snapshot (sampler thread, and tests that drive the mapping directly).
+    /// Publishes a snapshot (sampler thread, and tests that drive the mapping directly), and
+    /// hands it to every subscriber without waiting: a subscriber whose queue is full misses
+    /// this one (the sampler never blocks on a consumer).
     pub fn publish(&self, snapshot: Snapshot) {
-        *self.latest.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(snapshot));
+        let snapshot = Arc::new(snapshot);
+        *self.latest.write().unwrap_or_else(|p| p.into_inner()) = Some(snapshot.clone());
         self.ticks.fetch_add(1, Ordering::Relaxed);
+        let mut subs = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        subs.retain(|tx| match tx.try_send(snapshot.clone()) {
+            Ok(()) | Err(mpsc::TrySendError::Full(_)) => true,
+            Err(mpsc::TrySendError::Disconnected(_)) => false,
+        });
+    }
+
+    /// Every snapshot from now on, in order, through a queue of `capacity` (at least 1):
+    /// for consumers that need every sample (rules, run report, sample log), not only the
+    /// latest. Dropping the receiver unsubscribes.
+    pub fn subscribe(&self, capacity: usize) -> mpsc::Receiver<Arc<Snapshot>> {
+        let (tx, rx) = mpsc::sync_channel(capacity.max(1));
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(tx);
+        rx
     }
 
     fn set_status(&self, status: NvmlStatus) {

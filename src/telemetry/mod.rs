@@ -5,6 +5,7 @@
 //! callbacks read the latest snapshot and never call NVML.
 
 pub mod catalogue;
+pub mod events;
 pub mod export;
 pub mod instruments;
 

@@ -1,0 +1,213 @@
+//! Events: OpenTelemetry log records with an `event.name`, exported over the same OTLP
+//! endpoint and protocol as the metrics (`OTEL_LOGS_EXPORTER` = `otlp` | `console` | `none`).
+//!
+//! Records go through the SDK's `BatchLogProcessor` (its own thread, bounded queue of 2048:
+//! an unreachable collector drops events, never grows memory), so whoever emits an event
+//! (the sampler, a rule) never waits on the network.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::logs::{LogBatch, LogExporter, SdkLogger, SdkLoggerProvider};
+use opentelemetry_sdk::Resource;
+
+use crate::config::{Config, ExporterKind, OtlpConfig, Protocol};
+
+/// One event to emit.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// Stable `event.name`, e.g. `nvidia.gpu.xid`.
+    pub name: &'static str,
+    /// OTel severity (`Info`, `Warn`, `Error`, `Fatal` …).
+    pub severity: Severity,
+    /// Human-readable body: one sentence a person can act on.
+    pub body: String,
+    /// Attributes: the GPU's `hw.id`, the values that triggered it, …
+    pub attributes: Vec<KeyValue>,
+    /// When it happened (defaults to now when `None`).
+    pub time: Option<SystemTime>,
+}
+
+/// Where events go.
+pub struct Events {
+    provider: Option<SdkLoggerProvider>,
+    logger: Option<SdkLogger>,
+}
+
+/// Writes each batch of events as one line of OTLP/JSON (`ExportLogsServiceRequest`) on stdout.
+#[derive(Debug, Default)]
+pub struct ConsoleLogExporter {
+    resource: Option<Resource>,
+}
+
+impl LogExporter for ConsoleLogExporter {
+    async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
+        let resource: ResourceAttributesWithSchema = match &self.resource {
+            Some(r) => r.into(),
+            None => (&Resource::builder_empty().build()).into(),
+        };
+        let request = ExportLogsServiceRequest {
+            resource_logs:
+                opentelemetry_proto::transform::logs::tonic::group_logs_by_resource_and_scope(
+                    &batch, &resource,
+                ),
+        };
+        let line = serde_json::to_string(&request)
+            .map_err(|e| OTelSdkError::InternalFailure(format!("JSON encoding: {e}")))?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .map_err(|e| OTelSdkError::InternalFailure(format!("stdout: {e}")))
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.resource = Some(resource.clone());
+    }
+}
+
+fn otlp_log_exporter(
+    c: &OtlpConfig,
+) -> Result<opentelemetry_otlp::LogExporter, opentelemetry_otlp::ExporterBuildError> {
+    let builder = opentelemetry_otlp::LogExporter::builder();
+    match c.protocol {
+        Protocol::Grpc => {
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            for (k, v) in &c.headers {
+                if let (Ok(key), Ok(value)) = (
+                    tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
+                    v.expose().parse(),
+                ) {
+                    metadata.insert(key, value);
+                }
+            }
+            let mut b = builder
+                .with_tonic()
+                .with_endpoint(c.logs_endpoint.clone())
+                .with_timeout(c.timeout)
+                .with_metadata(metadata);
+            if c.gzip {
+                b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
+            }
+            b.build()
+        }
+        Protocol::HttpProtobuf => {
+            let headers: HashMap<String, String> = c
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.expose().to_string()))
+                .collect();
+            let mut b = builder
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(c.logs_endpoint.clone())
+                .with_timeout(c.timeout)
+                .with_headers(headers);
+            if c.gzip {
+                b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
+            }
+            b.build()
+        }
+    }
+}
+
+/// A metric attribute value as a log attribute value.
+fn any_value(v: opentelemetry::Value) -> AnyValue {
+    use opentelemetry::{Array, Value};
+    match v {
+        Value::Bool(b) => AnyValue::Boolean(b),
+        Value::I64(i) => AnyValue::Int(i),
+        Value::F64(f) => AnyValue::Double(f),
+        Value::String(s) => AnyValue::String(s),
+        Value::Array(Array::I64(a)) => {
+            AnyValue::ListAny(Box::new(a.into_iter().map(AnyValue::Int).collect()))
+        }
+        Value::Array(Array::F64(a)) => {
+            AnyValue::ListAny(Box::new(a.into_iter().map(AnyValue::Double).collect()))
+        }
+        Value::Array(Array::Bool(a)) => {
+            AnyValue::ListAny(Box::new(a.into_iter().map(AnyValue::Boolean).collect()))
+        }
+        Value::Array(Array::String(a)) => {
+            AnyValue::ListAny(Box::new(a.into_iter().map(AnyValue::String).collect()))
+        }
+        other => AnyValue::String(other.to_string().into()),
+    }
+}
+
+impl Events {
+    /// A sink that drops every event (`OTEL_LOGS_EXPORTER=none`, and tests).
+    pub fn disabled() -> Self {
+        Self {
+            provider: None,
+            logger: None,
+        }
+    }
+
+    /// Builds the logs pipeline. Must run with a tokio runtime entered (gRPC).
+    ///
+    /// # Errors
+    /// The SDK's build error for the OTLP exporter.
+    pub fn start(
+        config: &Config,
+        resource: Resource,
+    ) -> Result<Self, opentelemetry_otlp::ExporterBuildError> {
+        let builder = SdkLoggerProvider::builder().with_resource(resource);
+        let provider = match config.logs_exporter {
+            ExporterKind::None => return Ok(Self::disabled()),
+            ExporterKind::Console => builder.with_batch_exporter(ConsoleLogExporter::default()),
+            ExporterKind::Otlp => builder.with_batch_exporter(otlp_log_exporter(&config.otlp)?),
+        }
+        .build();
+        let logger = provider.logger(super::SCOPE);
+        Ok(Self {
+            provider: Some(provider),
+            logger: Some(logger),
+        })
+    }
+
+    /// Emits one event (queued; never blocks on the network).
+    pub fn emit(&self, event: Event) {
+        let Some(logger) = &self.logger else {
+            return;
+        };
+        let mut record = logger.create_log_record();
+        record.set_event_name(event.name);
+        record.set_severity_number(event.severity);
+        record.set_severity_text(event.severity.name());
+        record.set_body(AnyValue::from(event.body));
+        let now = SystemTime::now();
+        record.set_timestamp(event.time.unwrap_or(now));
+        record.set_observed_timestamp(now);
+        record.add_attributes(
+            event
+                .attributes
+                .into_iter()
+                .map(|kv| (kv.key, any_value(kv.value))),
+        );
+        logger.emit(record);
+    }
+
+    /// Exports what is queued and shuts down, on a plain thread, bounded by `timeout`.
+    /// Returns `false` if the bound was hit.
+    pub fn shutdown(self, timeout: Duration) -> bool {
+        let Some(provider) = self.provider else {
+            return true;
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("otel-logs-shutdown".into())
+            .spawn(move || {
+                let _ = provider.force_flush();
+                let _ = provider.shutdown();
+                let _ = tx.send(());
+            });
+        spawned.is_ok() && rx.recv_timeout(timeout).is_ok()
+    }
+}
