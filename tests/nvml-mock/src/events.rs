@@ -1,0 +1,190 @@
+//! Event sets: the scenario's `events` are delivered by nvmlEventSetWait_v2 to every set that
+//! registered the event's device and type before the event's time.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::rc::*;
+use crate::runtime::{self, dev_call, guard, initialized, lock, out};
+use crate::types::*;
+
+/// Default supported event types: what the H200 answered (SBE, DBE, PState, XID, Clock,
+/// PowerSource, MigConfigChange).
+pub const DEFAULT_SUPPORTED: u64 = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x80 | 0x100;
+
+#[derive(Default)]
+struct Set {
+    /// (physical device index, event type bits, scenario time of registration)
+    regs: Vec<(usize, u64, f64)>,
+    /// indexes into scenario.events already delivered to this set
+    delivered: Vec<bool>,
+}
+
+static SETS: Mutex<Option<HashMap<usize, Set>>> = Mutex::new(None);
+
+fn with_sets<R>(f: impl FnOnce(&mut HashMap<usize, Set>) -> R) -> R {
+    let mut g = lock(&SETS);
+    f(g.get_or_insert_with(HashMap::new))
+}
+
+fn supported(dev: &crate::scenario::Dev) -> u64 {
+    dev.spec.supported_event_types.unwrap_or(DEFAULT_SUPPORTED)
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(device: Device, types: *mut u64) -> u32 {
+    dev_call("nvmlDeviceGetSupportedEventTypes", device, |c| {
+        out(types, supported(c.dev))
+    })
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut *mut c_void) -> u32 {
+    guard("nvmlEventSetCreate", || {
+        initialized()?;
+        if set.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let p = Box::into_raw(Box::new(0u64)) as usize;
+        with_sets(|m| m.insert(p, Set::default()));
+        out(set, p as *mut c_void)
+    })
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
+    device: Device,
+    event_types: u64,
+    set: *mut c_void,
+) -> u32 {
+    dev_call("nvmlDeviceRegisterEvents", device, |c| {
+        if c.dev.is_mig() {
+            return Err(NOT_SUPPORTED);
+        }
+        if event_types & !supported(c.dev) != 0 {
+            return Err(NOT_SUPPORTED);
+        }
+        let idx = c.dev.phys_index;
+        let e = c.e;
+        with_sets(|m| match m.get_mut(&(set as usize)) {
+            Some(s) => {
+                s.regs.push((idx, event_types, e));
+                Ok(())
+            }
+            None => Err(INVALID_ARGUMENT),
+        })
+    })
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetWait_v2(
+    set: *mut c_void,
+    data: *mut EventData,
+    timeout_ms: u32,
+) -> u32 {
+    guard("nvmlEventSetWait_v2", || {
+        let l = initialized()?;
+        if data.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let key = set as usize;
+        if !with_sets(|m| m.contains_key(&key)) {
+            return Err(INVALID_ARGUMENT);
+        }
+        runtime::apply_faults(l, "nvmlEventSetWait_v2", None, runtime::elapsed(l))?;
+        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+        let events = &l.scenario.events;
+        loop {
+            let e = runtime::elapsed(l);
+            let found = with_sets(|m| {
+                let s = m.get_mut(&key)?;
+                if s.delivered.len() < events.len() {
+                    s.delivered.resize(events.len(), false);
+                }
+                // earliest due, undelivered, registered event
+                let mut best: Option<usize> = None;
+                for (i, ev) in events.iter().enumerate() {
+                    if s.delivered[i] || ev.t > e {
+                        continue;
+                    }
+                    let bits = ev.kind.bits().unwrap_or(0);
+                    let registered = s
+                        .regs
+                        .iter()
+                        .any(|(d, ty, at)| *d == ev.device && ty & bits != 0 && ev.t >= *at);
+                    if !registered {
+                        continue;
+                    }
+                    if best.is_none_or(|b| events[b].t > ev.t) {
+                        best = Some(i);
+                    }
+                }
+                if let Some(i) = best {
+                    s.delivered[i] = true;
+                }
+                Some(best)
+            });
+            let Some(found) = found else {
+                // the set was freed while we waited
+                return Err(INVALID_ARGUMENT);
+            };
+            if let Some(i) = found {
+                let ev = &events[i];
+                let bits = ev.kind.bits().unwrap_or(0);
+                // a MIG event names the MIG device when the instance ids match one
+                let mut dev_id = ev.device;
+                if let Some(gi) = ev.gpu_instance_id {
+                    if let Some(&child) = l.all[ev.device].mig_children.iter().find(|&&c| {
+                        l.all[c].spec.gpu_instance_id == Some(gi)
+                            && ev
+                                .compute_instance_id
+                                .is_none_or(|ci| l.all[c].spec.compute_instance_id == Some(ci))
+                    }) {
+                        dev_id = child;
+                    }
+                }
+                data.write(EventData {
+                    device: l.handle(dev_id),
+                    eventType: bits,
+                    eventData: ev.data,
+                    gpuInstanceId: ev.gpu_instance_id.unwrap_or(NO_VALUE),
+                    computeInstanceId: ev.compute_instance_id.unwrap_or(NO_VALUE),
+                });
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(TIMEOUT);
+            }
+            std::thread::sleep((deadline - now).min(Duration::from_millis(5)));
+            if initialized().is_err() {
+                return Err(UNINITIALIZED);
+            }
+        }
+    })
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetFree(set: *mut c_void) -> u32 {
+    guard("nvmlEventSetFree", || {
+        initialized()?;
+        let key = set as usize;
+        if with_sets(|m| m.remove(&key)).is_none() {
+            return Err(INVALID_ARGUMENT);
+        }
+        drop(Box::from_raw(key as *mut u64));
+        Ok(())
+    })
+}
