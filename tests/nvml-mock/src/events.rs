@@ -141,20 +141,9 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             if let Some(i) = found {
                 let ev = &events[i];
                 let bits = ev.kind.bits().unwrap_or(0);
-                // a MIG event names the MIG device when the instance ids match one
-                let mut dev_id = ev.device;
-                if let Some(gi) = ev.gpu_instance_id {
-                    if let Some(&child) = l.all[ev.device].mig_children.iter().find(|&&c| {
-                        l.all[c].spec.gpu_instance_id == Some(gi)
-                            && ev
-                                .compute_instance_id
-                                .is_none_or(|ci| l.all[c].spec.compute_instance_id == Some(ci))
-                    }) {
-                        dev_id = child;
-                    }
-                }
                 data.write(EventData {
-                    device: l.handle(dev_id),
+                    // like NVML: the physical device; a MIG event carries the instance ids
+                    device: l.handle(ev.device),
                     eventType: bits,
                     eventData: ev.data,
                     gpuInstanceId: ev.gpu_instance_id.unwrap_or(NO_VALUE),

@@ -262,7 +262,7 @@ pub unsafe extern "C" fn nvmlGpmMigSampleGet(
 }
 
 /// Time-weighted mean of metric `key` over [e1, e2] on a device's timeline.
-fn mean(dev: &crate::scenario::Dev, id: u32, e1: f64, e2: f64) -> Result<f64, u32> {
+pub(crate) fn mean(dev: &crate::scenario::Dev, id: u32, e1: f64, e2: f64) -> Result<f64, u32> {
     let tl = &dev.timeline;
     let value_at = |e: f64| -> Result<f64, u32> {
         let (row, _) = tl.at(e).ok_or(NOT_SUPPORTED)?;

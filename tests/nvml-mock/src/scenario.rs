@@ -628,3 +628,112 @@ pub fn parse_bus_id(s: &str) -> Option<(u32, u32, u32)> {
         u32::from_str_radix(dev, 16).ok()?,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOOPED: &str = r#"{"loop": true, "devices": [{"uuid": "GPU-x",
+        "defaults": {"power_mw": 100},
+        "timeline": [
+            {"t": 0, "energy_mj": 1000, "ecc_corrected": 0, "gpm": {"graphics_util": 10}},
+            {"t": 1, "energy_mj": 1500, "ecc_corrected": 1, "gpm": {"graphics_util": 30}},
+            {"t": 2, "energy_mj": 2000, "ecc_corrected": 2, "power_mw": null, "gpm": {"graphics_util": 20}}
+        ]}]}"#;
+
+    #[test]
+    fn rows_defaults_and_loop() {
+        let p = parse(LOOPED).unwrap();
+        let tl = &p.all[0].timeline;
+        assert_eq!(tl.period, Some(3.0));
+        let at = |e: f64| tl.at(e).map(|(r, w)| (r.t, w)).unwrap();
+        assert_eq!(at(0.0), (0.0, 0));
+        assert_eq!(at(0.99), (0.0, 0));
+        assert_eq!(at(1.0), (1.0, 0));
+        assert_eq!(at(2.5), (2.0, 0));
+        assert_eq!(at(3.0), (0.0, 1));
+        assert_eq!(at(7.5), (1.0, 2));
+        // defaults fill absent fields; an explicit null removes them
+        assert_eq!(tl.rows[0].power_mw, Some(100));
+        assert_eq!(tl.rows[2].power_mw, None);
+        // counters grow by (last - first) per wrap
+        let energy = |e: f64| {
+            let (r, w) = tl.at(e).unwrap();
+            tl.counter(Counter::Energy, r, w).unwrap()
+        };
+        assert_eq!(energy(0.0), 1000);
+        assert_eq!(energy(2.9), 2000);
+        assert_eq!(energy(3.0), 2000);
+        assert_eq!(energy(4.0), 2500);
+        assert_eq!(energy(6.0), 3000);
+        let mut last = 0;
+        for i in 0..1000 {
+            let v = energy(f64::from(i) * 0.037);
+            assert!(v >= last);
+            last = v;
+        }
+    }
+
+    #[test]
+    fn not_looping_holds_the_last_row() {
+        let p = parse(&LOOPED.replace(r#""loop": true"#, r#""loop": false"#)).unwrap();
+        let tl = &p.all[0].timeline;
+        assert_eq!(tl.period, None);
+        assert_eq!(tl.at(100.0).unwrap().0.t, 2.0);
+        assert_eq!(tl.at(100.0).unwrap().1, 0);
+    }
+
+    #[test]
+    fn gpm_mean_is_time_weighted() {
+        let p = parse(LOOPED).unwrap();
+        let d = &p.all[0];
+        let m = |a, b| crate::gpm::mean(d, 1, a, b).unwrap();
+        assert_eq!(m(0.0, 1.0), 10.0);
+        assert_eq!(m(0.5, 1.5), 20.0);
+        assert_eq!(m(0.0, 3.0), 20.0);
+        assert!((m(0.0, 6.0) - 20.0).abs() < 1e-9);
+        assert_eq!(m(1.5, 1.5), 30.0);
+        assert_eq!(
+            crate::gpm::mean(d, 2, 0.0, 1.0),
+            Err(crate::rc::NOT_SUPPORTED)
+        );
+    }
+
+    #[test]
+    fn validation_errors_name_the_place() {
+        let bad = [
+            (
+                r#"{"devices": [{"timeline": [{"t": 1}, {"t": 0}]}]}"#,
+                "backwards",
+            ),
+            (
+                r#"{"devices": [{"timeline": [{"t": 0, "processes": [[1]]}]}]}"#,
+                "processes",
+            ),
+            (r#"{"devices": [{"errors": {"nvmlFoo": 2}}]}"#, "nvmlFoo"),
+            (
+                r#"{"devices": [], "faults": [{"call": "*", "device": 0, "code": 15}]}"#,
+                "device 0",
+            ),
+            (
+                r#"{"devices": [{"mig": {"current": 1, "instances": [{"uuid": "GPU-1", "gpu_instance_id": 1, "compute_instance_id": 0}]}}]}"#,
+                "MIG-",
+            ),
+            (
+                r#"{"devices": [{"timeline": [{"t": 0, "gpm": {"bogus": 1}}]}]}"#,
+                "bogus",
+            ),
+            (r#"{"devices": [{"uuid": "a"}, {"uuid": "a"}]}"#, "twice"),
+            (
+                r#"{"devices": [], "events": [{"t": 1, "type": "boom"}]}"#,
+                "boom",
+            ),
+        ];
+        for (text, want) in bad {
+            let err = parse(text)
+                .err()
+                .unwrap_or_else(|| panic!("accepted {text}"));
+            assert!(err.contains(want), "{err:?} should mention {want:?}");
+        }
+    }
+}
