@@ -244,6 +244,7 @@ fn sigterm_sends_final_export(rx: &Receiver, agent: &mut Agent) {
     let before = rx.metrics_requests().len();
     assert!(rx.wait_until(WAIT, |r| r.metrics_requests().len() > before));
     let n = rx.metrics_requests().len();
+    let signalled = std::time::Instant::now();
     agent.sigterm();
     let status = agent
         .wait_exit(Duration::from_secs(10))
@@ -254,6 +255,14 @@ fn sigterm_sends_final_export(rx: &Receiver, agent: &mut Agent) {
         "no final export after SIGTERM\n{}",
         agent.dump()
     );
+    // Exactly one final export (not a flush followed by a shutdown export of the same
+    // points); the next periodic one was ~480 ms away.
+    let after: Vec<_> = rx
+        .metrics_requests()
+        .into_iter()
+        .filter(|r| r.at > signalled)
+        .collect();
+    assert_eq!(after.len(), 1, "exports after SIGTERM: {}", after.len());
     assert!(agent
         .stderr_lines()
         .iter()

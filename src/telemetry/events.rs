@@ -204,7 +204,7 @@ impl Events {
         let spawned = std::thread::Builder::new()
             .name("otel-logs-shutdown".into())
             .spawn(move || {
-                let _ = provider.force_flush();
+                // Shutdown exports what the batch processor holds.
                 let _ = provider.shutdown();
                 let _ = tx.send(());
             });

@@ -86,7 +86,7 @@ impl Telemetry {
         })
     }
 
-    /// One final collection and export, then SDK shutdown, bounded by `timeout`. Runs on a
+    /// SDK shutdown, whose reader makes one final collection and export, bounded by `timeout`. Runs on a
     /// plain thread: a blocking flush from an async worker can hang with tonic.
     /// Returns `false` if the bound was hit (the export is then abandoned).
     pub fn shutdown(self, timeout: Duration) -> bool {
@@ -97,11 +97,10 @@ impl Telemetry {
         let spawned = std::thread::Builder::new()
             .name("otel-shutdown".into())
             .spawn(move || {
-                if let Err(e) = provider.force_flush() {
-                    tracing::warn!("final export failed: {e}");
-                }
+                // The reader's shutdown collects and exports once more (a force_flush
+                // first would send the same points twice).
                 if let Err(e) = provider.shutdown() {
-                    tracing::debug!("meter provider shutdown: {e}");
+                    tracing::warn!("final export failed: {e}");
                 }
                 let _ = tx.send(());
             });
