@@ -1,0 +1,38 @@
+{{/* Chart-internal helpers. The named templates meant for your own charts are in _sidecar.tpl. */}}
+
+{{- define "gpu-otel-sidecar.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpu-otel-sidecar.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "gpu-otel-sidecar.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpu-otel-sidecar.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-otel-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "gpu-otel-sidecar.labels" -}}
+helm.sh/chart: {{ include "gpu-otel-sidecar.chart" . }}
+{{ include "gpu-otel-sidecar.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Name of the ResourceClaimTemplate the chart creates in gpuVisibility mode dra. Built from the
+release name only, so that it is the same whether it is computed here or from a parent chart
+that includes the public templates (whose .Chart is its own).
+*/}}
+{{- define "gpu-otel-sidecar.claimTemplateName" -}}
+{{- printf "%s-gpu-otel-sidecar-gpu" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}

@@ -1,0 +1,373 @@
+"""The Helm chart: sidecar placement, environment, securityContext and GPU visibility per mode,
+the guards that refuse values that cannot work, and injection into another chart."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import CHART, DOCKER, ROOT, env_map, helm_template, load_yaml, render, sidecar_of
+
+VALUES = load_yaml(CHART / "values.yaml")
+SIDECAR = VALUES["containerName"]
+TRAINER = VALUES["targetContainerName"]
+UUIDS = ["GPU-8f6c2a7e-0c1d-4f7b-9a2b-1234567890ab", "MIG-5b7e0d2c-9f3a-5e1b-8c4d-abcdef012345"]
+
+VISIBILITY = {
+    "pod-resources": [],
+    "dra": ["gpuVisibility.mode=dra"],
+    "uuids": ["gpuVisibility.mode=uuids", "gpuVisibility.uuids={" + ",".join(UUIDS) + "}"],
+    "all": ["gpuVisibility.mode=all"],
+}
+
+
+def container(pod_spec, name):
+    for where in ("initContainers", "containers"):
+        for c in pod_spec.get(where) or []:
+            if c["name"] == name:
+                return c
+    raise AssertionError(f"no container {name}")
+
+
+# --- placement ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("visibility", sorted(VISIBILITY))
+def test_native_sidecar_is_an_init_container_with_restart_always(helm, visibility):
+    r = render(helm, *VISIBILITY[visibility])
+    spec = r.pod_spec
+    where, sc = sidecar_of(spec, SIDECAR)
+    assert where == "initContainers"
+    assert sc["restartPolicy"] == "Always"
+    assert spec["restartPolicy"] == "Never"
+    assert "shareProcessNamespace" not in spec
+    assert [c["name"] for c in spec["containers"]] == [TRAINER]
+    assert "GPU_SIDECAR_EXIT_WITH_PROCESS" not in env_map(sc)
+
+
+@pytest.mark.parametrize("visibility", sorted(VISIBILITY))
+def test_classic_sidecar_shares_the_process_namespace_and_exits_with_the_trainer(helm, visibility):
+    r = render(helm, "mode=classic", *VISIBILITY[visibility])
+    spec = r.pod_spec
+    where, sc = sidecar_of(spec, SIDECAR)
+    assert where == "containers"
+    assert "restartPolicy" not in sc
+    assert spec["shareProcessNamespace"] is True
+    assert "initContainers" not in spec
+    assert env_map(sc)["GPU_SIDECAR_EXIT_WITH_PROCESS"] == "python"
+    # The process it follows is the one the trainer runs.
+    assert container(spec, TRAINER)["command"][0] == "python"
+
+
+def test_classic_mode_renders_for_old_clusters_and_native_refuses_them(helm):
+    r = render(helm, "mode=classic", kube_version="1.25.0")
+    assert sidecar_of(r.pod_spec, SIDECAR)[0] == "containers"
+    proc = helm_template(helm, kube_version="1.28.0", check=False)
+    assert proc.returncode != 0 and "mode native needs Kubernetes >= 1.29" in proc.stderr
+
+
+# --- environment -------------------------------------------------------------------------
+
+DOWNWARD = {
+    "K8S_POD_NAME": "metadata.name",
+    "K8S_POD_UID": "metadata.uid",
+    "K8S_NAMESPACE_NAME": "metadata.namespace",
+    "K8S_NODE_NAME": "spec.nodeName",
+}
+
+
+@pytest.mark.parametrize("mode", ["native", "classic"])
+def test_downward_api_env(helm, mode):
+    r = render(helm, f"mode={mode}", "targetContainerName=trainer")
+    env = env_map(sidecar_of(r.pod_spec, SIDECAR)[1])
+    for name, path in DOWNWARD.items():
+        assert env[name] == ("fieldRef", path), name
+    assert env["K8S_CONTAINER_NAME"] == "trainer"
+    container(r.pod_spec, "trainer")  # the named container exists
+    assert env["OTEL_SERVICE_NAME"] == "gpu-otel-sidecar"
+    assert env["OTEL_METRIC_EXPORT_INTERVAL"] == "10000"
+    assert env["GPU_SIDECAR_SAMPLE_INTERVAL"] == "5s"
+    assert env["GPU_SIDECAR_HEALTH_ADDR"] == f"0.0.0.0:{VALUES['health']['port']}"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+
+
+def test_endpoint_node_local_agent(helm):
+    sc = sidecar_of(render(helm).pod_spec, SIDECAR)[1]
+    names = [e["name"] for e in sc["env"]]
+    env = env_map(sc)
+    assert env["K8S_HOST_IP"] == ("fieldRef", "status.hostIP")
+    # $(VAR) expansion needs the variable defined earlier in the list.
+    assert names.index("K8S_HOST_IP") < names.index("OTEL_EXPORTER_OTLP_ENDPOINT")
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://$(K8S_HOST_IP):4317"
+    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
+    assert "OTEL_EXPORTER_OTLP_HEADERS" not in env
+    http = env_map(sidecar_of(render(helm, "collector.protocol=http/protobuf").pod_spec, SIDECAR)[1])
+    assert http["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://$(K8S_HOST_IP):4318"
+    assert http["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
+
+
+def test_endpoint_service_and_headers_from_secret(helm):
+    r = render(helm, "collector.mode=service", "collector.service.name=otelcol-gateway",
+               "collector.service.namespace=observability", "collector.headers.secretName=otlp-auth",
+               "collector.headers.secretKey=otlp-headers", "telemetry.resourceAttributes.team=vision",
+               "telemetry.resourceAttributes.deployment\\.environment\\.name=prod")
+    env = env_map(sidecar_of(r.pod_spec, SIDECAR)[1])
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otelcol-gateway.observability.svc.cluster.local:4317"
+    assert "K8S_HOST_IP" not in env
+    assert env["OTEL_EXPORTER_OTLP_HEADERS"] == ("secretKeyRef", "otlp-auth", "otlp-headers")
+    assert env["OTEL_RESOURCE_ATTRIBUTES"] == "deployment.environment.name=prod,team=vision"
+    r = render(helm, "collector.mode=endpoint", "collector.endpoint=https://otlp.example.net:4317")
+    assert env_map(sidecar_of(r.pod_spec, SIDECAR)[1])["OTEL_EXPORTER_OTLP_ENDPOINT"] == "https://otlp.example.net:4317"
+
+
+# --- securityContext and resources -------------------------------------------------------
+
+
+def assert_restricted(sc, non_root=True):
+    s = sc["securityContext"]
+    assert s["allowPrivilegeEscalation"] is False
+    assert s["readOnlyRootFilesystem"] is True
+    assert s["capabilities"]["drop"] == ["ALL"]
+    assert not s["capabilities"].get("add")
+    assert s["seccompProfile"]["type"] == "RuntimeDefault"
+    assert s.get("privileged", False) is False
+    if non_root:
+        assert s["runAsNonRoot"] is True
+        assert s["runAsUser"] != 0
+    else:
+        assert s["runAsUser"] == 0 and s["runAsNonRoot"] is False
+
+
+@pytest.mark.parametrize("mode", ["native", "classic"])
+@pytest.mark.parametrize("visibility", ["dra", "uuids", "all"])
+def test_security_context_restricted(helm, mode, visibility):
+    sc = sidecar_of(render(helm, f"mode={mode}", *VISIBILITY[visibility]).pod_spec, SIDECAR)[1]
+    assert_restricted(sc)
+
+
+@pytest.mark.parametrize("mode", ["native", "classic"])
+def test_security_context_pod_resources(helm, mode):
+    # The kubelet's pod-resources socket accepts root only: UID 0, everything else restricted.
+    sc = sidecar_of(render(helm, f"mode={mode}").pod_spec, SIDECAR)[1]
+    assert_restricted(sc, non_root=False)
+    sc = sidecar_of(render(helm, f"mode={mode}", "gpuVisibility.podResources.runAsRoot=false").pod_spec, SIDECAR)[1]
+    assert_restricted(sc)
+
+
+def quantity(q):
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    m = re.fullmatch(r"([0-9.]+)(m|Ki|Mi|Gi)?", str(q))
+    return float(m.group(1)) * units.get(m.group(2), 1)
+
+
+def test_small_requests_and_limits(helm):
+    sc = sidecar_of(render(helm).pod_spec, SIDECAR)[1]
+    res = sc["resources"]
+    assert quantity(res["requests"]["cpu"]) <= 0.1
+    assert quantity(res["requests"]["memory"]) <= 64 * 2**20
+    assert quantity(res["limits"]["memory"]) <= 128 * 2**20
+    assert quantity(res["limits"]["cpu"]) <= 0.5
+    assert "nvidia.com/gpu" not in res.get("limits", {}), "a sidecar cannot take a device-plugin GPU"
+
+
+def test_probes(helm):
+    sc = sidecar_of(render(helm).pod_spec, SIDECAR)[1]
+    port = {p["name"]: p["containerPort"] for p in sc["ports"]}
+    assert sc["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert port[sc["livenessProbe"]["httpGet"]["port"]] == VALUES["health"]["port"]
+    assert "readinessProbe" not in sc, "sidecar readiness must not gate the pod by default"
+    sc = sidecar_of(render(helm, "health.readinessProbe.enabled=true").pod_spec, SIDECAR)[1]
+    assert sc["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+# --- GPU visibility ----------------------------------------------------------------------
+
+
+def hostpath_volumes(spec):
+    return [v for v in spec.get("volumes") or [] if "hostPath" in v]
+
+
+@pytest.mark.parametrize("mode", ["native", "classic"])
+def test_visibility_pod_resources(helm, mode):
+    r = render(helm, f"mode={mode}")
+    spec = r.pod_spec
+    sc = sidecar_of(spec, SIDECAR)[1]
+    env = env_map(sc)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env["GPU_SIDECAR_DEVICES"] == "pod-resources"
+    assert env["GPU_SIDECAR_POD_RESOURCES_SOCKET"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    [vol] = hostpath_volumes(spec)
+    assert vol["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    [mount] = sc["volumeMounts"]
+    assert mount["name"] == vol["name"] and mount["readOnly"] is True
+    assert env["GPU_SIDECAR_POD_RESOURCES_SOCKET"].startswith(mount["mountPath"] + "/")
+    # The trainer holds the device-plugin GPU and mounts nothing of the host.
+    trainer = container(spec, TRAINER)
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert all(m["name"] != vol["name"] for m in trainer.get("volumeMounts") or [])
+    assert "resourceClaims" not in spec and not r.of_kind("ResourceClaimTemplate")
+
+
+@pytest.mark.parametrize("mode", ["native", "classic"])
+def test_visibility_dra_shared_claim(helm, mode):
+    r = render(helm, f"mode={mode}", "gpuVisibility.mode=dra")
+    spec = r.pod_spec
+    sc = sidecar_of(spec, SIDECAR)[1]
+    trainer = container(spec, TRAINER)
+    env = env_map(sc)
+    assert "NVIDIA_VISIBLE_DEVICES" not in env
+    assert env["GPU_SIDECAR_DEVICES"] == "all"
+    assert sc["resources"]["claims"] == [{"name": "gpu"}]
+    assert trainer["resources"]["claims"] == [{"name": "gpu"}]
+    assert "nvidia.com/gpu" not in trainer["resources"].get("limits", {})
+    [claim] = spec["resourceClaims"]
+    rct = r.one("ResourceClaimTemplate")
+    assert claim == {"name": "gpu", "resourceClaimTemplateName": rct["metadata"]["name"]}
+    assert rct["apiVersion"] == "resource.k8s.io/v1beta1"
+    [req] = rct["spec"]["spec"]["devices"]["requests"]
+    assert req["deviceClassName"] == "gpu.nvidia.com" and req["count"] == 1
+    assert not hostpath_volumes(spec)
+    assert_restricted(sc)
+
+
+def test_visibility_dra_v1_and_existing_claim(helm):
+    r = render(helm, "gpuVisibility.mode=dra", kube_version="1.34.0",
+               extra_args=["--api-versions", "resource.k8s.io/v1/ResourceClaimTemplate"])
+    rct = r.one("ResourceClaimTemplate")
+    assert rct["apiVersion"] == "resource.k8s.io/v1"
+    assert rct["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == "gpu.nvidia.com"
+    r = render(helm, "gpuVisibility.mode=dra", "gpuVisibility.dra.resourceClaimName=team-gpus")
+    assert r.pod_spec["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "team-gpus"}]
+    assert not r.of_kind("ResourceClaimTemplate")
+    proc = helm_template(helm, "--set", "gpuVisibility.mode=dra", kube_version="1.29.0", check=False)
+    assert proc.returncode != 0 and "needs Kubernetes >= 1.32" in proc.stderr
+
+
+def test_visibility_uuids(helm):
+    spec = render(helm, *VISIBILITY["uuids"]).pod_spec
+    env = env_map(sidecar_of(spec, SIDECAR)[1])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(UUIDS)
+    assert env["GPU_SIDECAR_DEVICES"] == ",".join(UUIDS)
+    assert not hostpath_volumes(spec)
+    proc = helm_template(helm, "--set", "gpuVisibility.mode=uuids", check=False)
+    assert proc.returncode != 0 and "needs gpuVisibility.uuids" in proc.stderr
+    proc = helm_template(helm, "--set", "gpuVisibility.mode=uuids", "--set", "gpuVisibility.uuids={0}", check=False)
+    assert proc.returncode != 0 and "values don't meet the specifications" in proc.stderr
+
+
+def test_visibility_all_warns(helm, tmp_path):
+    spec = render(helm, *VISIBILITY["all"]).pod_spec
+    env = env_map(sidecar_of(spec, SIDECAR)[1])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["GPU_SIDECAR_DEVICES"] == "all"
+    assert "every GPU on the node is reported" in notes(helm, tmp_path, "gpuVisibility.mode=all")
+    assert "every GPU on the node" not in notes(helm, tmp_path, "gpuVisibility.mode=dra")
+
+
+def notes(helm, tmp_path, *sets):
+    """NOTES.txt rendered (helm template does not render it; wrap it in a ConfigMap)."""
+    chart = tmp_path / "chart"
+    if chart.exists():
+        shutil.rmtree(chart)
+    shutil.copytree(CHART, chart)
+    shutil.copy(CHART / "templates" / "NOTES.txt", chart / "files" / "NOTES.txt")
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n'
+        '  notes: {{ tpl (.Files.Get "files/NOTES.txt") . | quote }}\n'
+    )
+    r = render(helm, *sets, chart=chart)
+    return [d for d in r.of_kind("ConfigMap") if d["metadata"]["name"] == "notes"][0]["data"]["notes"]
+
+
+def test_notes_render_for_every_mode(helm, tmp_path):
+    for mode in ("native", "classic"):
+        for vis in VISIBILITY:
+            text = notes(helm, tmp_path, f"mode={mode}", *VISIBILITY[vis])
+            assert f"Sidecar placement: {mode}" in text and f"GPU visibility: {vis}" in text
+
+
+# --- values guards and schema ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["mode=sidecar", "gpuVisibility.mode=nvidia", "collector.protocol=udp",
+                                 "telemetry.logFormat=xml", "health.port=0", "unknownKey=1"])
+def test_schema_rejects(helm, bad):
+    proc = helm_template(helm, "--set", bad, check=False)
+    assert proc.returncode != 0, f"{bad} was accepted"
+
+
+def test_schema_accepts_a_global_section(helm):
+    render(helm, "global.imageRegistry=example.org")
+
+
+# --- the example Job, the rules, the script -----------------------------------------------
+
+
+def test_example_job_runs_the_compose_training_script(helm):
+    r = render(helm)
+    assert (CHART / "files" / "train.py").read_bytes() == (DOCKER / "trainer" / "train.py").read_bytes(), \
+        "helm/gpu-otel-sidecar/files/train.py must be a copy of docker/trainer/train.py"
+    cm = [d for d in r.of_kind("ConfigMap") if "train.py" in d.get("data", {})][0]
+    assert cm["data"]["train.py"].strip() == (DOCKER / "trainer" / "train.py").read_text().strip()
+    trainer = container(r.pod_spec, TRAINER)
+    assert trainer["image"] == "tensorflow/tensorflow:latest-gpu"
+    mount = [m for m in trainer["volumeMounts"] if m["mountPath"] == "/opt/trainer"][0]
+    vol = [v for v in r.pod_spec["volumes"] if v["name"] == mount["name"]][0]
+    assert vol["configMap"]["name"] == cm["metadata"]["name"]
+    assert trainer["command"][-1] == "/opt/trainer/train.py"
+    assert not render(helm, "example.enabled=false").of_kind("Job")
+
+
+def test_prometheus_rule_is_the_docker_rules_file(helm):
+    assert (CHART / "files" / "prometheus-rules.yaml").read_bytes() == (DOCKER / "prometheus-rules.yaml").read_bytes(), \
+        "helm/gpu-otel-sidecar/files/prometheus-rules.yaml must be a copy of docker/prometheus-rules.yaml"
+    assert not render(helm).of_kind("PrometheusRule")
+    rule = render(helm, "prometheusRule.enabled=true", "prometheusRule.labels.release=kube-prometheus-stack").one("PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert rule["spec"] == load_yaml(DOCKER / "prometheus-rules.yaml")
+
+
+# --- injection into a user's chart ---------------------------------------------------------
+
+
+@pytest.fixture
+def parent_chart(tmp_path):
+    chart = tmp_path / "my-training"
+    shutil.copytree(ROOT / "tests" / "packaging" / "fixtures" / "my-training", chart)
+    shutil.copytree(CHART, chart / "charts" / "gpu-otel-sidecar")
+    return chart
+
+
+@pytest.mark.parametrize("mode", ["native", "classic"])
+@pytest.mark.parametrize("visibility", ["pod-resources", "dra"])
+def test_injection_into_another_chart(helm, parent_chart, mode, visibility):
+    r = render(helm, f"gpu-otel-sidecar.mode={mode}", f"gpu-otel-sidecar.gpuVisibility.mode={visibility}",
+               chart=parent_chart, release="exp1")
+    job = r.job
+    assert job["metadata"]["name"] == "exp1-learn"
+    spec = job["spec"]["template"]["spec"]
+    where, sc = sidecar_of(spec, SIDECAR)
+    assert where == ("initContainers" if mode == "native" else "containers")
+    # the user's own init container stays first
+    assert spec["initContainers"][0]["name"] == "fetch-data"
+    assert sc["image"] == f"gpu-otel-sidecar:{yaml.safe_load((CHART / 'Chart.yaml').read_text())['appVersion']}"
+    env = env_map(sc)
+    assert env["K8S_CONTAINER_NAME"] == "learner"
+    assert spec.get("shareProcessNamespace", False) is (mode == "classic")
+    if visibility == "dra":
+        [claim] = spec["resourceClaims"]
+        assert claim["resourceClaimTemplateName"] == r.one("ResourceClaimTemplate")["metadata"]["name"]
+        assert container(spec, "learner")["resources"]["claims"] == [{"name": "gpu"}]
+    else:
+        assert env["GPU_SIDECAR_DEVICES"] == "pod-resources"
+        assert hostpath_volumes(spec)
+    assert not [d for d in r.docs if d["kind"] == "Job" and d["metadata"]["name"] != "exp1-learn"], \
+        "the example Job must not be rendered when disabled"
+
+
+def test_lint_strict_for_the_parent_chart(helm, parent_chart):
+    proc = subprocess.run([helm, "lint", "--strict", str(parent_chart)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

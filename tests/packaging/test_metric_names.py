@@ -1,0 +1,165 @@
+"""The Grafana dashboard and the alert rules query names that really exist: the metrics of
+docs/metrics.md as the collector's Prometheus exporter names them."""
+
+import json
+import re
+
+import pytest
+
+from conftest import (
+    DOCKER,
+    PROMETHEUS_BUILTIN_SERIES,
+    instrument_kind,
+    load_yaml,
+    parse_metrics_doc,
+    prometheus_label,
+    prometheus_names,
+    promql_refs,
+)
+
+DASHBOARD = DOCKER / "grafana" / "dashboards" / "gpu-otel-sidecar.json"
+RULES = DOCKER / "prometheus-rules.yaml"
+
+
+# --- the translation rule itself, on cases from the OTel/Prometheus compatibility spec ---
+
+
+@pytest.mark.parametrize(
+    "name, unit, instrument, expected",
+    [
+        ("system.io", "By", "counter", "system_io_bytes_total"),
+        ("system.memory.usage", "By", "updowncounter", "system_memory_usage_bytes"),
+        ("cpu.utilization", "1", "gauge", "cpu_utilization_ratio"),
+        ("cpu.utilization", "1", "updowncounter", "cpu_utilization"),
+        ("network.packets", "{packet}", "counter", "network_packets_total"),
+        ("http.server.request.duration", "s", "histogram", "http_server_request_duration_seconds_bucket"),
+        ("network.io.rate", "By/s", "gauge", "network_io_rate_bytes_per_second"),
+        ("requests.total", "1", "counter", "requests_total"),
+        ("disk.bytes", "By", "gauge", "disk_bytes"),
+        ("temperature", "Cel", "gauge", "temperature_celsius"),
+        ("foo", "{thing}/s", "gauge", "foo_per_second"),
+        ("odd_unit", "widgets", "gauge", "odd_unit_widgets"),
+        ("2xx.count", "1", "counter", "_2xx_count_total"),
+    ],
+)
+def test_translation_rule(name, unit, instrument, expected):
+    assert expected in prometheus_names(name, unit, instrument)
+
+
+def test_label_translation():
+    assert prometheus_label("hw.id") == "hw_id"
+    assert prometheus_label("k8s.pod.name") == "k8s_pod_name"
+    assert prometheus_label("nvidia.gpu.clocks_event.reason") == "nvidia_gpu_clocks_event_reason"
+    assert prometheus_label("0abc") == "key_0abc"
+
+
+def test_metrics_doc_parses():
+    metrics, attributes = parse_metrics_doc()
+    names = [m[0] for m in metrics]
+    assert len(names) == len(set(names)), "duplicate metric rows in docs/metrics.md"
+    for name, instrument, unit in metrics:
+        instrument_kind(instrument)  # raises on an unknown kind
+        assert unit, f"{name}: empty unit"
+    assert "hw.id" in attributes
+
+
+# --- the dashboard ---
+
+
+def dashboard_targets():
+    dash = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    out = []
+
+    def panels(ps):
+        for p in ps:
+            yield p
+            yield from panels(p.get("panels") or [])
+
+    for p in panels(dash["panels"]):
+        for t in p.get("targets") or []:
+            out.append((p["title"], t))
+    return dash, out
+
+
+def test_dashboard_is_wellformed():
+    dash, targets = dashboard_targets()
+    assert dash["uid"] == "gpu-otel-sidecar"
+    assert targets, "dashboard has no queries"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)), "duplicate panel ids"
+    var_names = {v["name"] for v in dash["templating"]["list"]}
+    assert {"datasource", "gpu", "pod"} <= var_names
+    for title, t in targets:
+        assert t.get("expr"), f"panel {title!r}: empty query"
+        assert t["datasource"]["uid"] == "${datasource}", f"panel {title!r}: datasource not the variable"
+        for var in re.findall(r"\$(?:\{)?([A-Za-z_][A-Za-z0-9_]*)", t["expr"]):
+            assert var in var_names or var.startswith("__"), f"panel {title!r}: unknown variable ${var}"
+
+
+def test_dashboard_queries_use_exported_names(metrics_catalogue):
+    _, targets = dashboard_targets()
+    known = set(metrics_catalogue["prometheus"]) | PROMETHEUS_BUILTIN_SERIES
+    used = set()
+    for title, t in targets:
+        metrics, labels = promql_refs(t["expr"])
+        assert metrics, f"panel {title!r}: query names no metric: {t['expr']}"
+        unknown = metrics - known
+        assert not unknown, (
+            f"panel {title!r} queries {sorted(unknown)}, which the collector does not export from "
+            f"docs/metrics.md (exported: {sorted(metrics_catalogue['prometheus'])})"
+        )
+        bad_labels = labels - metrics_catalogue["labels"]
+        assert not bad_labels, f"panel {title!r}: unknown labels {sorted(bad_labels)}"
+        for legend_label in re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", t.get("legendFormat") or ""):
+            assert legend_label in metrics_catalogue["labels"], f"panel {title!r}: legend label {legend_label}"
+        used |= metrics
+    # The dashboard covers the core of the catalogue.
+    core = {"hw_gpu_utilization_ratio", "hw_gpu_memory_usage_bytes", "hw_gpu_memory_limit_bytes",
+            "hw_power_watts", "hw_energy_joules_total", "hw_temperature_celsius"}
+    assert core <= used, f"dashboard misses {sorted(core - used)}"
+
+
+def test_dashboard_variables_use_exported_names(metrics_catalogue):
+    dash, _ = dashboard_targets()
+    for v in dash["templating"]["list"]:
+        if v["type"] != "query":
+            continue
+        q = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+        m = re.fullmatch(r"label_values\((.*),\s*([A-Za-z_][A-Za-z0-9_]*)\)", q)
+        assert m, f"variable {v['name']}: expected label_values(selector, label), got {q}"
+        metrics, labels = promql_refs(m.group(1))
+        assert metrics <= set(metrics_catalogue["prometheus"]), f"variable {v['name']}: {metrics}"
+        assert (labels | {m.group(2)}) <= metrics_catalogue["labels"], f"variable {v['name']}: {labels}"
+
+
+# --- the alert rules ---
+
+
+def rules():
+    doc = load_yaml(RULES)
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def test_rules_use_exported_names(metrics_catalogue):
+    known = set(metrics_catalogue["prometheus"])
+    for r in rules():
+        metrics, labels = promql_refs(r["expr"])
+        assert metrics, f"{r['alert']}: no metric"
+        assert metrics <= known, f"{r['alert']}: {sorted(metrics - known)} not exported"
+        assert labels <= metrics_catalogue["labels"], f"{r['alert']}: labels {sorted(labels - metrics_catalogue['labels'])}"
+        for text in r.get("annotations", {}).values():
+            for label in re.findall(r"\$labels\.([A-Za-z_][A-Za-z0-9_]*)", text):
+                assert label in metrics_catalogue["labels"], f"{r['alert']}: annotation label {label}"
+
+
+def test_rules_have_the_required_alerts():
+    by_name = {r["alert"]: r for r in rules()}
+    assert len(by_name) == len(rules()), "duplicate alert names"
+    for name in ("GPUMemoryNearlyFull", "GPUTemperatureHigh", "GPUThermalThrottling"):
+        assert name in by_name, f"missing alert {name}"
+    for r in rules():
+        assert r["labels"]["severity"] in ("info", "warning", "critical"), r["alert"]
+        assert r["annotations"].get("summary") and r["annotations"].get("description"), r["alert"]
+    mem = by_name["GPUMemoryNearlyFull"]
+    assert "0.95" in mem["expr"] and mem["for"] == "10s"
+    assert "85" in by_name["GPUTemperatureHigh"]["expr"]
