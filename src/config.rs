@@ -84,6 +84,9 @@ pub enum DeviceSelection {
     All,
     /// Only these: NVML indices, GPU UUIDs (`GPU-…`) or MIG UUIDs (`MIG-…`).
     List(Vec<DeviceId>),
+    /// The devices the kubelet allocated to this pod (`pod-resources`): asked at start from
+    /// the pod-resources socket, then used as a [`DeviceSelection::List`].
+    PodResources,
 }
 
 /// One entry of a device list.
@@ -142,6 +145,13 @@ pub struct Config {
     pub export_interval: Duration,
     /// Which GPUs, `GPU_SIDECAR_DEVICES`; default all.
     pub devices: DeviceSelection,
+    /// Kubelet pod-resources socket, `GPU_SIDECAR_POD_RESOURCES_SOCKET`; default
+    /// `/var/lib/kubelet/pod-resources/kubelet.sock`. Used with `GPU_SIDECAR_DEVICES=pod-resources`.
+    pub pod_resources_socket: PathBuf,
+    /// Exit (as on SIGTERM) once a process with this name (`/proc/<pid>/comm`) has been seen
+    /// and is gone, `GPU_SIDECAR_EXIT_WITH_PROCESS`: for classic (non-native) sidecars that
+    /// share the pod's process namespace, so a Job completes. Default: unset.
+    pub exit_with_process: Option<String>,
     /// NVML library to dlopen, `GPU_SIDECAR_NVML_LIBRARY`; default `libnvidia-ml.so.1`.
     pub nvml_library: PathBuf,
     /// Agent log format, `GPU_SIDECAR_LOG_FORMAT`; default text.
@@ -175,6 +185,8 @@ struct RawOwn {
     log_format: Option<String>,
     log_level: Option<String>,
     shutdown_timeout: Option<String>,
+    pod_resources_socket: Option<String>,
+    exit_with_process: Option<String>,
 }
 
 /// Every `GPU_SIDECAR_*` variable the agent knows (without the prefix); any other one is
@@ -186,6 +198,8 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "LOG_FORMAT",
     "LOG_LEVEL",
     "SHUTDOWN_TIMEOUT",
+    "POD_RESOURCES_SOCKET",
+    "EXIT_WITH_PROCESS",
 ];
 
 /// Downward API variables and the resource attribute each one sets.
@@ -249,6 +263,31 @@ impl Config {
             None | Some("") => DeviceSelection::All,
             Some(v) => parse_devices(v)?,
         };
+        if devices == DeviceSelection::PodResources
+            && (get("K8S_POD_NAME").is_none() || get("K8S_NAMESPACE_NAME").is_none())
+        {
+            return Err(ConfigError::new(
+                "GPU_SIDECAR_DEVICES",
+                "pod-resources",
+                "K8S_POD_NAME and K8S_NAMESPACE_NAME to be set too (Downward API), to find this pod's GPUs",
+            ));
+        }
+        let pod_resources_socket = raw
+            .pod_resources_socket
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"));
+        let exit_with_process = raw.exit_with_process.filter(|v| !v.is_empty());
+        if let Some(name) = &exit_with_process {
+            // /proc/<pid>/comm holds at most 15 bytes.
+            if name.len() > 15 || name.contains('/') {
+                return Err(ConfigError::new(
+                    "GPU_SIDECAR_EXIT_WITH_PROCESS",
+                    name,
+                    "a process name as in /proc/<pid>/comm (at most 15 characters, no '/'), e.g. python",
+                ));
+            }
+        }
         let nvml_library = raw
             .nvml_library
             .filter(|v| !v.is_empty())
@@ -315,6 +354,8 @@ impl Config {
             sample_interval,
             export_interval,
             devices,
+            pod_resources_socket,
+            exit_with_process,
             nvml_library,
             log_format,
             log_level,
@@ -476,11 +517,13 @@ fn parse_exporter(var: &str, v: &str) -> Result<ExporterKind, ConfigError> {
 }
 
 fn parse_devices(v: &str) -> Result<DeviceSelection, ConfigError> {
-    let expected =
-        "all, or a comma-separated list of NVML indices and GPU-/MIG- UUIDs such as 0,GPU-8f6c…";
+    let expected = "all, pod-resources, or a comma-separated list of NVML indices and GPU-/MIG- UUIDs such as 0,GPU-8f6c…";
     let v = v.trim();
     if v == "all" {
         return Ok(DeviceSelection::All);
+    }
+    if v == "pod-resources" {
+        return Ok(DeviceSelection::PodResources);
     }
     let mut ids = Vec::new();
     for item in v.split(',').map(str::trim) {

@@ -9,5 +9,6 @@
 pub mod attribution;
 pub mod config;
 pub mod logging;
+pub mod process_watch;
 pub mod sampling;
 pub mod telemetry;

@@ -7,11 +7,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpu_otel_sidecar::config::{Config, LogFormat};
+use gpu_otel_sidecar::attribution::pod_resources;
+use gpu_otel_sidecar::config::{Config, DeviceSelection, LogFormat};
 use gpu_otel_sidecar::sampling::{Sampler, SamplerSettings, SharedState};
 use gpu_otel_sidecar::telemetry::events::Events;
 use gpu_otel_sidecar::telemetry::{Telemetry, TelemetryError};
-use gpu_otel_sidecar::{attribution, logging};
+use gpu_otel_sidecar::{attribution, logging, process_watch};
 
 const USAGE: &str = "\
 gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metrics over OTLP.
@@ -60,6 +61,10 @@ fn run(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let mut signals = {
+        let _guard = runtime.enter();
+        Signals::install()
+    };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         exporter = ?config.metrics_exporter,
@@ -69,8 +74,46 @@ fn run(config: Config) -> ExitCode {
         export_interval_ms = config.export_interval.as_millis() as u64,
         "starting"
     );
+    let mut settings = SamplerSettings::from(&config);
+    match &config.devices {
+        DeviceSelection::PodResources => {
+            let (ns, pod) = (
+                config
+                    .resource_attributes
+                    .get("k8s.namespace.name")
+                    .cloned()
+                    .unwrap_or_default(),
+                config
+                    .resource_attributes
+                    .get("k8s.pod.name")
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            let socket = config.pod_resources_socket.clone();
+            let resolved = runtime.block_on(async {
+                tokio::select! {
+                    ids = pod_resources::wait_for_pod_gpus(&socket, &ns, &pod) => Some(ids),
+                    _ = signals.recv() => None,
+                }
+            });
+            match resolved {
+                Some(ids) => settings.devices = DeviceSelection::List(ids),
+                None => {
+                    tracing::info!("stopped before the pod's GPUs were known");
+                    return ExitCode::SUCCESS;
+                }
+            }
+        }
+        DeviceSelection::All if config.resource_attributes.contains_key("k8s.pod.name") => {
+            tracing::warn!(
+                "GPU_SIDECAR_DEVICES=all: every GPU this container sees is reported; with NVIDIA_VISIBLE_DEVICES=all that is every GPU of the node, not only this pod's. \
+                 Use GPU_SIDECAR_DEVICES=pod-resources, a DRA ResourceClaim shared with the trainer, or a list of UUIDs"
+            );
+        }
+        _ => {}
+    }
     let shared = Arc::new(SharedState::default());
-    let sampler = Sampler::start(SamplerSettings::from(&config), shared.clone());
+    let sampler = Sampler::start(settings, shared.clone());
     let resource = attribution::resource(&config);
     let started = {
         let _guard = runtime.enter();
@@ -89,7 +132,15 @@ fn run(config: Config) -> ExitCode {
         }
     };
 
-    let signal = runtime.block_on(wait_for_signal());
+    let signal = runtime.block_on(async {
+        match &config.exit_with_process {
+            None => signals.recv().await,
+            Some(name) => tokio::select! {
+                s = signals.recv() => s,
+                () = process_watch::wait_until_gone(name) => "the watched process ended",
+            },
+        }
+    });
     tracing::info!(signal, "shutting down: final sample and export");
     let deadline = Instant::now() + config.shutdown_timeout;
     if !sampler.stop(config.shutdown_timeout) {
@@ -112,18 +163,43 @@ fn run(config: Config) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-async fn wait_for_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        std::future::pending::<()>().await;
-        unreachable!()
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+/// SIGTERM and SIGINT handlers, installed first thing so that a signal during start-up is
+/// a clean shutdown, not the default kill.
+struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Installs the handlers; needs a tokio runtime entered.
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (term, int) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        );
+        if term.is_err() || int.is_err() {
+            tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        }
+        Self {
+            term: term.ok(),
+            int: int.ok(),
+        }
+    }
+
+    /// Resolves with the name of the first signal received.
+    async fn recv(&mut self) -> &'static str {
+        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = next(&mut self.term) => "SIGTERM",
+            () = next(&mut self.int) => "SIGINT",
+        }
     }
 }

@@ -165,6 +165,12 @@ impl<'n> Reader<'n> {
     /// Lists devices (`nvmlDeviceGetCount_v2`, `nvmlDeviceGetHandleByIndex_v2`), reads their
     /// static facts and keeps those that `selection` names.
     pub(crate) fn open(nvml: &'n Nvml, selection: &DeviceSelection) -> Result<Self, NvmlError> {
+        let wanted: Option<&[DeviceId]> = match selection {
+            DeviceSelection::All => None,
+            DeviceSelection::List(ids) => Some(ids),
+            // Resolved into a list before sampling starts; never "all".
+            DeviceSelection::PodResources => Some(&[]),
+        };
         let count = nvml.device_count()?;
         let driver_version = nvml.sys_driver_version().ok();
         let mut devices = Vec::new();
@@ -184,7 +190,7 @@ impl<'n> Reader<'n> {
                     continue;
                 }
             };
-            if let DeviceSelection::List(ids) = selection {
+            if let Some(ids) = wanted {
                 let hit = ids.iter().position(|id| match id {
                     DeviceId::Index(i) => *i == index,
                     DeviceId::Uuid(u) => *u == uuid,
@@ -218,7 +224,7 @@ impl<'n> Reader<'n> {
                 lost: false,
             });
         }
-        if let DeviceSelection::List(ids) = selection {
+        if let Some(ids) = wanted {
             for (pos, id) in ids.iter().enumerate() {
                 if !matched.contains(&pos) {
                     tracing::warn!(device = ?id, "GPU_SIDECAR_DEVICES names a device NVML does not show");

@@ -8,6 +8,8 @@
 //! GPU-using container, not the sidecar); `host.name` from the kernel. All but the last are
 //! already merged in [`Config::resource_attributes`].
 
+pub mod pod_resources;
+
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::resource::{ResourceDetector, TelemetryResourceDetector};
 use opentelemetry_sdk::Resource;

@@ -1,0 +1,324 @@
+//! Which GPUs belong to this pod, from the kubelet's pod-resources API.
+//!
+//! A sidecar cannot request the same device-plugin GPU as the training container, so with
+//! `NVIDIA_VISIBLE_DEVICES=all` it sees every GPU of the node. With
+//! `GPU_SIDECAR_DEVICES=pod-resources` the agent asks the kubelet
+//! (`v1.PodResourcesLister` on the unix socket
+//! `/var/lib/kubelet/pod-resources/kubelet.sock`, mounted read-only from the host) which
+//! devices were allocated to its own pod (`K8S_POD_NAME` in `K8S_NAMESPACE_NAME`), and
+//! reports only those.
+//!
+//! It calls `Get` (Kubernetes ≥ 1.34 by default; feature gate `KubeletPodResourcesGet`
+//! before) and falls back to `List` when the kubelet answers `UNIMPLEMENTED`. Device ids
+//! of the NVIDIA device plugin are GPU or MIG UUIDs (its default `DEVICE_ID_STRATEGY=uuid`)
+//! or indices (`index`); both are understood.
+//!
+//! The messages below are the subset of `k8s.io/kubelet/pkg/apis/podresources/v1/api.proto`
+//! the agent reads, with the same field numbers.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::config::DeviceId;
+
+/// `ListPodResourcesRequest {}`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListPodResourcesRequest {}
+
+/// `ListPodResourcesResponse { repeated PodResources pod_resources = 1; }`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ListPodResourcesResponse {
+    /// Every pod on the node with its allocated resources.
+    #[prost(message, repeated, tag = "1")]
+    pub pod_resources: Vec<PodResources>,
+}
+
+/// `GetPodResourcesRequest { string pod_name = 1; string pod_namespace = 2; }`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetPodResourcesRequest {
+    /// Pod name.
+    #[prost(string, tag = "1")]
+    pub pod_name: String,
+    /// Pod namespace.
+    #[prost(string, tag = "2")]
+    pub pod_namespace: String,
+}
+
+/// `GetPodResourcesResponse { PodResources pod_resources = 1; }`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct GetPodResourcesResponse {
+    /// The pod's resources.
+    #[prost(message, optional, tag = "1")]
+    pub pod_resources: Option<PodResources>,
+}
+
+/// `PodResources { string name = 1; string namespace = 2; repeated ContainerResources containers = 3; }`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PodResources {
+    /// Pod name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Pod namespace.
+    #[prost(string, tag = "2")]
+    pub namespace: String,
+    /// Its containers.
+    #[prost(message, repeated, tag = "3")]
+    pub containers: Vec<ContainerResources>,
+}
+
+/// `ContainerResources { string name = 1; repeated ContainerDevices devices = 2; … }`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerResources {
+    /// Container name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Device-plugin devices allocated to it.
+    #[prost(message, repeated, tag = "2")]
+    pub devices: Vec<ContainerDevices>,
+}
+
+/// `ContainerDevices { string resource_name = 1; repeated string device_ids = 2; … }`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerDevices {
+    /// Extended resource name, e.g. `nvidia.com/gpu` or `nvidia.com/mig-1g.18gb`.
+    #[prost(string, tag = "1")]
+    pub resource_name: String,
+    /// Device ids as the device plugin named them.
+    #[prost(string, repeated, tag = "2")]
+    pub device_ids: Vec<String>,
+}
+
+/// gRPC method paths of `v1.PodResourcesLister`.
+pub const LIST_PATH: &str = "/v1.PodResourcesLister/List";
+/// See [`LIST_PATH`].
+pub const GET_PATH: &str = "/v1.PodResourcesLister/Get";
+
+/// Failure to learn the pod's GPUs.
+#[derive(Debug, thiserror::Error)]
+pub enum PodResourcesError {
+    /// The socket could not be reached (not mounted, kubelet down, no permission).
+    #[error("cannot connect to the kubelet pod-resources socket {path}: {source}")]
+    Connect {
+        /// Socket path.
+        path: PathBuf,
+        /// Transport error.
+        source: tonic::transport::Error,
+    },
+    /// The kubelet answered with an error.
+    #[error("kubelet pod-resources {method} failed: {status}")]
+    Call {
+        /// `Get` or `List`.
+        method: &'static str,
+        /// gRPC status.
+        status: tonic::Status,
+    },
+    /// The kubelet does not list this pod (yet).
+    #[error("the kubelet does not list pod {namespace}/{name}")]
+    PodNotFound {
+        /// Pod namespace.
+        namespace: String,
+        /// Pod name.
+        name: String,
+    },
+}
+
+/// Whether a resource name is an NVIDIA GPU or MIG resource (`nvidia.com/gpu`,
+/// `nvidia.com/gpu.shared`, `nvidia.com/mig-…`).
+pub fn is_nvidia_gpu_resource(name: &str) -> bool {
+    name == "nvidia.com/gpu"
+        || name.starts_with("nvidia.com/gpu.")
+        || name.starts_with("nvidia.com/mig-")
+}
+
+/// The NVIDIA devices allocated to any container of `pod`, as device ids the sampler
+/// understands (UUIDs, or indices), in order, without duplicates.
+pub fn gpu_devices(pod: &PodResources) -> Vec<DeviceId> {
+    let mut out = Vec::new();
+    for c in &pod.containers {
+        for d in c
+            .devices
+            .iter()
+            .filter(|d| is_nvidia_gpu_resource(&d.resource_name))
+        {
+            for id in &d.device_ids {
+                let id = match id.parse::<u32>() {
+                    Ok(i) => DeviceId::Index(i),
+                    Err(_) => DeviceId::Uuid(id.clone()),
+                };
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+        }
+    }
+    out
+}
+
+async fn connect(socket: &Path) -> Result<Channel, PodResourcesError> {
+    let path = socket.to_path_buf();
+    // The URI is required by the API but unused: the connector dials the unix socket.
+    Endpoint::from_static("http://kubelet.invalid")
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10))
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .map_err(|source| PodResourcesError::Connect {
+            path: socket.to_path_buf(),
+            source,
+        })
+}
+
+async fn unary<Req, Resp>(
+    channel: Channel,
+    path: &'static str,
+    request: Req,
+) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("kubelet not ready: {e}")))?;
+    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+    grpc.unary(
+        tonic::Request::new(request),
+        PathAndQuery::from_static(path),
+        codec,
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// Asks the kubelet at `socket` for the GPUs of pod `namespace/name`.
+///
+/// # Errors
+/// [`PodResourcesError`]: socket unreachable, call failed, or pod not listed.
+pub async fn pod_gpus(
+    socket: &Path,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<DeviceId>, PodResourcesError> {
+    let channel = connect(socket).await?;
+    let get = GetPodResourcesRequest {
+        pod_name: name.to_string(),
+        pod_namespace: namespace.to_string(),
+    };
+    let pod = match unary::<_, GetPodResourcesResponse>(channel.clone(), GET_PATH, get).await {
+        Ok(resp) => resp.pod_resources,
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            tracing::debug!("kubelet pod-resources Get is not enabled; using List");
+            let list: ListPodResourcesResponse =
+                unary(channel, LIST_PATH, ListPodResourcesRequest {})
+                    .await
+                    .map_err(|status| PodResourcesError::Call {
+                        method: "List",
+                        status,
+                    })?;
+            list.pod_resources
+                .into_iter()
+                .find(|p| p.name == name && p.namespace == namespace)
+        }
+        Err(status) => {
+            return Err(PodResourcesError::Call {
+                method: "Get",
+                status,
+            })
+        }
+    };
+    let pod = pod.ok_or_else(|| PodResourcesError::PodNotFound {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    })?;
+    Ok(gpu_devices(&pod))
+}
+
+/// Asks until the kubelet answers with this pod's GPUs: every 5 s, logging the first
+/// failure and then once a minute. Never returns an error; cancel it to give up.
+pub async fn wait_for_pod_gpus(socket: &Path, namespace: &str, name: &str) -> Vec<DeviceId> {
+    let mut tries = 0u32;
+    loop {
+        match pod_gpus(socket, namespace, name).await {
+            Ok(ids) => {
+                if ids.is_empty() {
+                    tracing::warn!(
+                        pod = name,
+                        namespace,
+                        "the kubelet lists no NVIDIA GPU for this pod: nothing to report"
+                    );
+                } else {
+                    tracing::info!(pod = name, namespace, devices = ?ids, "this pod's GPUs, from the kubelet pod-resources API");
+                }
+                return ids;
+            }
+            Err(e) => {
+                if tries % 12 == 0 {
+                    tracing::warn!("{e}; GPU_SIDECAR_DEVICES=pod-resources needs the socket mounted read-only from the host (hostPath /var/lib/kubelet/pod-resources); retrying every 5 s");
+                }
+                tries += 1;
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collects_nvidia_devices_of_every_container_once() {
+        let pod = PodResources {
+            name: "train-0".into(),
+            namespace: "ml".into(),
+            containers: vec![
+                ContainerResources {
+                    name: "trainer".into(),
+                    devices: vec![
+                        ContainerDevices {
+                            resource_name: "nvidia.com/gpu".into(),
+                            device_ids: vec!["GPU-a".into(), "GPU-b".into()],
+                        },
+                        ContainerDevices {
+                            resource_name: "example.com/fpga".into(),
+                            device_ids: vec!["fpga0".into()],
+                        },
+                    ],
+                },
+                ContainerResources {
+                    name: "helper".into(),
+                    devices: vec![
+                        ContainerDevices {
+                            resource_name: "nvidia.com/mig-1g.18gb".into(),
+                            device_ids: vec!["MIG-c".into(), "GPU-a".into()],
+                        },
+                        ContainerDevices {
+                            resource_name: "nvidia.com/gpu".into(),
+                            device_ids: vec!["3".into()],
+                        },
+                    ],
+                },
+            ],
+        };
+        assert_eq!(
+            gpu_devices(&pod),
+            vec![
+                DeviceId::Uuid("GPU-a".into()),
+                DeviceId::Uuid("GPU-b".into()),
+                DeviceId::Uuid("MIG-c".into()),
+                DeviceId::Index(3),
+            ]
+        );
+    }
+}

@@ -1,0 +1,249 @@
+//! `GPU_SIDECAR_DEVICES=pod-resources`: the agent asks a (fake) kubelet pod-resources
+//! server on a unix socket which GPUs its pod holds, and exports only those of the 4-GPU
+//! scenario.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use common::{scenario, Agent, Protocol, Receiver};
+use gpu_otel_sidecar::attribution::pod_resources::{
+    ContainerDevices, ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse,
+    ListPodResourcesRequest, ListPodResourcesResponse, PodResources, GET_PATH, LIST_PATH,
+};
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::server::{Grpc, NamedService, UnaryService};
+
+/// A kubelet pod-resources server with two pods; `Get` can be switched off (older kubelets).
+#[derive(Clone)]
+struct FakeKubelet {
+    get_enabled: bool,
+    pods: Vec<PodResources>,
+}
+
+fn pod(name: &str, gpus: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: "ml".into(),
+        containers: vec![
+            ContainerResources {
+                name: "trainer".into(),
+                devices: vec![ContainerDevices {
+                    resource_name: "nvidia.com/gpu".into(),
+                    device_ids: gpus.iter().map(|s| s.to_string()).collect(),
+                }],
+            },
+            ContainerResources {
+                name: "gpu-sidecar".into(),
+                devices: vec![],
+            },
+        ],
+    }
+}
+
+struct List(Vec<PodResources>);
+impl UnaryService<ListPodResourcesRequest> for List {
+    type Response = ListPodResourcesResponse;
+    type Future = std::future::Ready<Result<tonic::Response<Self::Response>, tonic::Status>>;
+    fn call(&mut self, _: tonic::Request<ListPodResourcesRequest>) -> Self::Future {
+        std::future::ready(Ok(tonic::Response::new(ListPodResourcesResponse {
+            pod_resources: self.0.clone(),
+        })))
+    }
+}
+
+struct Get(Vec<PodResources>);
+impl UnaryService<GetPodResourcesRequest> for Get {
+    type Response = GetPodResourcesResponse;
+    type Future = std::future::Ready<Result<tonic::Response<Self::Response>, tonic::Status>>;
+    fn call(&mut self, req: tonic::Request<GetPodResourcesRequest>) -> Self::Future {
+        let r = req.into_inner();
+        let found = self
+            .0
+            .iter()
+            .find(|p| p.name == r.pod_name && p.namespace == r.pod_namespace)
+            .cloned();
+        std::future::ready(match found {
+            Some(p) => Ok(tonic::Response::new(GetPodResourcesResponse {
+                pod_resources: Some(p),
+            })),
+            None => Err(tonic::Status::not_found("pod not found")),
+        })
+    }
+}
+
+impl NamedService for FakeKubelet {
+    const NAME: &'static str = "v1.PodResourcesLister";
+}
+
+impl tower::Service<http::Request<Body>> for FakeKubelet {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>,
+    >;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let path = req.uri().path().to_string();
+            Ok(match path.as_str() {
+                LIST_PATH => {
+                    let mut grpc = Grpc::new(tonic_prost::ProstCodec::default());
+                    grpc.unary(List(this.pods), req).await
+                }
+                GET_PATH if this.get_enabled => {
+                    let mut grpc = Grpc::new(tonic_prost::ProstCodec::default());
+                    grpc.unary(Get(this.pods), req).await
+                }
+                _ => tonic::Status::unimplemented(path).into_http(),
+            })
+        })
+    }
+}
+
+fn start_kubelet(get_enabled: bool, dir: &std::path::Path) -> (PathBuf, tokio::runtime::Runtime) {
+    let socket = dir.join("kubelet.sock");
+    let _ = std::fs::remove_file(&socket);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(async { tokio::net::UnixListener::bind(&socket) })
+        .unwrap();
+    let kubelet = FakeKubelet {
+        get_enabled,
+        pods: vec![
+            pod("other-job", &["GPU-00000000-0000-4000-8000-000000000000"]),
+            pod(
+                "resnet-train-0",
+                &[
+                    "GPU-00000000-0000-4000-8000-000000000001",
+                    "GPU-00000000-0000-4000-8000-000000000003",
+                ],
+            ),
+        ],
+    };
+    rt.spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(kubelet)
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+            .await
+            .unwrap();
+    });
+    (socket, rt)
+}
+
+fn exports_only_the_pods_gpus(get_enabled: bool) {
+    let dir = std::env::temp_dir().join(format!(
+        "pod-resources-{}-{get_enabled}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (socket, _rt) = start_kubelet(get_enabled, &dir);
+    let rx = Receiver::start(Protocol::Grpc);
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock("four-gpu.json")
+        .env("GPU_SIDECAR_DEVICES", "pod-resources")
+        .env("GPU_SIDECAR_POD_RESOURCES_SOCKET", &socket)
+        .env("K8S_POD_NAME", "resnet-train-0")
+        .env("K8S_NAMESPACE_NAME", "ml")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "200ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .spawn();
+    assert!(
+        rx.wait_until(Duration::from_secs(20), |r| r.metrics_requests().len() >= 2),
+        "{}",
+        agent.dump()
+    );
+    let ids: BTreeSet<String> = rx
+        .points("hw.status")
+        .iter()
+        .filter_map(|p| p.attr("hw.id").map(str::to_string))
+        .collect();
+    let scen: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(scenario("four-gpu.json")).unwrap()).unwrap();
+    let uuid = |i: usize| scen["devices"][i]["uuid"].as_str().unwrap().to_string();
+    assert_eq!(ids, BTreeSet::from([uuid(1), uuid(3)]), "{}", agent.dump());
+    assert!(
+        !agent.dump().contains("every GPU this container sees"),
+        "no all-GPUs warning in this mode"
+    );
+    agent.sigterm();
+    assert_eq!(
+        agent
+            .wait_exit(Duration::from_secs(10))
+            .and_then(|s| s.code()),
+        Some(0)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pod_resources_get() {
+    exports_only_the_pods_gpus(true);
+}
+
+#[test]
+fn pod_resources_list_fallback_on_older_kubelets() {
+    exports_only_the_pods_gpus(false);
+}
+
+#[test]
+fn all_gpus_in_a_pod_is_warned_about() {
+    let mut agent = Agent::builder()
+        .env_mock("four-gpu.json")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("K8S_POD_NAME", "resnet-train-0")
+        .spawn();
+    assert!(
+        agent.wait_for_stderr(
+            "every GPU this container sees is reported",
+            Duration::from_secs(10)
+        ),
+        "{}",
+        agent.dump()
+    );
+    agent.sigterm();
+    assert_eq!(
+        agent
+            .wait_exit(Duration::from_secs(10))
+            .and_then(|s| s.code()),
+        Some(0)
+    );
+}
+
+#[test]
+fn classic_sidecar_exits_when_the_training_process_ends() {
+    // A copy of `sleep` under a unique name stands for the training process.
+    let name = format!("trn{}", std::process::id() % 100_000);
+    let bin = std::env::temp_dir().join(&name);
+    std::fs::copy("/bin/sleep", &bin).unwrap();
+    let mut trainer = std::process::Command::new(&bin).arg("2").spawn().unwrap();
+    let mut agent = Agent::builder()
+        .env_mock("h200-under-load.json")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("GPU_SIDECAR_EXIT_WITH_PROCESS", &name)
+        .spawn();
+    assert!(
+        agent.wait_for_stderr("watching the training process", Duration::from_secs(10)),
+        "{}",
+        agent.dump()
+    );
+    assert!(agent.is_running());
+    trainer.wait().unwrap();
+    let status = agent.wait_exit(Duration::from_secs(10));
+    let _ = std::fs::remove_file(&bin);
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", agent.dump());
+    assert!(agent.dump().contains("the training process ended"));
+}
