@@ -452,7 +452,7 @@ fn bad_setting_exits_2_naming_the_variable() {
         (
             "GPU_SIDECAR_DEVICES",
             "first",
-            "all, or a comma-separated list",
+            "all, pod-resources, or a comma-separated list",
         ),
         (
             "OTEL_METRICS_EXPORTER",
