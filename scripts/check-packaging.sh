@@ -132,9 +132,11 @@ install_compose() {
   else
     rm -rf "$COMPOSE_VENV"
     python3 -m venv "$COMPOSE_VENV"
-    "$COMPOSE_VENV/bin/pip" install --quiet "${COMPOSE_REQUIREMENTS[@]}" \
-      && "$COMPOSE_VENV/bin/pip" install --quiet --no-deps "$COMPOSE_PACKAGE" \
-      || { echo "ERROR: pip install of $COMPOSE_PACKAGE failed (PyPI unreachable?)" >&2; return 1; }
+    if ! "$COMPOSE_VENV/bin/pip" install --quiet "${COMPOSE_REQUIREMENTS[@]}" \
+      || ! "$COMPOSE_VENV/bin/pip" install --quiet --no-deps "$COMPOSE_PACKAGE"; then
+      echo "ERROR: pip install of $COMPOSE_PACKAGE failed (PyPI unreachable?)" >&2
+      return 1
+    fi
     printf '%s' "$want" > "$COMPOSE_VENV/.stamp"
   fi
   "$COMPOSE_VENV/bin/docker-compose" version | head -n 1
@@ -179,16 +181,17 @@ find_promtool() {
   fi
   local dl="$WORK/promtool-deb"
   mkdir -p "$dl"
-  if ! (cd "$dl" && apt-get download -q prometheus >/dev/null 2>&1); then
+  echo "promtool: fetching Debian's prometheus package (apt-get download; nothing is installed)"
+  if ! (cd "$dl" && apt-get download -q prometheus >"$WORK/apt.log" 2>&1); then
     if [ "$(id -u)" -eq 0 ]; then
       echo "apt-get download prometheus failed; refreshing the package lists once"
-      apt-get update -qq >/dev/null 2>&1 || true
-      (cd "$dl" && apt-get download -q prometheus >/dev/null 2>&1) || true
+      apt-get update -qq >>"$WORK/apt.log" 2>&1 || true
+      (cd "$dl" && apt-get download -q prometheus >>"$WORK/apt.log" 2>&1) || true
     fi
   fi
-  local deb; deb="$(ls "$dl"/prometheus_*.deb 2>/dev/null | head -n 1 || true)"
+  local deb; deb="$(find "$dl" -maxdepth 1 -name 'prometheus_*.deb' | head -n 1)"
   if [ -z "$deb" ]; then
-    PROMTOOL_NOTE="promtool not obtainable (apt-get download prometheus failed): rule checks skipped"
+    PROMTOOL_NOTE="promtool not obtainable (apt-get download prometheus: $(grep -E '^(E|W):' "$WORK/apt.log" | tail -n 1)): rule checks skipped"
     return 0
   fi
   rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
@@ -264,7 +267,7 @@ check_helm_template_validate() {
     # shellcheck disable=SC2086
     "$VENV/bin/kubernetes-validate" --strict --quiet -k "$v" ${files[$v]} \
       || { echo "ERROR: kubernetes-validate --strict -k $v failed" >&2; return 1; }
-    echo "kubernetes-validate --strict -k $v: $(echo ${files[$v]} | wc -w) renderings valid"
+    echo "kubernetes-validate --strict -k $v: $(echo "${files[$v]}" | wc -w) renderings valid"
   done
   echo "(PrometheusRule is a CRD without a schema here: tests/packaging checks it with promtool)"
 }
