@@ -5,6 +5,7 @@
 //! callbacks read the latest snapshot and never call NVML.
 
 pub mod catalogue;
+pub mod clock;
 pub mod events;
 pub mod export;
 pub mod instruments;
@@ -34,6 +35,7 @@ pub enum TelemetryError {
 /// The running metrics pipeline.
 pub struct Telemetry {
     provider: Option<SdkMeterProvider>,
+    clock: Option<clock::ExportClock>,
     /// Outcome of exports (for health).
     pub status: Arc<ExportStatus>,
 }
@@ -54,6 +56,7 @@ impl Telemetry {
             ExporterKind::None => {
                 return Ok(Self {
                     provider: None,
+                    clock: None,
                     status,
                 })
             }
@@ -67,8 +70,9 @@ impl Telemetry {
             ),
         };
         let exporter = AgentExporter::new(inner, target, status.clone());
+        // The reader's own timer is parked: the export clock flushes right after samples.
         let reader = PeriodicReader::builder(exporter)
-            .with_interval(config.export_interval)
+            .with_interval(PARKED_READER_INTERVAL)
             .build();
         let provider = SdkMeterProvider::builder()
             .with_resource(resource)
@@ -79,9 +83,17 @@ impl Telemetry {
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
         );
+        let samples = shared.subscribe(1);
         instruments::register(&meter, shared, max_snapshot_age(config.sample_interval));
+        let clock = clock::ExportClock::start(
+            provider.clone(),
+            samples,
+            config.export_interval,
+            config.sample_interval,
+        );
         Ok(Self {
             provider: Some(provider),
+            clock: Some(clock),
             status,
         })
     }
@@ -93,6 +105,11 @@ impl Telemetry {
         let Some(provider) = self.provider else {
             return true;
         };
+        let deadline = std::time::Instant::now() + timeout;
+        if let Some(clock) = self.clock {
+            clock.stop(timeout);
+        }
+        let timeout = deadline.saturating_duration_since(std::time::Instant::now());
         let (tx, rx) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("otel-shutdown".into())
@@ -107,6 +124,10 @@ impl Telemetry {
         spawned.is_ok() && rx.recv_timeout(timeout).is_ok()
     }
 }
+
+/// The `PeriodicReader`'s own interval: far beyond any run, so only the export clock
+/// ([`clock::ExportClock`]) and shutdown trigger exports.
+const PARKED_READER_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A snapshot older than this is not exported: two sample intervals, at least one second.
 pub fn max_snapshot_age(sample_interval: Duration) -> Duration {
