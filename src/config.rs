@@ -152,6 +152,9 @@ pub struct Config {
     /// and is gone, `GPU_SIDECAR_EXIT_WITH_PROCESS`: for classic (non-native) sidecars that
     /// share the pod's process namespace, so a Job completes. Default: unset.
     pub exit_with_process: Option<String>,
+    /// Whether `NVIDIA_VISIBLE_DEVICES=all` (the container sees every GPU of the node): with
+    /// `GPU_SIDECAR_DEVICES=all` in a pod, the agent then warns that it reports them all.
+    pub sees_all_node_gpus: bool,
     /// NVML library to dlopen, `GPU_SIDECAR_NVML_LIBRARY`; default `libnvidia-ml.so.1`.
     pub nvml_library: PathBuf,
     /// Agent log format, `GPU_SIDECAR_LOG_FORMAT`; default text.
@@ -356,6 +359,7 @@ impl Config {
             devices,
             pod_resources_socket,
             exit_with_process,
+            sees_all_node_gpus: get("NVIDIA_VISIBLE_DEVICES") == Some("all"),
             nvml_library,
             log_format,
             log_level,

@@ -104,9 +104,12 @@ fn run(config: Config) -> ExitCode {
                 }
             }
         }
-        DeviceSelection::All if config.resource_attributes.contains_key("k8s.pod.name") => {
+        DeviceSelection::All
+            if config.sees_all_node_gpus
+                && config.resource_attributes.contains_key("k8s.pod.name") =>
+        {
             tracing::warn!(
-                "GPU_SIDECAR_DEVICES=all: every GPU this container sees is reported; with NVIDIA_VISIBLE_DEVICES=all that is every GPU of the node, not only this pod's. \
+                "GPU_SIDECAR_DEVICES=all with NVIDIA_VISIBLE_DEVICES=all: every GPU of the node is reported under this pod's attributes, not only this pod's GPUs. \
                  Use GPU_SIDECAR_DEVICES=pod-resources, a DRA ResourceClaim shared with the trainer, or a list of UUIDs"
             );
         }

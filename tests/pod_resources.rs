@@ -176,7 +176,7 @@ fn exports_only_the_pods_gpus(get_enabled: bool) {
     let uuid = |i: usize| scen["devices"][i]["uuid"].as_str().unwrap().to_string();
     assert_eq!(ids, BTreeSet::from([uuid(1), uuid(3)]), "{}", agent.dump());
     assert!(
-        !agent.dump().contains("every GPU this container sees"),
+        !agent.dump().contains("every GPU of the node"),
         "no all-GPUs warning in this mode"
     );
     agent.sigterm();
@@ -205,12 +205,10 @@ fn all_gpus_in_a_pod_is_warned_about() {
         .env_mock("four-gpu.json")
         .env("OTEL_METRICS_EXPORTER", "none")
         .env("K8S_POD_NAME", "resnet-train-0")
+        .env("NVIDIA_VISIBLE_DEVICES", "all")
         .spawn();
     assert!(
-        agent.wait_for_stderr(
-            "every GPU this container sees is reported",
-            Duration::from_secs(10)
-        ),
+        agent.wait_for_stderr("every GPU of the node is reported", Duration::from_secs(10)),
         "{}",
         agent.dump()
     );
@@ -229,7 +227,20 @@ fn classic_sidecar_exits_when_the_training_process_ends() {
     let name = format!("trn{}", std::process::id() % 100_000);
     let bin = std::env::temp_dir().join(&name);
     std::fs::copy("/bin/sleep", &bin).unwrap();
-    let mut trainer = std::process::Command::new(&bin).arg("2").spawn().unwrap();
+    // Another test thread forking while the copy was open for writing makes exec fail with
+    // ETXTBSY for a moment: retry.
+    let mut trainer = (0..100)
+        .find_map(
+            |_| match std::process::Command::new(&bin).arg("2").spawn() {
+                Ok(child) => Some(child),
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    None
+                }
+                Err(e) => panic!("cannot start {}: {e}", bin.display()),
+            },
+        )
+        .expect("the copied binary stays busy");
     let mut agent = Agent::builder()
         .env_mock("h200-under-load.json")
         .env("OTEL_METRICS_EXPORTER", "none")

@@ -145,9 +145,11 @@ pub fn gpu_devices(pod: &PodResources) -> Vec<DeviceId> {
             .filter(|d| is_nvidia_gpu_resource(&d.resource_name))
         {
             for id in &d.device_ids {
+                // Time-slicing replicas are named `<uuid>::<replica>`: the GPU is the uuid.
+                let id = id.split_once("::").map_or(id.as_str(), |(gpu, _)| gpu);
                 let id = match id.parse::<u32>() {
                     Ok(i) => DeviceId::Index(i),
-                    Err(_) => DeviceId::Uuid(id.clone()),
+                    Err(_) => DeviceId::Uuid(id.to_string()),
                 };
                 if !out.contains(&id) {
                     out.push(id);
@@ -305,7 +307,7 @@ mod tests {
                         },
                         ContainerDevices {
                             resource_name: "nvidia.com/gpu".into(),
-                            device_ids: vec!["3".into()],
+                            device_ids: vec!["3".into(), "GPU-b::1".into(), "GPU-d::0".into()],
                         },
                     ],
                 },
@@ -318,6 +320,7 @@ mod tests {
                 DeviceId::Uuid("GPU-b".into()),
                 DeviceId::Uuid("MIG-c".into()),
                 DeviceId::Index(3),
+                DeviceId::Uuid("GPU-d".into()),
             ]
         );
     }
