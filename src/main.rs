@@ -127,7 +127,7 @@ fn run(config: Config) -> ExitCode {
             ))
         })
     };
-    let (telemetry, events) = match started {
+    let (mut telemetry, events) = match started {
         Ok(t) => t,
         Err(e) => {
             tracing::error!("{e}");
@@ -146,7 +146,8 @@ fn run(config: Config) -> ExitCode {
     });
     tracing::info!(signal, "shutting down: final sample and export");
     let deadline = Instant::now() + config.shutdown_timeout;
-    if !sampler.stop(config.shutdown_timeout) {
+    telemetry.stop_clock(config.shutdown_timeout / 4);
+    if !sampler.stop(deadline.saturating_duration_since(Instant::now())) {
         tracing::warn!(
             "the NVML sampler did not finish its final sample within {:?} (a driver call is stuck); exporting without it",
             config.shutdown_timeout

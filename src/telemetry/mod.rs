@@ -98,17 +98,23 @@ impl Telemetry {
         })
     }
 
+    /// Stops the export clock (waiting at most `timeout` for an export in flight), so that
+    /// the final sample is exported once, by [`Telemetry::shutdown`].
+    pub fn stop_clock(&mut self, timeout: Duration) {
+        if let Some(clock) = self.clock.take() {
+            clock.stop(timeout);
+        }
+    }
+
     /// SDK shutdown, whose reader makes one final collection and export, bounded by `timeout`. Runs on a
     /// plain thread: a blocking flush from an async worker can hang with tonic.
     /// Returns `false` if the bound was hit (the export is then abandoned).
-    pub fn shutdown(self, timeout: Duration) -> bool {
+    pub fn shutdown(mut self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        self.stop_clock(timeout);
         let Some(provider) = self.provider else {
             return true;
         };
-        let deadline = std::time::Instant::now() + timeout;
-        if let Some(clock) = self.clock {
-            clock.stop(timeout);
-        }
         let timeout = deadline.saturating_duration_since(std::time::Instant::now());
         let (tx, rx) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new()
