@@ -6,6 +6,8 @@
 //! instruments, OTel SDK, OTLP/console exporters), with [`attribution`] giving the resource
 //! (pod, container, node).
 
+#![warn(missing_docs)]
+
 pub mod attribution;
 pub mod config;
 pub mod logging;
