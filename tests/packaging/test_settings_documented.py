@@ -1,6 +1,7 @@
-"""Every agent setting the packaging sets is one the agent knows: the README's settings
-table lists it (the agent refuses unknown GPU_SIDECAR_* variables, so a typo here would
-stop the sidecar at startup)."""
+"""Every agent setting the packaging sets is one the agent knows: the agent's own list
+(`KNOWN_SETTINGS` in src/config.rs; it refuses unknown GPU_SIDECAR_* variables, so a typo
+or a setting of a newer agent would stop the sidecar at startup) and the README's settings
+table (a row starting with the variable) both have it."""
 
 import re
 
@@ -12,8 +13,26 @@ CHART_INTERNAL = {"K8S_HOST_IP"}
 
 
 def documented():
+    """Variables named in the first column of a README table row."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return set(re.findall(r"`([A-Z][A-Z0-9_]+)`", readme))
+    names = set()
+    for row in re.findall(r"^\| ([^|]+) \|", readme, flags=re.M):
+        names |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`", row))
+    return names
+
+
+def known_to_agent():
+    """GPU_SIDECAR_* settings the agent accepts, from KNOWN_SETTINGS in src/config.rs."""
+    src = (ROOT / "src" / "config.rs").read_text(encoding="utf-8")
+    block = re.search(r"pub const KNOWN_SETTINGS: &\[&str\] = &\[(.*?)\];", src, flags=re.S)
+    assert block, "KNOWN_SETTINGS not found in src/config.rs"
+    return {"GPU_SIDECAR_" + n for n in re.findall(r'"([A-Z0-9_]+)"', block.group(1))}
+
+
+def unknown(names):
+    """Names the agent would refuse or that the README does not document."""
+    own = {n for n in names if n.startswith("GPU_SIDECAR_")}
+    return (own - known_to_agent()) | (agent_vars(names) - documented())
 
 
 def agent_vars(names):
@@ -25,12 +44,12 @@ def test_chart_settings_are_documented(helm):
     for sets in ([], ["mode=classic"], ["gpuVisibility.mode=dra"], ["gpuVisibility.mode=uuids", "gpuVisibility.uuids={GPU-1}"],
                  ["collector.headers.secretName=s", "telemetry.resourceAttributes.a=b"]):
         used |= set(env_map(sidecar_of(render(helm, *sets).pod_spec, load_yaml(CHART / "values.yaml")["containerName"])[1]))
-    missing = agent_vars(used) - documented()
-    assert not missing, f"the chart sets {sorted(missing)}, which README.md does not document"
+    missing = unknown(used)
+    assert not missing, f"the chart sets {sorted(missing)}, which the agent or README.md does not know"
 
 
 def test_compose_and_image_settings_are_documented():
     env = set(load_yaml(DOCKER / "compose.yaml")["services"]["gpu-sidecar"]["environment"])
     env |= set(re.findall(r"\b([A-Z][A-Z0-9_]+)=", (ROOT / "Dockerfile").read_text()))
-    missing = agent_vars(env) - documented()
-    assert not missing, f"compose/Dockerfile set {sorted(missing)}, which README.md does not document"
+    missing = unknown(env)
+    assert not missing, f"compose/Dockerfile set {sorted(missing)}, which the agent or README.md does not know"
