@@ -9,5 +9,6 @@
 pub mod attribution;
 pub mod config;
 pub mod logging;
+pub mod report;
 pub mod sampling;
 pub mod telemetry;
