@@ -177,6 +177,45 @@ pub struct Config {
     /// …) merged with `OTEL_RESOURCE_ATTRIBUTES`, which wins on conflict. Empty variables
     /// add nothing. `service.name` is not in here (see `service_name`).
     pub resource_attributes: BTreeMap<String, String>,
+    /// Where the run report goes besides the `gpu.run.report` event,
+    /// `GPU_SIDECAR_REPORT_FILE` (a path, or `-` for one JSON line on stdout); default none.
+    pub report_file: Option<OutputTarget>,
+    /// The local sample log, `GPU_SIDECAR_SAMPLE_LOG` (+ `_FORMAT`, `_MAX_BYTES`); default off.
+    pub sample_log: Option<SampleLogConfig>,
+}
+
+/// A file path, or standard output (written `-`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputTarget {
+    /// Standard output.
+    Stdout,
+    /// This file.
+    Path(PathBuf),
+}
+
+/// Format of the sample log, `GPU_SIDECAR_SAMPLE_LOG_FORMAT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleLogFormat {
+    /// Comma-separated values with one header line (RFC 4180).
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// Default rotation size of the sample log: 100 MiB.
+pub const DEFAULT_SAMPLE_LOG_MAX_BYTES: u64 = 100 * 1024 * 1024;
+
+/// The local sample log's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleLogConfig {
+    /// Where rows go, `GPU_SIDECAR_SAMPLE_LOG`.
+    pub target: OutputTarget,
+    /// Row format, `GPU_SIDECAR_SAMPLE_LOG_FORMAT`; default CSV.
+    pub format: SampleLogFormat,
+    /// A file is rotated (renamed to `<path>.1`, replacing the previous one) before it would
+    /// grow past this many bytes, `GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES`; default 100 MiB.
+    /// Not used for stdout.
+    pub max_bytes: u64,
 }
 
 /// The agent's own variables, as strings, read with `envy` (prefix `GPU_SIDECAR_`).
@@ -190,6 +229,10 @@ struct RawOwn {
     shutdown_timeout: Option<String>,
     pod_resources_socket: Option<String>,
     exit_with_process: Option<String>,
+    report_file: Option<String>,
+    sample_log: Option<String>,
+    sample_log_format: Option<String>,
+    sample_log_max_bytes: Option<String>,
 }
 
 /// Every `GPU_SIDECAR_*` variable the agent knows (without the prefix); any other one is
@@ -203,6 +246,10 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "SHUTDOWN_TIMEOUT",
     "POD_RESOURCES_SOCKET",
     "EXIT_WITH_PROCESS",
+    "REPORT_FILE",
+    "SAMPLE_LOG",
+    "SAMPLE_LOG_FORMAT",
+    "SAMPLE_LOG_MAX_BYTES",
 ];
 
 /// Downward API variables and the resource attribute each one sets.
@@ -254,6 +301,12 @@ impl Config {
             .map_err(|e| ConfigError::new(PREFIX, "", e.to_string()))?;
         let get = |name: &str| vars.get(name).map(String::as_str).filter(|v| !v.is_empty());
 
+        let report_file = raw
+            .report_file
+            .as_deref()
+            .filter(|v| !v.is_empty())
+            .map(output_target);
+        let sample_log = parse_sample_log(&raw)?;
         let sample_interval = match raw.sample_interval.as_deref() {
             None | Some("") => Duration::from_secs(5),
             Some(v) => parse_duration("GPU_SIDECAR_SAMPLE_INTERVAL", v)?,
@@ -369,8 +422,53 @@ impl Config {
             otlp,
             service_name: service_name.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string()),
             resource_attributes,
+            report_file,
+            sample_log,
         })
     }
+}
+
+fn output_target(v: &str) -> OutputTarget {
+    if v == "-" {
+        OutputTarget::Stdout
+    } else {
+        OutputTarget::Path(PathBuf::from(v))
+    }
+}
+
+/// `GPU_SIDECAR_SAMPLE_LOG*`. The format and size are validated even when the log is off.
+fn parse_sample_log(raw: &RawOwn) -> Result<Option<SampleLogConfig>, ConfigError> {
+    let format = match raw.sample_log_format.as_deref() {
+        None | Some("") | Some("csv") => SampleLogFormat::Csv,
+        Some("jsonl") => SampleLogFormat::Jsonl,
+        Some(v) => {
+            return Err(ConfigError::new(
+                "GPU_SIDECAR_SAMPLE_LOG_FORMAT",
+                v,
+                "csv or jsonl",
+            ))
+        }
+    };
+    let max_bytes = match raw.sample_log_max_bytes.as_deref() {
+        None | Some("") => DEFAULT_SAMPLE_LOG_MAX_BYTES,
+        Some(v) => match v.trim().parse::<bytesize::ByteSize>() {
+            Ok(b) if b.as_u64() > 0 => b.as_u64(),
+            _ => return Err(ConfigError::new(
+                "GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES",
+                v,
+                "a size greater than zero in bytes, or with a unit such as 512KiB, 100MiB or 1GB",
+            )),
+        },
+    };
+    Ok(raw
+        .sample_log
+        .as_deref()
+        .filter(|v| !v.is_empty())
+        .map(|v| SampleLogConfig {
+            target: output_target(v),
+            format,
+            max_bytes,
+        }))
 }
 
 fn parse_otlp<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<OtlpConfig, ConfigError> {
@@ -705,6 +803,56 @@ mod tests {
         let e = cfg(&[("GPU_SIDECAR_SAMPEL_INTERVAL", "5s")]).unwrap_err();
         assert_eq!(e.var, "GPU_SIDECAR_SAMPEL_INTERVAL");
         assert!(e.expected.contains("GPU_SIDECAR_SAMPLE_INTERVAL"));
+    }
+
+    #[test]
+    fn report_and_sample_log_settings() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!((c.report_file, c.sample_log), (None, None));
+        let c = cfg(&[
+            ("GPU_SIDECAR_REPORT_FILE", "-"),
+            ("GPU_SIDECAR_SAMPLE_LOG", "/var/log/gpu.csv"),
+        ])
+        .unwrap();
+        assert_eq!(c.report_file, Some(OutputTarget::Stdout));
+        assert_eq!(
+            c.sample_log,
+            Some(SampleLogConfig {
+                target: OutputTarget::Path("/var/log/gpu.csv".into()),
+                format: SampleLogFormat::Csv,
+                max_bytes: 100 * 1024 * 1024,
+            })
+        );
+        let c = cfg(&[
+            ("GPU_SIDECAR_REPORT_FILE", "/out/report.json"),
+            ("GPU_SIDECAR_SAMPLE_LOG", "-"),
+            ("GPU_SIDECAR_SAMPLE_LOG_FORMAT", "jsonl"),
+            ("GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES", "512KiB"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.report_file,
+            Some(OutputTarget::Path("/out/report.json".into()))
+        );
+        let log = c.sample_log.unwrap();
+        assert_eq!(log.target, OutputTarget::Stdout);
+        assert_eq!(log.format, SampleLogFormat::Jsonl);
+        assert_eq!(log.max_bytes, 512 * 1024);
+        let c = cfg(&[
+            ("GPU_SIDECAR_SAMPLE_LOG", "x.csv"),
+            ("GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES", "4096"),
+        ])
+        .unwrap();
+        assert_eq!(c.sample_log.unwrap().max_bytes, 4096);
+        for (var, value) in [
+            ("GPU_SIDECAR_SAMPLE_LOG_FORMAT", "json"),
+            ("GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES", "0"),
+            ("GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES", "big"),
+            ("GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES", "-5"),
+        ] {
+            let e = cfg(&[(var, value)]).unwrap_err();
+            assert_eq!((e.var.as_str(), e.value.as_str()), (var, value));
+        }
     }
 
     #[test]

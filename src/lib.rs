@@ -12,5 +12,6 @@ pub mod attribution;
 pub mod config;
 pub mod logging;
 pub mod process_watch;
+pub mod report;
 pub mod sampling;
 pub mod telemetry;

@@ -5,10 +5,11 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gpu_otel_sidecar::attribution::pod_resources;
 use gpu_otel_sidecar::config::{Config, DeviceSelection, LogFormat};
+use gpu_otel_sidecar::report::{RunReporter, SampleLogger};
 use gpu_otel_sidecar::sampling::{Sampler, SamplerSettings, SharedState};
 use gpu_otel_sidecar::telemetry::events::Events;
 use gpu_otel_sidecar::telemetry::{Telemetry, TelemetryError};
@@ -116,6 +117,12 @@ fn run(config: Config) -> ExitCode {
         _ => {}
     }
     let shared = Arc::new(SharedState::default());
+    // Subscribed before the sampler starts, so that they see every tick.
+    let run_report = RunReporter::start(&shared, config.sample_interval);
+    let sample_log = config
+        .sample_log
+        .clone()
+        .map(|c| SampleLogger::start(c, &shared));
     let sampler = Sampler::start(settings, shared.clone());
     let resource = attribution::resource(&config);
     let started = {
@@ -123,7 +130,7 @@ fn run(config: Config) -> ExitCode {
         Telemetry::start(&config, resource.clone(), shared.clone()).and_then(|t| {
             Ok((
                 t,
-                Events::start(&config, resource).map_err(TelemetryError::Exporter)?,
+                Events::start(&config, resource.clone()).map_err(TelemetryError::Exporter)?,
             ))
         })
     };
@@ -153,6 +160,22 @@ fn run(config: Config) -> ExitCode {
             config.shutdown_timeout
         );
     }
+    // Every sample is in: end the subscriptions, let the consumers drain, then the run
+    // report goes out before the events and metrics are flushed.
+    shared.close_subscriptions();
+    if let Some(log) = sample_log {
+        let bound = deadline
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_secs(1));
+        if !log.finish(bound) {
+            tracing::warn!("the sample log is stuck writing; exiting without its last rows");
+        }
+    }
+    let report = run_report.finish(
+        deadline.saturating_duration_since(Instant::now()),
+        &resource,
+    );
+    report.publish(&events, config.report_file.as_ref());
     if !events.shutdown(deadline.saturating_duration_since(Instant::now())) {
         tracing::warn!("queued events could not be exported before the shutdown bound");
     }

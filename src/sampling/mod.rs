@@ -178,6 +178,16 @@ impl SharedState {
         rx
     }
 
+    /// Ends every subscription: each receiver still gets the snapshots already queued, then
+    /// sees the channel closed (`recv` answers `Err`). Called at shutdown, after the sampler's
+    /// final sample, so that consumers drain and finish; later snapshots reach no subscriber.
+    pub fn close_subscriptions(&self) {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     fn set_status(&self, status: NvmlStatus) {
         *self.status.write().unwrap_or_else(|p| p.into_inner()) = status;
     }

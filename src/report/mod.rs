@@ -1,0 +1,34 @@
+//! Local outputs built from every sample: the run report and the sample log.
+//!
+//! Both consume the sampler's snapshots through [`SharedState::subscribe`] on threads of
+//! their own (`run-report`, `sample-log`), so the sampler never waits on them: a consumer
+//! whose queue is full misses that snapshot (counted, see below), it never blocks NVML
+//! sampling. Each subscription is made before the sampler starts, so the stream begins at
+//! tick 1 and a gap in [`Snapshot::seq`](crate::sampling::Snapshot::seq) is exactly a
+//! snapshot the queue dropped.
+//!
+//! - [`run_report`]: at shutdown, one summary per GPU and one for the pod (wall time,
+//!   utilization, memory, energy, power, temperatures, time held back by power cap /
+//!   thermal / HW slowdown, XIDs, samples taken and missed), emitted as the event
+//!   `gpu.run.report` and optionally written to `GPU_SIDECAR_REPORT_FILE`.
+//! - [`sample_log`]: one CSV or JSONL row per GPU per sample (`GPU_SIDECAR_SAMPLE_LOG`),
+//!   flushed per sample, rotated at a size limit.
+//!
+//! Shutdown order (see `main.rs`): the sampler takes its final sample,
+//! [`SharedState::close_subscriptions`] ends the queues, the consumers drain them, then the
+//! report is emitted before the events and metrics pipelines are flushed.
+
+pub mod run_report;
+pub mod sample_log;
+
+pub use run_report::{RunAccumulator, RunReport, RunReporter, XidRecorder};
+pub use sample_log::{SampleLog, SampleLogger};
+
+#[cfg(doc)]
+use crate::sampling::SharedState;
+
+/// Queue length of each subscription: 1024 snapshots (at the default 5 s interval, 85 min
+/// of samples; at 100 ms, 100 s). A consumer handles a snapshot in microseconds (the report)
+/// or one small buffered write (the log), so nothing is dropped unless the consumer is stuck
+/// for that long, e.g. a hung network file system under the sample log.
+pub const QUEUE_CAPACITY: usize = 1024;

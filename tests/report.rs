@@ -1,0 +1,471 @@
+//! The run report and the sample log, through the real binary with the mock NVML: the H200
+//! recording replayed for a known span and the report checked against numbers computed here
+//! from `series-under-load.jsonl`; a gap in NVML's answers reported as missed samples; CSV
+//! and JSONL logs read back with standard readers; write errors that leave export running.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{fixture_dir, scenario, wait_until, Agent, Protocol, Receiver};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+const COLUMNS: [&str; 10] = [
+    "timestamp",
+    "gpu_index",
+    "gpu_uuid",
+    "utilization_gpu_percent",
+    "memory_used_mib",
+    "memory_total_mib",
+    "temperature_gpu_c",
+    "power_w",
+    "clock_sm_mhz",
+    "clocks_event_reasons",
+];
+
+fn load(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The recording's rows.
+fn recording() -> Vec<Value> {
+    std::fs::read_to_string(fixture_dir().join("series-under-load.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} not a number in {v}"))
+}
+
+/// Writes `scen` into `dir` and returns its path.
+fn write_scenario(dir: &Path, scen: &Value) -> PathBuf {
+    let path = dir.join("scenario.json");
+    std::fs::write(&path, serde_json::to_string(scen).unwrap()).unwrap();
+    path
+}
+
+/// The report line on stdout (`GPU_SIDECAR_REPORT_FILE=-`).
+fn stdout_report(agent: &Agent) -> Value {
+    let lines: Vec<String> = agent
+        .stdout_lines()
+        .into_iter()
+        .filter(|l| l.contains("\"event.name\":\"gpu.run.report\""))
+        .collect();
+    assert_eq!(lines.len(), 1, "one report line\n{}", agent.dump());
+    serde_json::from_str(&lines[0]).expect("the report is one JSON object")
+}
+
+fn stop(agent: &mut Agent) {
+    agent.sigterm();
+    let status = agent.wait_exit(WAIT).expect("exits within the bound");
+    assert_eq!(status.code(), Some(0), "{}", agent.dump());
+}
+
+/// The H200 recording replayed once, 10× faster, not looped, its first row held for 10 s of
+/// scenario time (1 s real: the first sample surely reads it); the agent is stopped once the
+/// last row is exported. The report must match the recording over that span.
+const HOLD_FIRST_S: f64 = 10.0;
+const TIME_SCALE: f64 = 10.0;
+
+#[test]
+fn report_matches_the_h200_recording() {
+    let rec = recording();
+    let dir = tempfile::tempdir().unwrap();
+    let mut scen = load(&scenario("h200-under-load.json"));
+    scen["loop"] = Value::Bool(false);
+    let timeline = scen["devices"][0]["timeline"].as_array_mut().unwrap();
+    assert_eq!(timeline.len(), rec.len());
+    for row in timeline.iter_mut() {
+        row["t"] = Value::from(num(row, "t") + HOLD_FIRST_S);
+    }
+    let mut first = timeline[0].clone();
+    first["t"] = Value::from(0.0);
+    timeline.insert(0, first);
+    let scen_path = write_scenario(dir.path(), &scen);
+    let log_path = dir.path().join("samples.jsonl");
+
+    let rx = Receiver::start(Protocol::Grpc);
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock_path(&scen_path)
+        .env("NVML_MOCK_TIME_SCALE", TIME_SCALE.to_string())
+        .env("NVML_MOCK_NO_LATENCY", "1")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .env("GPU_SIDECAR_REPORT_FILE", "-")
+        .env("GPU_SIDECAR_SAMPLE_LOG", &log_path)
+        .env("GPU_SIDECAR_SAMPLE_LOG_FORMAT", "jsonl")
+        .env("K8S_POD_NAME", "resnet-train-0")
+        .spawn();
+    let first_row = &rec[0];
+    let last_row = rec.last().unwrap();
+    let last_j = num(last_row, "energy_mj") / 1000.0;
+    assert!(
+        rx.wait_until(WAIT, |r| r
+            .points("hw.energy")
+            .iter()
+            .any(|p| p.value == last_j)),
+        "the last row was never exported\n{}",
+        agent.dump()
+    );
+    stop(&mut agent);
+
+    let report = stdout_report(&agent);
+    assert_eq!(report["gpus"].as_array().unwrap().len(), 1);
+    let gpu = &report["gpus"][0];
+    let pod = &report["pod"];
+    assert_eq!(gpu["uuid"], scen["devices"][0]["uuid"]);
+    assert_eq!(gpu["name"], "NVIDIA H200");
+    assert_eq!(report["resource"]["k8s.pod.name"], "resnet-train-0");
+
+    // Energy: the counter's difference from the first row to the last.
+    let energy = (num(last_row, "energy_mj") - num(first_row, "energy_mj")) / 1000.0;
+    assert_eq!(num(gpu, "energy_j"), energy);
+    assert_eq!(gpu["energy_source"], "counter");
+    assert_eq!(num(pod, "energy_j"), energy);
+    assert!((num(gpu, "energy_kwh") - energy / 3.6e6).abs() < 1e-9);
+
+    // Utilization: the recording's rows are 99 and 100 %, mean ~0.99.
+    let utils: Vec<f64> = rec
+        .iter()
+        .map(|r| r["util"][0].as_f64().unwrap() / 100.0)
+        .collect();
+    let rec_mean = utils.iter().sum::<f64>() / utils.len() as f64;
+    let mean = num(gpu, "utilization_mean");
+    let lo = utils.iter().cloned().fold(f64::MAX, f64::min);
+    let hi = utils.iter().cloned().fold(f64::MIN, f64::max);
+    assert!((lo..=hi).contains(&mean), "{mean} outside [{lo}, {hi}]");
+    assert!((mean - rec_mean).abs() < 0.01, "{mean} vs {rec_mean}");
+    assert!(utils.contains(&num(gpu, "utilization_p95")));
+
+    // Peak temperature: 59-60 °C, a value of the recording.
+    let temps: BTreeSet<u64> = rec.iter().map(|r| r["temp"].as_u64().unwrap()).collect();
+    let peak = gpu["temperature_gpu_peak_c"].as_u64().unwrap();
+    assert!((59..=60).contains(&peak) && temps.contains(&peak), "{peak}");
+
+    // Memory: the recording's used (v1) less the reserved memory the _v2 call reports apart.
+    let reserved = num(&scen["devices"][0]["defaults"], "mem_reserved");
+    let used = first_row["mem"][1].as_f64().unwrap() - reserved;
+    assert_eq!(num(gpu, "memory_used_peak_bytes"), used);
+    assert_eq!(
+        num(gpu, "memory_total_bytes"),
+        first_row["mem"][0].as_f64().unwrap()
+    );
+
+    // The first sample falls in the held first row, the last after the recording's end: the
+    // run spans at least the recording's 29.9 s, replayed 10x faster.
+    let wall = num(gpu, "wall_time_s");
+    let span = num(last_row, "t") - num(first_row, "t");
+    assert!(wall >= span / TIME_SCALE - 0.001, "{wall} s");
+    assert_eq!(num(gpu, "thermal_slowdown_s"), 0.0);
+    assert_eq!(gpu["xid_count"], serde_json::json!({}));
+
+    // The JSONL sample log of the same run: one row per sample, values of the recording.
+    let rows: Vec<Value> = std::fs::read_to_string(&log_path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
+        .collect();
+    assert_eq!(rows.len() as u64, gpu["samples_taken"].as_u64().unwrap());
+    assert_eq!(gpu["samples_missed"], 0);
+    assert_eq!(report["ticks_dropped"], 0);
+    let powers: BTreeSet<u64> = rec
+        .iter()
+        .map(|r| r["power_mw"].as_u64().unwrap())
+        .collect();
+    let mut peak_w: f64 = 0.0;
+    for row in &rows {
+        let keys: BTreeSet<&str> = row
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, COLUMNS.into_iter().collect());
+        let w = num(row, "power_w");
+        assert!(powers.contains(&((w * 1000.0).round() as u64)), "{w}");
+        peak_w = peak_w.max(w);
+        assert_eq!(row["clocks_event_reasons"], "sw_power_cap");
+        assert_eq!(num(row, "memory_used_mib"), (used / 1048576.0).floor());
+        assert!(row["timestamp"].as_str().unwrap().ends_with('Z'));
+    }
+    assert_eq!(num(gpu, "power_peak_w"), peak_w);
+
+    // Every row reads SW power cap: held back the whole run, each sample holding until the
+    // next (at most two 100 ms intervals), as the log's timestamps give it.
+    assert!(rec.iter().all(|r| r["throttle"] == 4));
+    let times: Vec<std::time::SystemTime> = rows
+        .iter()
+        .map(|r| humantime::parse_rfc3339(r["timestamp"].as_str().unwrap()).unwrap())
+        .collect();
+    let held: f64 = times
+        .windows(2)
+        .map(|w| {
+            w[1].duration_since(w[0])
+                .unwrap()
+                .min(Duration::from_millis(200))
+                .as_secs_f64()
+        })
+        .sum();
+    let capped = num(gpu, "power_capped_s");
+    assert!(
+        (capped - held).abs() <= 0.002 * rows.len() as f64,
+        "{capped} s capped, {held} s from the log"
+    );
+    assert!(capped <= wall && capped >= 0.8 * wall, "{capped} of {wall}");
+    assert_eq!(
+        rows[0]["power_w"].as_f64().unwrap() * 1000.0,
+        num(first_row, "power_mw")
+    );
+
+    // The same report as one OTLP log record, event gpu.run.report.
+    let events = rx.log_events("gpu.run.report");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let body: Value = serde_json::from_str(&events[0].body).unwrap();
+    assert_eq!(body, report);
+    assert_eq!(
+        events[0].attr("gpu.run.energy_j"),
+        Some(energy.to_string().as_str())
+    );
+    assert_eq!(events[0].attr("gpu.run.gpu_count"), Some("1"));
+    assert_eq!(
+        events[0].resource.get("k8s.pod.name").map(String::as_str),
+        Some("resnet-train-0")
+    );
+}
+
+/// NVML answers UNKNOWN to every device call for one second: those ticks are missed samples,
+/// one per empty row of the sample log.
+#[test]
+fn a_gap_in_nvml_answers_is_reported_as_missed_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut scen = load(&scenario("h200-under-load.json"));
+    scen["faults"] = serde_json::json!([
+        {"call": "nvmlDeviceGet*", "device": 0, "from_s": 1.0, "to_s": 2.0, "code": 999}
+    ]);
+    let scen_path = write_scenario(dir.path(), &scen);
+    let report_path = dir.path().join("report.json");
+    let log_path = dir.path().join("samples.csv");
+    let mut agent = Agent::builder()
+        .env_mock_path(&scen_path)
+        .env("NVML_MOCK_NO_LATENCY", "1")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("OTEL_LOGS_EXPORTER", "none")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("GPU_SIDECAR_REPORT_FILE", &report_path)
+        .env("GPU_SIDECAR_SAMPLE_LOG", &log_path)
+        .spawn();
+    // Wait until the log shows good rows after the gap.
+    let recovered = || -> bool {
+        let Ok(mut reader) = csv::Reader::from_path(&log_path) else {
+            return false;
+        };
+        let empty: Vec<bool> = reader
+            .records()
+            .map_while(Result::ok)
+            .filter(|r| r.len() == COLUMNS.len())
+            .map(|r| r.iter().skip(3).all(str::is_empty))
+            .collect();
+        empty.windows(2).any(|w| w[0] && !w[1])
+    };
+    assert!(
+        wait_until(WAIT, recovered),
+        "NVML never answered again\n{}",
+        agent.dump()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    stop(&mut agent);
+
+    let report = load(&report_path);
+    let gpu = &report["gpus"][0];
+    let mut reader = csv::Reader::from_path(&log_path).unwrap();
+    assert_eq!(
+        reader.headers().unwrap(),
+        &csv::StringRecord::from(COLUMNS.to_vec())
+    );
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let empty = rows
+        .iter()
+        .filter(|r| r.iter().skip(3).all(str::is_empty))
+        .count() as u64;
+    let missed = gpu["samples_missed"].as_u64().unwrap();
+    // Ticks come at most every 100 ms (never in a burst): at most 11 fall into the 1 s fault.
+    assert!(
+        (1..=11).contains(&missed),
+        "{missed} missed\n{}",
+        agent.dump()
+    );
+    assert_eq!(missed, empty, "every missed sample is an empty row");
+    assert_eq!(
+        gpu["samples_taken"].as_u64().unwrap(),
+        rows.len() as u64 - empty
+    );
+    // The empty rows are one stretch, and the good rows around it are at least the fault's
+    // 1 s apart (timestamps have ms resolution).
+    let is_empty: Vec<bool> = rows
+        .iter()
+        .map(|r| r.iter().skip(3).all(str::is_empty))
+        .collect();
+    let first_empty = is_empty.iter().position(|e| *e).unwrap();
+    let after = first_empty + missed as usize;
+    assert!(is_empty[first_empty..after].iter().all(|e| *e));
+    assert!(!is_empty[after..].iter().any(|e| *e), "one gap");
+    assert!(
+        first_empty > 0 && after < rows.len(),
+        "good rows on both sides: {is_empty:?}"
+    );
+    let at = |i: usize| humantime::parse_rfc3339(&rows[i][0]).unwrap();
+    let span = at(after).duration_since(at(first_empty - 1)).unwrap();
+    assert!(span >= Duration::from_millis(999), "{span:?}");
+    assert_eq!(report["pod"]["samples_missed"].as_u64(), Some(missed));
+    assert_eq!(report["ticks_dropped"], 0);
+    // Values before and after the gap are still the recording's.
+    assert_eq!(gpu["energy_source"], "counter");
+    assert!(num(gpu, "energy_j") > 0.0);
+}
+
+/// Four GPUs, no collector: the CSV reads back with the scenario's values, the NOT_SUPPORTED
+/// power of GPU 2 an empty field, and the pod's power absent (not every GPU answered).
+#[test]
+fn csv_log_of_four_gpus_without_a_collector() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("samples.csv");
+    let report_path = dir.path().join("report.json");
+    let mut agent = Agent::builder()
+        .env_mock("four-gpu.json")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("OTEL_LOGS_EXPORTER", "none")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("GPU_SIDECAR_SAMPLE_LOG", &log_path)
+        .env("GPU_SIDECAR_REPORT_FILE", &report_path)
+        .spawn();
+    assert!(
+        wait_until(WAIT, || std::fs::read_to_string(&log_path)
+            .map(|t| t.lines().count() > 4 * 3)
+            .unwrap_or(false)),
+        "{}",
+        agent.dump()
+    );
+    stop(&mut agent);
+
+    let scen = load(&scenario("four-gpu.json"));
+    let devices = scen["devices"].as_array().unwrap();
+    let mut reader = csv::Reader::from_path(&log_path).unwrap();
+    assert_eq!(
+        reader.headers().unwrap(),
+        &csv::StringRecord::from(COLUMNS.to_vec())
+    );
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len() % 4, 0);
+    for row in &rows {
+        let i: usize = row[1].parse().unwrap();
+        let dev = &devices[i];
+        let d = &dev["defaults"];
+        let unsupported: Vec<&str> = dev["unsupported"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(&row[2], dev["uuid"].as_str().unwrap());
+        assert_eq!(row[3].parse::<f64>().unwrap(), num(d, "util_gpu"));
+        assert_eq!(
+            row[4].parse::<f64>().unwrap(),
+            (num(d, "mem_used") / 1048576.0).floor()
+        );
+        assert_eq!(
+            row[5].parse::<f64>().unwrap(),
+            (num(d, "mem_total") / 1048576.0).floor()
+        );
+        assert_eq!(row[6].parse::<f64>().unwrap(), num(d, "temp_gpu"));
+        if unsupported.contains(&"nvmlDeviceGetPowerUsage") {
+            assert_eq!(
+                &row[7], "",
+                "GPU {i}: NOT_SUPPORTED power is empty, never 0"
+            );
+        } else {
+            assert_eq!(row[7].parse::<f64>().unwrap(), num(d, "power_mw") / 1000.0);
+        }
+        assert_eq!(row[8].parse::<f64>().unwrap(), num(d, "clock_sm_mhz"));
+        assert_eq!(num(d, "clocks_event_reasons"), 0.0);
+        assert_eq!(&row[9], "none");
+        assert!(humantime::parse_rfc3339(&row[0]).is_ok(), "{}", &row[0]);
+    }
+
+    let report = load(&report_path);
+    let gpus = report["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 4);
+    let mut energy_sum = 0.0;
+    for (i, g) in gpus.iter().enumerate() {
+        assert_eq!(g["uuid"], devices[i]["uuid"]);
+        assert_eq!(
+            num(g, "utilization_mean"),
+            num(&devices[i]["defaults"], "util_gpu") / 100.0
+        );
+        assert_eq!(g["energy_source"], "counter");
+        energy_sum += num(g, "energy_j");
+        assert_eq!(g["power_mean_w"].is_null(), i == 2, "GPU {i}");
+    }
+    assert!((num(&report["pod"], "energy_j") - energy_sum).abs() < 1e-6);
+    assert!(
+        report["pod"]["power_mean_w"].is_null(),
+        "GPU 2 never answered power: no pod total"
+    );
+}
+
+/// A sample log that cannot be written (a full disk; a path under a regular file) gives one
+/// error line and the metrics keep flowing.
+#[test]
+fn sample_log_write_errors_do_not_stop_metric_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_dir = dir.path().join("plain-file");
+    std::fs::write(&not_a_dir, "x").unwrap();
+    for (target, error) in [
+        (PathBuf::from("/dev/full"), "No space left on device"),
+        (not_a_dir.join("samples.csv"), "Not a directory"),
+    ] {
+        let rx = Receiver::start(Protocol::Grpc);
+        let mut agent = Agent::builder()
+            .otlp(&rx)
+            .env_mock("h200-under-load.json")
+            .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+            .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+            .env("GPU_SIDECAR_SAMPLE_LOG", &target)
+            .spawn();
+        assert!(
+            agent.wait_for_stderr("cannot write the sample log", WAIT),
+            "{}",
+            agent.dump()
+        );
+        let n = rx.metrics_requests().len();
+        assert!(
+            rx.wait_until(WAIT, |r| r.metrics_requests().len() >= n + 3),
+            "export stopped after the sample log error\n{}",
+            agent.dump()
+        );
+        assert!(rx.has_metric("hw.power"));
+        stop(&mut agent);
+        let errors: Vec<String> = agent
+            .stderr_lines()
+            .into_iter()
+            .filter(|l| l.contains("cannot write the sample log"))
+            .collect();
+        assert_eq!(
+            errors.len(),
+            1,
+            "one error, not one per sample: {errors:#?}"
+        );
+        assert!(
+            errors[0].contains(error) && errors[0].contains(target.to_str().unwrap()),
+            "{}",
+            errors[0]
+        );
+    }
+}
