@@ -4,10 +4,12 @@
 //! Data flow, one module per stage: [`config`] (environment → typed settings) →
 //! [`sampling`] (the NVML thread → [`sampling::Snapshot`]) → [`telemetry`] (catalogue of
 //! instruments, OTel SDK, OTLP/console exporters), with [`attribution`] giving the resource
-//! (pod, container, node).
+//! (pod, container, node). [`rules`] judges every sample and reports alerts and diagnoses
+//! as events.
 
 pub mod attribution;
 pub mod config;
 pub mod logging;
+pub mod rules;
 pub mod sampling;
 pub mod telemetry;

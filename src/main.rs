@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gpu_otel_sidecar::config::{Config, LogFormat};
+use gpu_otel_sidecar::rules::Rules;
 use gpu_otel_sidecar::sampling::{Sampler, SamplerSettings, SharedState};
 use gpu_otel_sidecar::telemetry::events::Events;
 use gpu_otel_sidecar::telemetry::{Telemetry, TelemetryError};
@@ -89,6 +90,8 @@ fn run(config: Config) -> ExitCode {
         }
     };
 
+    let rules = Rules::start(&config.rules, &shared, events.clone(), &telemetry.meter());
+
     let signal = runtime.block_on(wait_for_signal());
     tracing::info!(signal, "shutting down: final sample and export");
     let deadline = Instant::now() + config.shutdown_timeout;
@@ -96,6 +99,14 @@ fn run(config: Config) -> ExitCode {
         tracing::warn!(
             "the NVML sampler did not finish its final sample within {:?} (a driver call is stuck); exporting without it",
             config.shutdown_timeout
+        );
+    }
+    // The final sample is queued for the rules; ending the subscriptions lets them judge
+    // it and finish.
+    shared.close_subscriptions();
+    if !rules.stop(deadline.saturating_duration_since(Instant::now())) {
+        tracing::warn!(
+            "the rules did not finish judging the last samples before the shutdown bound"
         );
     }
     if !events.shutdown(deadline.saturating_duration_since(Instant::now())) {

@@ -178,6 +178,16 @@ impl SharedState {
         rx
     }
 
+    /// Ends every subscription: each subscriber receives what is already queued, then its
+    /// receiver reports disconnection (how consumer threads learn to finish at shutdown,
+    /// after the sampler's final sample). Later subscriptions work as before.
+    pub fn close_subscriptions(&self) {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     fn set_status(&self, status: NvmlStatus) {
         *self.status.write().unwrap_or_else(|p| p.into_inner()) = status;
     }

@@ -12,7 +12,7 @@ pub mod instruments;
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::metrics::{Meter, MeterProvider as _, NoopMeterProvider};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
@@ -36,6 +36,7 @@ pub struct Telemetry {
     provider: Option<SdkMeterProvider>,
     /// Outcome of exports (for health).
     pub status: Arc<ExportStatus>,
+    meter: Meter,
 }
 
 impl Telemetry {
@@ -55,6 +56,7 @@ impl Telemetry {
                 return Ok(Self {
                     provider: None,
                     status,
+                    meter: NoopMeterProvider::new().meter(SCOPE),
                 })
             }
             ExporterKind::Console => (
@@ -83,7 +85,15 @@ impl Telemetry {
         Ok(Self {
             provider: Some(provider),
             status,
+            meter,
         })
+    }
+
+    /// The agent's meter (scope `gpu-otel-sidecar`), for synchronous instruments recorded
+    /// outside the catalogue's callbacks (the rules' `nvidia.gpu.alerts`); a no-op meter
+    /// when `OTEL_METRICS_EXPORTER=none`.
+    pub fn meter(&self) -> Meter {
+        self.meter.clone()
     }
 
     /// One final collection and export, then SDK shutdown, bounded by `timeout`. Runs on a
