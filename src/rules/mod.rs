@@ -3,7 +3,7 @@
 //! [`Rules::start`] subscribes to every snapshot ([`SharedState::subscribe`]) and judges
 //! each one on its own thread, `rules`, so the sampler never waits for it (a full queue
 //! drops a snapshot for the rules, never blocks the sampler). The judgement is the pure
-//! [`Engine`]: one file per rule family ([`memory`], [`clocks`], [`workload`], [`health`]),
+//! [`Engine`]: one file per rule family (`memory.rs`, `clocks.rs`, `workload.rs`, `health.rs`),
 //! all following the one table [`catalogue::RULES`] (names, severities, settings, hints;
 //! `docs/events.md` is generated from it). Each transition becomes one log record with
 //! `event.name` `nvidia.gpu.alert.<rule>` ([`crate::telemetry::events::Events::emit`]) and

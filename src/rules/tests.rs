@@ -699,3 +699,41 @@ fn h200_recording_fires_only_the_power_cap() {
     assert_eq!(f64_of(value(a, "nvidia.gpu.power.limit")), 700.0);
     assert_eq!(to_event(a).severity, Severity::Info);
 }
+
+/// Cost of judging one snapshot: 8 GPUs, all leaking (both leak slopes computed every
+/// sample), 1 s samples for 20 minutes. A measurement, not an assertion:
+/// `cargo test --release --lib rules::tests::observe_cost -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn observe_cost() {
+    for (step, label) in [(1.0, "1 s"), (0.1, "100 ms")] {
+        let mut engine = Engine::new(&config(&[]));
+        let mut clock = Clock::new();
+        let n = (1200.0 / step) as u64;
+        let mut times = Vec::new();
+        for i in 0..=n {
+            let t = i as f64 * step;
+            let devices = (0..8)
+                .map(|g| {
+                    let mut d = busy(g);
+                    d.memory_used_bytes = Some(job_memory(t, 0.0, 0.5));
+                    d
+                })
+                .collect();
+            let snap = clock.at(t, devices);
+            let start = Instant::now();
+            let _ = engine.observe(&snap);
+            if t >= 600.0 {
+                times.push(start.elapsed());
+            }
+        }
+        times.sort();
+        let mean = times.iter().sum::<Duration>() / times.len() as u32;
+        eprintln!(
+            "observe(), 8 GPUs, {label} samples, 10-min leak window: mean {:?}, median {:?}, max {:?}",
+            mean,
+            times[times.len() / 2],
+            times[times.len() - 1]
+        );
+    }
+}
