@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::rules::catalogue::{Hold, HoldSpec, RuleId, ThresholdSpec, RULES};
+
 /// Prefix of the agent's own settings.
 pub const PREFIX: &str = "GPU_SIDECAR_";
 
@@ -182,6 +184,8 @@ pub struct Config {
     pub report_file: Option<OutputTarget>,
     /// The local sample log, `GPU_SIDECAR_SAMPLE_LOG` (+ `_FORMAT`, `_MAX_BYTES`); default off.
     pub sample_log: Option<SampleLogConfig>,
+    /// Alert rules, `GPU_SIDECAR_RULE_<NAME>_*`; defaults in `src/rules/catalogue.rs`.
+    pub rules: RulesConfig,
 }
 
 /// A file path, or standard output (written `-`).
@@ -218,6 +222,116 @@ pub struct SampleLogConfig {
     pub max_bytes: u64,
 }
 
+/// One alert rule's settings: `GPU_SIDECAR_RULE_<NAME>_ENABLED`, `_THRESHOLD`, and
+/// `_DURATION` or `_SAMPLES` (which ones a rule reads, their units and defaults:
+/// [`crate::rules::catalogue::RULES`], `docs/events.md`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RuleSettings {
+    /// `_ENABLED` (`true`/`false`); default true.
+    pub enabled: bool,
+    /// `_THRESHOLD` in the rule's unit (e.g. percent of total memory); `None` for a rule
+    /// without one.
+    pub threshold: Option<f64>,
+    /// `_DURATION` or `_SAMPLES`: how long the condition must hold.
+    pub hold: Hold,
+}
+
+/// The settings of every rule, in the rule table's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RulesConfig(pub Vec<(RuleId, RuleSettings)>);
+
+impl RulesConfig {
+    /// One rule's settings.
+    ///
+    /// # Panics
+    /// Never for a `RulesConfig` built by [`Config::from_vars`] (it has every rule).
+    pub fn get(&self, id: RuleId) -> RuleSettings {
+        self.0
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, s)| *s)
+            .expect("RulesConfig holds every rule")
+    }
+
+    /// Whether any rule is enabled.
+    pub fn any_enabled(&self) -> bool {
+        self.0.iter().any(|(_, s)| s.enabled)
+    }
+}
+
+fn parse_rules<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<RulesConfig, ConfigError> {
+    let mut out = Vec::with_capacity(RULES.len());
+    for spec in RULES {
+        let var = spec.var("ENABLED");
+        let enabled = match get(&var) {
+            None => true,
+            Some(v) => parse_bool(&var, v)?,
+        };
+        let threshold = match spec.threshold {
+            None => None,
+            Some(t) => {
+                let var = spec.var("THRESHOLD");
+                Some(match get(&var) {
+                    None => t.default,
+                    Some(v) => parse_threshold(&var, v, &t)?,
+                })
+            }
+        };
+        let hold = match spec.hold {
+            HoldSpec::Immediate => Hold::Immediate,
+            HoldSpec::Duration(d) => {
+                let var = spec.var("DURATION");
+                Hold::Duration(match get(&var) {
+                    None => d,
+                    Some(v) => parse_duration(&var, v)?,
+                })
+            }
+            HoldSpec::Samples(n) => {
+                let var = spec.var("SAMPLES");
+                Hold::Samples(match get(&var) {
+                    None => n,
+                    Some(v) => match v.trim().parse::<u32>() {
+                        Ok(n) if n > 0 => n,
+                        _ => {
+                            return Err(ConfigError::new(
+                                &var,
+                                v,
+                                "a whole number of consecutive samples, at least 1",
+                            ))
+                        }
+                    },
+                })
+            }
+        };
+        out.push((
+            spec.id,
+            RuleSettings {
+                enabled,
+                threshold,
+                hold,
+            },
+        ));
+    }
+    Ok(RulesConfig(out))
+}
+
+fn parse_threshold(var: &str, v: &str, t: &ThresholdSpec) -> Result<f64, ConfigError> {
+    let raw = v.trim();
+    let raw = if t.percent {
+        raw.strip_suffix('%').unwrap_or(raw).trim_end()
+    } else {
+        raw
+    };
+    let low = if t.min_exclusive { "above" } else { "from" };
+    let expected = format!("a number {low} {} up to {} ({})", t.min, t.max, t.unit);
+    match raw.parse::<f64>() {
+        Ok(x) if x.is_finite() && (x > t.min || (!t.min_exclusive && x == t.min)) && x <= t.max => {
+            Ok(x)
+        }
+        _ => Err(ConfigError::new(var, v, expected)),
+    }
+}
+
 /// The agent's own variables, as strings, read with `envy` (prefix `GPU_SIDECAR_`).
 #[derive(Debug, Default, Deserialize)]
 struct RawOwn {
@@ -250,6 +364,30 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "SAMPLE_LOG",
     "SAMPLE_LOG_FORMAT",
     "SAMPLE_LOG_MAX_BYTES",
+    // Alert rules (src/rules/catalogue.rs, docs/events.md); a test checks this list
+    // against the rule table.
+    "RULE_MEMORY_NEAR_FULL_ENABLED",
+    "RULE_MEMORY_NEAR_FULL_THRESHOLD",
+    "RULE_MEMORY_NEAR_FULL_DURATION",
+    "RULE_MEMORY_LEAK_ENABLED",
+    "RULE_MEMORY_LEAK_THRESHOLD",
+    "RULE_MEMORY_LEAK_DURATION",
+    "RULE_TEMPERATURE_HIGH_ENABLED",
+    "RULE_TEMPERATURE_HIGH_THRESHOLD",
+    "RULE_TEMPERATURE_HIGH_SAMPLES",
+    "RULE_CLOCKS_POWER_CAPPED_ENABLED",
+    "RULE_CLOCKS_POWER_CAPPED_DURATION",
+    "RULE_CLOCKS_SLOWDOWN_ENABLED",
+    "RULE_CLOCKS_SLOWDOWN_DURATION",
+    "RULE_INPUT_STARVATION_ENABLED",
+    "RULE_INPUT_STARVATION_THRESHOLD",
+    "RULE_INPUT_STARVATION_DURATION",
+    "RULE_UTILIZATION_IMBALANCE_ENABLED",
+    "RULE_UTILIZATION_IMBALANCE_THRESHOLD",
+    "RULE_UTILIZATION_IMBALANCE_DURATION",
+    "RULE_GPU_LOST_ENABLED",
+    "RULE_XID_ENABLED",
+    "RULE_XID_DURATION",
 ];
 
 /// Downward API variables and the resource attribute each one sets.
@@ -424,6 +562,7 @@ impl Config {
             resource_attributes,
             report_file,
             sample_log,
+            rules: parse_rules(&get)?,
         })
     }
 }
@@ -865,5 +1004,81 @@ mod tests {
         assert_eq!(e.var, "GPU_SIDECAR_LOG_LEVEL");
         let e = cfg(&[("OTEL_METRIC_EXPORT_INTERVAL", "10s")]).unwrap_err();
         assert_eq!(e.var, "OTEL_METRIC_EXPORT_INTERVAL");
+    }
+
+    #[test]
+    fn rule_settings_defaults_and_overrides() {
+        let c = cfg(&[]).unwrap();
+        let m = c.rules.get(RuleId::MemoryNearFull);
+        assert_eq!(
+            m,
+            RuleSettings {
+                enabled: true,
+                threshold: Some(95.0),
+                hold: Hold::Duration(Duration::from_secs(10)),
+            }
+        );
+        assert_eq!(c.rules.get(RuleId::TemperatureHigh).hold, Hold::Samples(3));
+        assert_eq!(c.rules.get(RuleId::GpuLost).hold, Hold::Immediate);
+        assert_eq!(c.rules.get(RuleId::GpuLost).threshold, None);
+        assert!(c.rules.any_enabled());
+        let c = cfg(&[
+            ("GPU_SIDECAR_RULE_MEMORY_NEAR_FULL_THRESHOLD", "90%"),
+            ("GPU_SIDECAR_RULE_MEMORY_NEAR_FULL_DURATION", "1m"),
+            ("GPU_SIDECAR_RULE_TEMPERATURE_HIGH_SAMPLES", "5"),
+            ("GPU_SIDECAR_RULE_TEMPERATURE_HIGH_THRESHOLD", "80.5"),
+            ("GPU_SIDECAR_RULE_XID_ENABLED", "false"),
+        ])
+        .unwrap();
+        let m = c.rules.get(RuleId::MemoryNearFull);
+        assert_eq!(m.threshold, Some(90.0));
+        assert_eq!(m.hold, Hold::Duration(Duration::from_secs(60)));
+        let t = c.rules.get(RuleId::TemperatureHigh);
+        assert_eq!((t.threshold, t.hold), (Some(80.5), Hold::Samples(5)));
+        assert!(!c.rules.get(RuleId::Xid).enabled);
+    }
+
+    #[test]
+    fn bad_rule_settings_name_the_variable() {
+        for (var, value) in [
+            ("GPU_SIDECAR_RULE_MEMORY_NEAR_FULL_THRESHOLD", "0"),
+            ("GPU_SIDECAR_RULE_MEMORY_NEAR_FULL_THRESHOLD", "101"),
+            ("GPU_SIDECAR_RULE_MEMORY_NEAR_FULL_THRESHOLD", "0.95x"),
+            ("GPU_SIDECAR_RULE_TEMPERATURE_HIGH_THRESHOLD", "85%"),
+            ("GPU_SIDECAR_RULE_TEMPERATURE_HIGH_SAMPLES", "0"),
+            ("GPU_SIDECAR_RULE_INPUT_STARVATION_DURATION", "120"),
+            ("GPU_SIDECAR_RULE_GPU_LOST_ENABLED", "yes"),
+        ] {
+            let e = cfg(&[(var, value)]).unwrap_err();
+            assert_eq!((e.var.as_str(), e.value.as_str()), (var, value), "{e}");
+        }
+        let e = cfg(&[("GPU_SIDECAR_RULE_MEMORY_NEAR_FULL_THRESHOLD", "101")]).unwrap_err();
+        assert_eq!(
+            e.expected,
+            "a number above 0 up to 100 (percent of total GPU memory)"
+        );
+        // A rule without a threshold has no such setting.
+        let e = cfg(&[("GPU_SIDECAR_RULE_GPU_LOST_THRESHOLD", "1")]).unwrap_err();
+        assert!(e.expected.starts_with("no such setting"), "{e}");
+    }
+
+    #[test]
+    fn known_settings_match_the_rule_table() {
+        let mut from_table: Vec<String> = RULES
+            .iter()
+            .flat_map(|r| {
+                r.setting_suffixes()
+                    .into_iter()
+                    .map(move |s| format!("RULE_{}_{s}", r.env))
+            })
+            .collect();
+        let mut listed: Vec<String> = KNOWN_SETTINGS
+            .iter()
+            .filter(|s| s.starts_with("RULE_"))
+            .map(|s| s.to_string())
+            .collect();
+        from_table.sort();
+        listed.sort();
+        assert_eq!(from_table, listed);
     }
 }

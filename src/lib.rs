@@ -4,7 +4,8 @@
 //! Data flow, one module per stage: [`config`] (environment → typed settings) →
 //! [`sampling`] (the NVML thread → [`sampling::Snapshot`]) → [`telemetry`] (catalogue of
 //! instruments, OTel SDK, OTLP/console exporters), with [`attribution`] giving the resource
-//! (pod, container, node).
+//! (pod, container, node). [`rules`] judges every sample and reports alerts and diagnoses
+//! as events.
 
 #![warn(missing_docs)]
 
@@ -13,5 +14,6 @@ pub mod config;
 pub mod logging;
 pub mod process_watch;
 pub mod report;
+pub mod rules;
 pub mod sampling;
 pub mod telemetry;

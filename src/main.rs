@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use gpu_otel_sidecar::attribution::pod_resources;
 use gpu_otel_sidecar::config::{Config, DeviceSelection, LogFormat};
 use gpu_otel_sidecar::report::{RunReporter, SampleLogger};
+use gpu_otel_sidecar::rules::Rules;
 use gpu_otel_sidecar::sampling::{Sampler, SamplerSettings, SharedState};
 use gpu_otel_sidecar::telemetry::events::Events;
 use gpu_otel_sidecar::telemetry::{Telemetry, TelemetryError};
@@ -142,6 +143,8 @@ fn run(config: Config) -> ExitCode {
         }
     };
 
+    let rules = Rules::start(&config.rules, &shared, events.clone(), &telemetry.meter());
+
     let signal = runtime.block_on(async {
         match &config.exit_with_process {
             None => signals.recv().await,
@@ -160,9 +163,15 @@ fn run(config: Config) -> ExitCode {
             config.shutdown_timeout
         );
     }
-    // Every sample is in: end the subscriptions, let the consumers drain, then the run
-    // report goes out before the events and metrics are flushed.
+    // Every sample is in: end the subscriptions, let the consumers (rules, sample log, run
+    // report) drain and finish, then the run report goes out before the events and metrics
+    // are flushed.
     shared.close_subscriptions();
+    if !rules.stop(deadline.saturating_duration_since(Instant::now())) {
+        tracing::warn!(
+            "the rules did not finish judging the last samples before the shutdown bound"
+        );
+    }
     if let Some(log) = sample_log {
         let bound = deadline
             .saturating_duration_since(Instant::now())

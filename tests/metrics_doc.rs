@@ -1,7 +1,7 @@
 //! `docs/metrics.md` is generated from the catalogue; this test fails when they disagree.
 //! Regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`.
 
-use gpu_otel_sidecar::telemetry::catalogue::{markdown, CATALOGUE};
+use gpu_otel_sidecar::telemetry::catalogue::{markdown, CATALOGUE, RECORDED};
 
 #[test]
 fn metrics_doc_matches_catalogue() {
@@ -23,11 +23,23 @@ fn metrics_doc_matches_catalogue() {
             def.unit
         )));
     }
+    for def in RECORDED {
+        assert!(on_disk.contains(&format!(
+            "| `{}` | {} | `{}` |",
+            def.name,
+            def.instrument.as_str(),
+            def.unit
+        )));
+    }
 }
 
 #[test]
 fn catalogue_names_are_unique_and_namespaced() {
-    let mut names: Vec<_> = CATALOGUE.iter().map(|d| d.name).collect();
+    let mut names: Vec<_> = CATALOGUE
+        .iter()
+        .map(|d| d.name)
+        .chain(RECORDED.iter().map(|d| d.name))
+        .collect();
     names.sort_unstable();
     let before = names.len();
     names.dedup();

@@ -360,8 +360,57 @@ pub fn markdown() -> String {
             cell(d.description)
         ));
     }
+    s.push_str(
+        "\n## Recorded by the agent\n\n\
+         Synchronous instruments the agent records itself (not read from NVML), from [`RECORDED`].\n\n",
+    );
+    s.push_str("| name | instrument | unit | attributes | recorded by | description |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- |\n");
+    for d in RECORDED {
+        s.push_str(&format!(
+            "| `{}` | {} | `{}` | {} | {} | {} |\n",
+            d.name,
+            d.instrument.as_str(),
+            d.unit,
+            cell(d.attributes),
+            cell(d.recorded_by),
+            cell(d.description)
+        ));
+    }
     s
 }
+
+/// A synchronous instrument the agent records itself (not read from NVML): the second
+/// table of `docs/metrics.md`. The code that records it builds it from its row (name,
+/// unit, description), so the two cannot drift.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordedDef {
+    /// OTel metric name.
+    pub name: &'static str,
+    /// Instrument kind (synchronous).
+    pub instrument: Instrument,
+    /// Point number type.
+    pub number: Number,
+    /// UCUM unit.
+    pub unit: &'static str,
+    /// One-line description.
+    pub description: &'static str,
+    /// Attribute keys and values.
+    pub attributes: &'static str,
+    /// What records it.
+    pub recorded_by: &'static str,
+}
+
+/// Every synchronous instrument, in documentation order.
+pub static RECORDED: &[RecordedDef] = &[RecordedDef {
+    name: "nvidia.gpu.alerts",
+    instrument: Instrument::Counter,
+    number: Number::Int,
+    unit: "{alert}",
+    description: "Alert transitions of the agent's rules: 1 per firing, 1 per resolution (see docs/events.md).",
+    attributes: "`nvidia.gpu.alert.rule` = `memory_near_full` | `memory_leak` | `temperature_high` | `clocks_power_capped` | `clocks_slowdown` | `input_starvation` | `utilization_imbalance` | `gpu_lost` | `xid`; `nvidia.gpu.alert.state` = `firing` | `resolved`; `nvidia.gpu.alert.severity` = `info` | `warning` | `critical`; `hw.id` (the GPU the alert names)",
+    recorded_by: "the rules engine (`src/rules/`), at each transition",
+}];
 
 #[cfg(test)]
 mod tests {

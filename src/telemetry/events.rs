@@ -35,7 +35,8 @@ pub struct Event {
     pub time: Option<SystemTime>,
 }
 
-/// Where events go.
+/// Where events go. Clones share one pipeline (shutting one down shuts all down).
+#[derive(Clone)]
 pub struct Events {
     provider: Option<SdkLoggerProvider>,
     logger: Option<SdkLogger>,

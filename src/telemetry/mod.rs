@@ -13,7 +13,7 @@ pub mod instruments;
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::metrics::{Meter, MeterProvider as _, NoopMeterProvider};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
@@ -38,6 +38,7 @@ pub struct Telemetry {
     clock: Option<clock::ExportClock>,
     /// Outcome of exports (for health).
     pub status: Arc<ExportStatus>,
+    meter: Meter,
 }
 
 impl Telemetry {
@@ -58,6 +59,7 @@ impl Telemetry {
                     provider: None,
                     clock: None,
                     status,
+                    meter: NoopMeterProvider::new().meter(SCOPE),
                 })
             }
             ExporterKind::Console => (
@@ -95,6 +97,7 @@ impl Telemetry {
             provider: Some(provider),
             clock: Some(clock),
             status,
+            meter,
         })
     }
 
@@ -104,6 +107,13 @@ impl Telemetry {
         if let Some(clock) = self.clock.take() {
             clock.stop(timeout);
         }
+    }
+
+    /// The agent's meter (scope `gpu-otel-sidecar`), for synchronous instruments recorded
+    /// outside the catalogue's callbacks (the rules' `nvidia.gpu.alerts`); a no-op meter
+    /// when `OTEL_METRICS_EXPORTER=none`.
+    pub fn meter(&self) -> Meter {
+        self.meter.clone()
     }
 
     /// SDK shutdown, whose reader makes one final collection and export, bounded by `timeout`. Runs on a

@@ -1,0 +1,480 @@
+//! The one table of alert rules: name, `event.name`, severity, settings with their defaults,
+//! the condition in words, the attributes the record carries, and the hint.
+//!
+//! Configuration ([`crate::config`] reads `GPU_SIDECAR_RULE_<ENV>_*` for each row), the
+//! engine ([`super::engine::Engine::new`]), the records ([`super::Rules`]) and
+//! `docs/events.md` ([`markdown`], checked by the `events_doc` test) all follow [`RULES`].
+
+use std::time::Duration;
+
+use opentelemetry::logs::Severity;
+
+/// Identity of a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RuleId {
+    /// Memory used at or above a fraction of total.
+    MemoryNearFull,
+    /// Memory used rising without returning, with the projected time until full.
+    MemoryLeak,
+    /// GPU die temperature at or above a limit.
+    TemperatureHigh,
+    /// Clocks held back by the software power cap.
+    ClocksPowerCapped,
+    /// Clocks held back by thermal or hardware slowdown.
+    ClocksSlowdown,
+    /// GPU mostly idle while a process holds its memory.
+    InputStarvation,
+    /// Large utilization spread among the pod's GPUs.
+    UtilizationImbalance,
+    /// NVML reports the GPU lost.
+    GpuLost,
+    /// An XID error was reported for the GPU.
+    Xid,
+}
+
+impl RuleId {
+    /// The rule's row in [`RULES`].
+    pub fn spec(self) -> &'static RuleSpec {
+        RULES
+            .iter()
+            .find(|r| r.id == self)
+            .expect("every RuleId has a row in RULES")
+    }
+}
+
+/// How bad it is; the record's severity and the `nvidia.gpu.alert.severity` attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertSeverity {
+    /// Worth knowing, nothing is wrong (OTel `INFO`, 9).
+    Info,
+    /// Costs time or will fail if nothing is done (OTel `WARN`, 13).
+    Warning,
+    /// The job on this GPU is failing or about to (OTel `FATAL`, 21).
+    Critical,
+}
+
+impl AlertSeverity {
+    /// `info`, `warning` or `critical` (the `nvidia.gpu.alert.severity` value, as the
+    /// Prometheus rules' `severity` label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertSeverity::Info => "info",
+            AlertSeverity::Warning => "warning",
+            AlertSeverity::Critical => "critical",
+        }
+    }
+
+    /// OTel log severity of a firing record (a resolved record is always `INFO`).
+    pub fn otel(self) -> Severity {
+        match self {
+            AlertSeverity::Info => Severity::Info,
+            AlertSeverity::Warning => Severity::Warn,
+            AlertSeverity::Critical => Severity::Fatal,
+        }
+    }
+}
+
+/// How long a condition must hold before its alert fires (and be clear before it resolves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// At the first sample where it holds.
+    Immediate,
+    /// Continuously for at least this long: from the first sample where it holds to a later
+    /// sample where it still holds (sample times, `Snapshot::taken_instant`).
+    Duration(Duration),
+    /// On this many consecutive samples.
+    Samples(u32),
+}
+
+/// A rule's threshold setting (`GPU_SIDECAR_RULE_<ENV>_THRESHOLD`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThresholdSpec {
+    /// Default value.
+    pub default: f64,
+    /// Unit in words, for the docs and the error message (e.g. `percent of total memory`).
+    pub unit: &'static str,
+    /// Smallest accepted value (exclusive when `min_exclusive`).
+    pub min: f64,
+    /// Whether `min` itself is refused.
+    pub min_exclusive: bool,
+    /// Largest accepted value (inclusive).
+    pub max: f64,
+    /// Whether a trailing `%` is accepted (percent values).
+    pub percent: bool,
+}
+
+/// A rule's hold setting: which variable sets it and its default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldSpec {
+    /// No setting: fires at the first sample.
+    Immediate,
+    /// `GPU_SIDECAR_RULE_<ENV>_DURATION` (a duration with a unit).
+    Duration(Duration),
+    /// `GPU_SIDECAR_RULE_<ENV>_SAMPLES` (consecutive samples, at least 1).
+    Samples(u32),
+}
+
+/// One row of the rule table.
+#[derive(Debug, Clone, Copy)]
+pub struct RuleSpec {
+    /// Identity.
+    pub id: RuleId,
+    /// Short name, the `nvidia.gpu.alert.rule` attribute value (e.g. `memory_near_full`).
+    pub name: &'static str,
+    /// Middle of the setting names: `GPU_SIDECAR_RULE_<ENV>_ENABLED`, ...
+    pub env: &'static str,
+    /// Stable `event.name` of the records: `nvidia.gpu.alert.<name>`.
+    pub event_name: &'static str,
+    /// Severity of a firing record.
+    pub severity: AlertSeverity,
+    /// Threshold setting, if the rule has one.
+    pub threshold: Option<ThresholdSpec>,
+    /// Hold setting.
+    pub hold: HoldSpec,
+    /// When it fires and when it resolves, in words (for `docs/events.md`).
+    pub condition: &'static str,
+    /// The attributes with the values that triggered it (for `docs/events.md`).
+    pub attributes: &'static str,
+    /// One sentence saying what to do, in the record's body.
+    pub hint: &'static str,
+}
+
+impl RuleSpec {
+    /// `GPU_SIDECAR_RULE_<ENV>_<suffix>`.
+    pub fn var(&self, suffix: &str) -> String {
+        format!("{}RULE_{}_{suffix}", crate::config::PREFIX, self.env)
+    }
+
+    /// The setting suffixes this rule reads: `ENABLED`, and `THRESHOLD`, `DURATION` or
+    /// `SAMPLES` where it has them.
+    pub fn setting_suffixes(&self) -> Vec<&'static str> {
+        let mut v = vec!["ENABLED"];
+        if self.threshold.is_some() {
+            v.push("THRESHOLD");
+        }
+        match self.hold {
+            HoldSpec::Immediate => {}
+            HoldSpec::Duration(_) => v.push("DURATION"),
+            HoldSpec::Samples(_) => v.push("SAMPLES"),
+        }
+        v
+    }
+
+    /// The hold given by the defaults.
+    pub fn default_hold(&self) -> Hold {
+        match self.hold {
+            HoldSpec::Immediate => Hold::Immediate,
+            HoldSpec::Duration(d) => Hold::Duration(d),
+            HoldSpec::Samples(n) => Hold::Samples(n),
+        }
+    }
+}
+
+const fn percent(default: f64, unit: &'static str) -> Option<ThresholdSpec> {
+    Some(ThresholdSpec {
+        default,
+        unit,
+        min: 0.0,
+        min_exclusive: true,
+        max: 100.0,
+        percent: true,
+    })
+}
+
+/// Every rule, in documentation order.
+pub static RULES: &[RuleSpec] = &[
+    RuleSpec {
+        id: RuleId::MemoryNearFull,
+        name: "memory_near_full",
+        env: "MEMORY_NEAR_FULL",
+        event_name: "nvidia.gpu.alert.memory_near_full",
+        severity: AlertSeverity::Warning,
+        threshold: percent(95.0, "percent of total GPU memory"),
+        hold: HoldSpec::Duration(Duration::from_secs(10)),
+        condition: "Memory used (`nvmlDeviceGetMemoryInfo_v2.used / .total`) at or above THRESHOLD for DURATION. Resolves once it has been below for DURATION.",
+        attributes: "`hw.gpu.memory.utilization` (0..1), `hw.gpu.memory.usage`, `hw.gpu.memory.limit` (By)",
+        hint: "The next allocation may fail with out-of-memory: reduce the batch size, or let the framework grow its memory instead of preallocating (TF_FORCE_GPU_ALLOW_GROWTH=true, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).",
+    },
+    RuleSpec {
+        id: RuleId::MemoryLeak,
+        name: "memory_leak",
+        env: "MEMORY_LEAK",
+        event_name: "nvidia.gpu.alert.memory_leak",
+        severity: AlertSeverity::Warning,
+        threshold: Some(ThresholdSpec {
+            default: 1.0,
+            unit: "percent of total GPU memory gained over DURATION",
+            min: 0.0,
+            min_exclusive: true,
+            max: 100.0,
+            percent: true,
+        }),
+        hold: HoldSpec::Duration(Duration::from_secs(600)),
+        condition: "Memory used rising without coming back for DURATION: at every sample the Theil-Sen slope of the last DURATION/5 is at least half the rate THRESHOLD per DURATION (so a plateau, a drop or a sawtooth breaks it), and over the whole last DURATION memory grew by at least THRESHOLD percent of total (Theil-Sen slope x DURATION). Resolves once it has not been rising for DURATION/5.",
+        attributes: "`nvidia.gpu.alert.memory.growth_rate` (By/s, Theil-Sen slope over DURATION), `nvidia.gpu.alert.memory.growth` (By over DURATION), `nvidia.gpu.alert.memory.time_to_full` (s until used reaches total at that rate), `hw.gpu.memory.usage`, `hw.gpu.memory.limit` (By)",
+        hint: "Something keeps GPU memory across steps: look for tensors kept in Python lists or histories (losses without .item(), accumulated outputs), caches that grow, or graphs rebuilt every step.",
+    },
+    RuleSpec {
+        id: RuleId::TemperatureHigh,
+        name: "temperature_high",
+        env: "TEMPERATURE_HIGH",
+        event_name: "nvidia.gpu.alert.temperature_high",
+        severity: AlertSeverity::Warning,
+        threshold: Some(ThresholdSpec {
+            default: 85.0,
+            unit: "°C, GPU die",
+            min: 0.0,
+            min_exclusive: true,
+            max: 150.0,
+            percent: false,
+        }),
+        hold: HoldSpec::Samples(3),
+        condition: "GPU die temperature (`nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`) at or above THRESHOLD on SAMPLES consecutive samples. Resolves after SAMPLES consecutive samples below.",
+        attributes: "`hw.temperature` (Cel, GPU die), `nvidia.gpu.alert.temperature.memory` (Cel, HBM, when NVML gives it)",
+        hint: "The card will slow its clocks to protect itself: check the node's cooling and airflow (fans, blocked inlets, neighbouring hot cards).",
+    },
+    RuleSpec {
+        id: RuleId::ClocksPowerCapped,
+        name: "clocks_power_capped",
+        env: "CLOCKS_POWER_CAPPED",
+        event_name: "nvidia.gpu.alert.clocks_power_capped",
+        severity: AlertSeverity::Info,
+        threshold: None,
+        hold: HoldSpec::Duration(Duration::from_secs(30)),
+        condition: "Clock-event reason `sw_power_cap` (`nvmlDeviceGetCurrentClocksThrottleReasons` bit 0x4) set for DURATION. Resolves once it has been clear for DURATION.",
+        attributes: "`nvidia.gpu.alert.clocks_event.reasons` (the active reasons), `hw.power`, `nvidia.gpu.power.limit` (W)",
+        hint: "The card is working at its power limit, which is normal under full load; it only costs speed if the limit was lowered (compare with the board's default limit).",
+    },
+    RuleSpec {
+        id: RuleId::ClocksSlowdown,
+        name: "clocks_slowdown",
+        env: "CLOCKS_SLOWDOWN",
+        event_name: "nvidia.gpu.alert.clocks_slowdown",
+        severity: AlertSeverity::Warning,
+        threshold: None,
+        hold: HoldSpec::Duration(Duration::from_secs(30)),
+        condition: "Any of the clock-event reasons `hw_slowdown`, `sw_thermal_slowdown`, `hw_thermal_slowdown`, `hw_power_brake_slowdown` set for DURATION (the same set that makes `hw.status` `degraded`). Resolves once all have been clear for DURATION.",
+        attributes: "`nvidia.gpu.alert.clocks_event.reasons` (the active reasons), `hw.temperature` (Cel), `hw.power` (W)",
+        hint: "The card runs slower than it can because of heat or a hardware slowdown signal: check cooling, the power supply and the node's health (nvidia-smi -q -d PERFORMANCE).",
+    },
+    RuleSpec {
+        id: RuleId::InputStarvation,
+        name: "input_starvation",
+        env: "INPUT_STARVATION",
+        event_name: "nvidia.gpu.alert.input_starvation",
+        severity: AlertSeverity::Warning,
+        threshold: percent(20.0, "percent GPU utilization"),
+        hold: HoldSpec::Duration(Duration::from_secs(120)),
+        condition: "GPU utilization (`nvmlDeviceGetUtilizationRates.gpu`) below THRESHOLD for DURATION while a compute process holds GPU memory (`nvmlDeviceGetComputeRunningProcesses_v3`: a process listed with used memory above 0 or unknown). Never fires when the process list cannot be read. Resolves once that has not been the case for DURATION.",
+        attributes: "`hw.gpu.utilization` (0..1), `nvidia.gpu.alert.process.count`, `nvidia.gpu.alert.process.memory` (By held by the listed processes, where NVML tells), `hw.gpu.memory.usage` (By)",
+        hint: "The GPU waits for data: prefetch and parallelize the input pipeline (tf.data .prefetch(tf.data.AUTOTUNE) and num_parallel_calls, or DataLoader num_workers and pin_memory), and move preprocessing off the training step.",
+    },
+    RuleSpec {
+        id: RuleId::UtilizationImbalance,
+        name: "utilization_imbalance",
+        env: "UTILIZATION_IMBALANCE",
+        event_name: "nvidia.gpu.alert.utilization_imbalance",
+        severity: AlertSeverity::Warning,
+        threshold: percent(50.0, "percentage points between the busiest and the idlest GPU"),
+        hold: HoldSpec::Duration(Duration::from_secs(120)),
+        condition: "Among the GPUs this agent reads (the pod's), at least two answering, every one with a compute process holding memory: busiest minus idlest utilization at or above THRESHOLD points for DURATION. One alert for the pod; its `hw.id` is the idlest GPU when it fired. Resolves once that has not been the case for DURATION.",
+        attributes: "`nvidia.gpu.alert.utilization.max`, `nvidia.gpu.alert.utilization.min`, `nvidia.gpu.alert.utilization.spread` (0..1), `nvidia.gpu.alert.busiest.hw.id`, `nvidia.gpu.alert.hw_ids` and `nvidia.gpu.alert.utilizations` (every GPU, in NVML index order)",
+        hint: "Some GPUs wait for the others: check that the distribution strategy gives every replica the same work (uneven shards or batch sizes, one rank doing extra work such as evaluation or checkpointing).",
+    },
+    RuleSpec {
+        id: RuleId::GpuLost,
+        name: "gpu_lost",
+        env: "GPU_LOST",
+        event_name: "nvidia.gpu.alert.gpu_lost",
+        severity: AlertSeverity::Critical,
+        threshold: None,
+        hold: HoldSpec::Immediate,
+        condition: "NVML answers `NVML_ERROR_GPU_IS_LOST` or `NVML_ERROR_RESET_REQUIRED` for the GPU (`hw.status` `failed`). Fires at the first such sample; resolves at the first sample where it answers again.",
+        attributes: "`nvidia.gpu.index`; the readings are the last ones taken before it was lost",
+        hint: "The GPU has fallen off the bus or needs a reset; the job on it cannot go on: drain the node, reset or replace the GPU, and check the kernel log for XID 79.",
+    },
+    RuleSpec {
+        id: RuleId::Xid,
+        name: "xid",
+        env: "XID",
+        event_name: "nvidia.gpu.alert.xid",
+        severity: AlertSeverity::Critical,
+        threshold: None,
+        hold: HoldSpec::Duration(Duration::from_secs(300)),
+        condition: "An XID error reported for the GPU by the NVML event watcher (`nvmlEventSetWait`, `nvmlEventTypeXidCriticalError`). Fires at the first report of an XID code on a GPU; repeats of that code while firing are counted, not re-sent. Resolves once that code has not been reported for DURATION.",
+        attributes: "`nvidia.gpu.xid.code` (the XID), `nvidia.gpu.alert.xid.count` (reports while firing, on the resolved record), `nvidia.gpu.mig.gpu_instance_id` / `nvidia.gpu.mig.compute_instance_id` when NVML names them",
+        hint: "See the XID's meaning in NVIDIA's XID catalogue; the body says what the common ones mean.",
+    },
+];
+
+/// What the common XID codes mean and what to do, from NVIDIA's XID catalogue; used in
+/// the body of `nvidia.gpu.alert.xid` records.
+pub fn xid_hint(xid: u64) -> &'static str {
+    match xid {
+        13 => "XID 13 (graphics engine exception): usually the application (an out-of-range access in a kernel); check the job's own errors first.",
+        31 => "XID 31 (GPU memory page fault): usually the application accessed an illegal address; check the job's own errors first.",
+        43 => "XID 43 (GPU stopped processing): the application hit a software error and its context was stopped; the GPU itself is fine.",
+        45 => "XID 45 (preemptive cleanup): the GPU cleaned up after a process that ended or was killed; look at why the process stopped.",
+        48 => "XID 48 (double-bit ECC error): the GPU memory returned an uncorrectable error; results may be wrong: drain the node and have the GPU checked.",
+        63 | 64 => "XID 63/64 (ECC page retirement or row remapping): the GPU retired failing memory; reset the GPU when convenient and watch for repeats.",
+        74 => "XID 74 (NVLink error): a link between GPUs failed; multi-GPU communication may hang: drain the node and check the NVLink/NVSwitch fabric.",
+        79 => "XID 79 (GPU has fallen off the bus): the GPU stopped answering; drain the node, reset or replace the GPU.",
+        92 => "XID 92 (high single-bit ECC error rate): the GPU memory is degrading; plan to have the GPU checked.",
+        94 => "XID 94 (contained ECC error): an uncorrectable memory error hit one application, which must restart; the GPU keeps working.",
+        95 => "XID 95 (uncontained ECC error): an uncorrectable memory error that could affect every application on the GPU: reset the GPU.",
+        119 | 120 => "XID 119/120 (GSP firmware error or timeout): the GPU's firmware stopped answering; reset the GPU, and update the driver if it repeats.",
+        _ => "Look the code up in NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors) and the kernel log (dmesg) of the node.",
+    }
+}
+
+/// `docs/events.md`, generated from [`RULES`].
+pub fn markdown() -> String {
+    let mut s = String::from(
+        "# Events\n\n\
+         Generated from `src/rules/catalogue.rs` (the test `events_doc_matches_catalogue` fails when \
+         this file and the code disagree; regenerate with `UPDATE_DOCS=1 cargo test --test events_doc`).\n\n\
+         The agent judges every sample with the rules below and reports what it finds as \
+         OpenTelemetry events: log records with an `event.name`, sent with the metrics' resource \
+         (pod, container, node) over OTLP logs (`OTEL_LOGS_EXPORTER`; `console` prints them as \
+         OTLP/JSON lines).\n\n\
+         - An alert **fires** once, when its condition has held for the rule's duration (or \
+         samples): one record with state `firing` and the rule's severity. It does not repeat \
+         while it stays firing.\n\
+         - It **resolves** once the condition has been clear for as long (except where the rule \
+         says otherwise): one record with state `resolved`, severity `INFO`, the same \
+         `event.name` and `hw.id`.\n\
+         - A reading NVML does not give makes the condition unknown: an unknown sample neither \
+         starts nor confirms an alert, and does not clear a firing one.\n\
+         - Each firing and each resolution adds 1 to the counter `nvidia.gpu.alerts` \
+         (see [metrics.md](metrics.md)).\n\
+         - Time is the sample's: a condition \"for 10 s\" holds from the first sample where it is \
+         true to a sample at least 10 s later, with no false sample between.\n\n\
+         ## Attributes on every record\n\n\
+         | attribute | value |\n| --- | --- |\n\
+         | `hw.id`, `hw.type`, `hw.vendor`, `hw.model` | the GPU, as on its metrics |\n\
+         | `nvidia.gpu.alert.rule` | the rule's name (below) |\n\
+         | `nvidia.gpu.alert.state` | `firing` or `resolved` |\n\
+         | `nvidia.gpu.alert.severity` | `info`, `warning` or `critical` (also on resolved records) |\n\
+         | `nvidia.gpu.alert.threshold` | the threshold in force, in the setting's unit (rules with one) |\n\
+         | `nvidia.gpu.alert.active_for` | firing: seconds the condition had held; resolved: seconds it was firing |\n\
+         | `nvidia.gpu.alert.samples` | firing: consecutive samples on which the condition held |\n\
+         | `nvidia.gpu.reading.<metric>[.<attribute value>]` | firing: every reading of the GPU at that sample, named after its metric in [metrics.md](metrics.md) and in the metric's unit, e.g. `nvidia.gpu.reading.hw.power`, `nvidia.gpu.reading.hw.temperature.gpu` |\n\n\
+         The body is one line: what was seen, then what to do.\n\n\
+         ## Rules\n\n\
+         Settings are `GPU_SIDECAR_RULE_<NAME>_ENABLED` (`true`/`false`, default `true`) and, \
+         where the rule has them, `_THRESHOLD`, `_DURATION` (with a unit: `30s`, `2m`) or \
+         `_SAMPLES`.\n\n",
+    );
+    s.push_str(
+        "| `event.name` | severity | settings (defaults) | condition | attributes |\n\
+         | --- | --- | --- | --- | --- |\n",
+    );
+    let cell = |t: &str| t.replace('|', "\\|");
+    for r in RULES {
+        let mut settings = vec![format!("`{}` = `true`", r.var("ENABLED"))];
+        if let Some(t) = r.threshold {
+            settings.push(format!(
+                "`{}` = `{}` ({})",
+                r.var("THRESHOLD"),
+                t.default,
+                t.unit
+            ));
+        }
+        match r.hold {
+            HoldSpec::Immediate => {}
+            HoldSpec::Duration(d) => settings.push(format!(
+                "`{}` = `{}`",
+                r.var("DURATION"),
+                humantime::format_duration(d)
+            )),
+            HoldSpec::Samples(n) => settings.push(format!("`{}` = `{n}`", r.var("SAMPLES"))),
+        }
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            r.event_name,
+            r.severity.as_str(),
+            settings.join("<br>"),
+            cell(r.condition),
+            cell(r.attributes),
+        ));
+    }
+    s.push_str("\n## Hints\n\nThe sentence each firing record's body ends with.\n\n");
+    for r in RULES {
+        s.push_str(&format!("- `{}`: {}\n", r.name, r.hint));
+    }
+    s.push_str("\nXID codes with their own sentence:\n\n");
+    for code in [13, 31, 43, 45, 48, 63, 74, 79, 92, 94, 95, 119] {
+        s.push_str(&format!("- {}\n", xid_hint(code)));
+    }
+    s.push_str(&format!("- any other code: {}\n", xid_hint(0)));
+    s.push_str(
+        "\n## For the XID watcher\n\n\
+         XIDs come from the NVML event watcher, not from samples: it calls \
+         `XidHook::report(XidReport { .. })` (see `src/rules/mod.rs`) with the GPU's UUID, the \
+         code and when it was seen. Without a watcher this rule never fires.\n",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_has_one_row_and_consistent_names() {
+        let ids = [
+            RuleId::MemoryNearFull,
+            RuleId::MemoryLeak,
+            RuleId::TemperatureHigh,
+            RuleId::ClocksPowerCapped,
+            RuleId::ClocksSlowdown,
+            RuleId::InputStarvation,
+            RuleId::UtilizationImbalance,
+            RuleId::GpuLost,
+            RuleId::Xid,
+        ];
+        assert_eq!(RULES.len(), ids.len());
+        for id in ids {
+            let r = id.spec();
+            assert_eq!(RULES.iter().filter(|x| x.id == id).count(), 1);
+            assert_eq!(r.event_name, format!("nvidia.gpu.alert.{}", r.name));
+            assert_eq!(r.env, r.name.to_ascii_uppercase());
+            assert!(r.hint.ends_with('.'), "{}", r.name);
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_issue_s() {
+        let t = |id: RuleId| id.spec().threshold.unwrap().default;
+        assert_eq!(t(RuleId::MemoryNearFull), 95.0);
+        assert_eq!(t(RuleId::TemperatureHigh), 85.0);
+        assert_eq!(t(RuleId::InputStarvation), 20.0);
+        assert_eq!(t(RuleId::UtilizationImbalance), 50.0);
+        assert_eq!(
+            RuleId::MemoryNearFull.spec().default_hold(),
+            Hold::Duration(Duration::from_secs(10))
+        );
+        assert_eq!(
+            RuleId::TemperatureHigh.spec().default_hold(),
+            Hold::Samples(3)
+        );
+        assert_eq!(
+            RuleId::ClocksPowerCapped.spec().default_hold(),
+            Hold::Duration(Duration::from_secs(30))
+        );
+        assert_eq!(
+            RuleId::InputStarvation.spec().default_hold(),
+            Hold::Duration(Duration::from_secs(120))
+        );
+        assert_eq!(
+            RuleId::MemoryLeak.spec().default_hold(),
+            Hold::Duration(Duration::from_secs(600))
+        );
+        assert_eq!(
+            RuleId::ClocksPowerCapped.spec().severity,
+            AlertSeverity::Info
+        );
+        assert_eq!(RuleId::GpuLost.spec().severity, AlertSeverity::Critical);
+        assert_eq!(RuleId::Xid.spec().severity, AlertSeverity::Critical);
+    }
+}

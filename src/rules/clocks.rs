@@ -1,0 +1,164 @@
+//! Heat and clocks: `temperature_high` (die temperature at or above a limit),
+//! `clocks_power_capped` (the software power cap holds the clocks back) and
+//! `clocks_slowdown` (thermal or hardware slowdown does).
+
+use opentelemetry::{Array, KeyValue, StringValue, Value};
+
+use super::catalogue::RuleId;
+use super::engine::{Rule, Verdict};
+use crate::sampling::{DeviceSample, DeviceState, Snapshot, CLOCKS_EVENT_REASONS};
+use crate::telemetry::catalogue::DEGRADING_REASONS;
+
+/// `sw_power_cap` (`nvmlClocksEventReasonSwPowerCap`).
+pub(crate) const SW_POWER_CAP: u64 = 0x4;
+
+/// `temperature_high`: `nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU) >= threshold` °C.
+pub(crate) struct TemperatureHigh {
+    celsius: f64,
+}
+
+impl TemperatureHigh {
+    /// `celsius`: the limit.
+    pub(crate) fn new(celsius: f64) -> Self {
+        Self { celsius }
+    }
+}
+
+impl Rule for TemperatureHigh {
+    fn id(&self) -> RuleId {
+        RuleId::TemperatureHigh
+    }
+
+    fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
+        for d in &snapshot.devices {
+            let (DeviceState::Ok, Some(t)) = (d.state, d.temperature_gpu_celsius) else {
+                out.push(Verdict::unknown(d));
+                continue;
+            };
+            let mut values = vec![KeyValue::new("hw.temperature", f64::from(t))];
+            if let Some(m) = d.temperature_memory_celsius {
+                values.push(KeyValue::new(
+                    "nvidia.gpu.alert.temperature.memory",
+                    f64::from(m),
+                ));
+            }
+            out.push(Verdict::device(
+                d,
+                Some(f64::from(t) >= self.celsius),
+                values,
+                format!("GPU temperature {t} °C (threshold {} °C)", self.celsius),
+            ));
+        }
+    }
+}
+
+/// Names of the reasons set in `bits`, in [`CLOCKS_EVENT_REASONS`] order.
+pub(crate) fn reason_names(bits: u64) -> Vec<&'static str> {
+    CLOCKS_EVENT_REASONS
+        .iter()
+        .filter(|(bit, _)| bits & bit != 0)
+        .map(|(_, name)| *name)
+        .collect()
+}
+
+fn reasons_value(bits: u64) -> KeyValue {
+    KeyValue::new(
+        "nvidia.gpu.alert.clocks_event.reasons",
+        Value::Array(Array::String(
+            reason_names(bits)
+                .into_iter()
+                .map(StringValue::from)
+                .collect(),
+        )),
+    )
+}
+
+fn watts(mw: Option<u32>) -> Option<f64> {
+    mw.map(|m| f64::from(m) / 1000.0)
+}
+
+fn clock_verdict(
+    d: &DeviceSample,
+    mask: u64,
+    what: &str,
+    extra: impl FnOnce(&DeviceSample, &mut Vec<KeyValue>) -> String,
+) -> Verdict {
+    let (DeviceState::Ok, Some(bits)) = (d.state, d.clocks_event_reasons) else {
+        return Verdict::unknown(d);
+    };
+    let mut values = vec![reasons_value(bits)];
+    let detail = extra(d, &mut values);
+    let active = reason_names(bits & mask);
+    let summary = if active.is_empty() {
+        format!("clocks not held back by {what}{detail}")
+    } else {
+        format!("clocks held back by {}{detail}", active.join(", "))
+    };
+    Verdict::device(d, Some(bits & mask != 0), values, summary)
+}
+
+/// `clocks_power_capped`: clock-event reason `sw_power_cap` set
+/// (`nvmlDeviceGetCurrentClocksThrottleReasons`).
+pub(crate) struct PowerCapped;
+
+impl Rule for PowerCapped {
+    fn id(&self) -> RuleId {
+        RuleId::ClocksPowerCapped
+    }
+
+    fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
+        for d in &snapshot.devices {
+            out.push(clock_verdict(
+                d,
+                SW_POWER_CAP,
+                "the power cap",
+                |d, values| {
+                    let (power, limit) =
+                        (watts(d.power_milliwatts), watts(d.power_limit_milliwatts));
+                    if let Some(p) = power {
+                        values.push(KeyValue::new("hw.power", p));
+                    }
+                    if let Some(l) = limit {
+                        values.push(KeyValue::new("nvidia.gpu.power.limit", l));
+                    }
+                    match (power, limit) {
+                        (Some(p), Some(l)) => format!(" (drawing {p:.1} W of a {l:.0} W limit)"),
+                        _ => String::new(),
+                    }
+                },
+            ));
+        }
+    }
+}
+
+/// `clocks_slowdown`: any of `hw_slowdown`, `sw_thermal_slowdown`, `hw_thermal_slowdown`,
+/// `hw_power_brake_slowdown` set ([`DEGRADING_REASONS`]).
+pub(crate) struct Slowdown;
+
+impl Rule for Slowdown {
+    fn id(&self) -> RuleId {
+        RuleId::ClocksSlowdown
+    }
+
+    fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
+        for d in &snapshot.devices {
+            out.push(clock_verdict(
+                d,
+                DEGRADING_REASONS,
+                "thermal or hardware slowdown",
+                |d, values| {
+                    if let Some(t) = d.temperature_gpu_celsius {
+                        values.push(KeyValue::new("hw.temperature", f64::from(t)));
+                    }
+                    if let Some(p) = watts(d.power_milliwatts) {
+                        values.push(KeyValue::new("hw.power", p));
+                    }
+                    match d.temperature_gpu_celsius {
+                        Some(t) => format!(" (GPU at {t} °C)"),
+                        None => String::new(),
+                    }
+                },
+            ));
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Memory rules: `memory_near_full` (used at or above a fraction of total) and
+//! `memory_leak` (used rising without coming back, with a robust slope and the projected
+//! time until full).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use opentelemetry::KeyValue;
+
+use super::catalogue::RuleId;
+use super::engine::{Rule, Verdict};
+use super::{gib, mib};
+use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+
+fn memory(d: &DeviceSample) -> Option<(u64, u64)> {
+    match (d.state, d.memory_used_bytes, d.memory_total_bytes) {
+        (DeviceState::Ok, Some(used), Some(total)) if total > 0 => Some((used, total)),
+        _ => None,
+    }
+}
+
+fn memory_values(used: u64, total: u64) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new("hw.gpu.memory.usage", used as i64),
+        KeyValue::new("hw.gpu.memory.limit", total as i64),
+    ]
+}
+
+/// `memory_near_full`: `used / total >= threshold` (`nvmlDeviceGetMemoryInfo_v2`).
+pub(crate) struct NearFull {
+    percent: f64,
+}
+
+impl NearFull {
+    /// `percent`: of total memory, e.g. 95.
+    pub(crate) fn new(percent: f64) -> Self {
+        Self { percent }
+    }
+}
+
+impl Rule for NearFull {
+    fn id(&self) -> RuleId {
+        RuleId::MemoryNearFull
+    }
+
+    fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
+        for d in &snapshot.devices {
+            let Some((used, total)) = memory(d) else {
+                out.push(Verdict::unknown(d));
+                continue;
+            };
+            let ratio = used as f64 / total as f64;
+            let mut values = vec![KeyValue::new("hw.gpu.memory.utilization", ratio)];
+            values.extend(memory_values(used, total));
+            out.push(Verdict::device(
+                d,
+                Some(ratio * 100.0 >= self.percent),
+                values,
+                format!(
+                    "memory {:.1}% used ({} of {}; threshold {}%)",
+                    ratio * 100.0,
+                    gib(used as f64),
+                    gib(total as f64),
+                    self.percent
+                ),
+            ));
+        }
+    }
+}
+
+/// Theil-Sen estimator: the median of the slopes between every pair of points (robust to
+/// outliers and steps, unlike least squares), in value units per second. At most
+/// `max_points` points are used, evenly spread over the series (so the cost is bounded
+/// whatever the sample rate). `None` with fewer than two distinct times.
+pub(crate) fn theil_sen(points: &[(f64, f64)], max_points: usize) -> Option<f64> {
+    let n = points.len();
+    let pick: Vec<(f64, f64)> = if n > max_points && max_points >= 2 {
+        (0..max_points)
+            .map(|i| points[i * (n - 1) / (max_points - 1)])
+            .collect()
+    } else {
+        points.to_vec()
+    };
+    let mut slopes = Vec::with_capacity(pick.len() * pick.len() / 2);
+    for (i, a) in pick.iter().enumerate() {
+        for b in &pick[i + 1..] {
+            let dt = b.0 - a.0;
+            if dt > 0.0 {
+                slopes.push((b.1 - a.1) / dt);
+            }
+        }
+    }
+    if slopes.is_empty() {
+        return None;
+    }
+    let mid = slopes.len() / 2;
+    let (_, m, _) = slopes.select_nth_unstable_by(mid, f64::total_cmp);
+    let upper = *m;
+    if slopes.len() % 2 == 1 {
+        return Some(upper);
+    }
+    let lower = slopes[..mid]
+        .iter()
+        .copied()
+        .max_by(f64::total_cmp)
+        .unwrap_or(upper);
+    Some((lower + upper) / 2.0)
+}
+
+/// `memory_leak`: per GPU, the series of memory used over the last `window` (the rule's
+/// DURATION). At each sample:
+/// - **rising**: the Theil-Sen slope of the last `window / LOCAL_PARTS` is at least half
+///   the rate `min_growth x total / window` (a plateau, a drop or a sawtooth's fall makes
+///   it false);
+/// - once the series spans the whole window: the Theil-Sen slope over it, times the
+///   window, is at least `min_growth x total`.
+///
+/// The engine fires when that has held for `window` (so a rise shorter than the window
+/// never fires), and resolves once it has not held for `window / LOCAL_PARTS`.
+pub(crate) struct Leak {
+    min_growth: f64,
+    window: Duration,
+    local: Duration,
+    series: HashMap<String, VecDeque<(Instant, f64)>>,
+}
+
+/// Points kept per GPU before the series is thinned (every other point dropped).
+const MAX_POINTS: usize = 4096;
+/// Points a slope is computed from (evenly spread): 128 points are 8128 pairs.
+const FIT_POINTS: usize = 128;
+
+impl Leak {
+    /// The "still rising" check looks at the last `window / LOCAL_PARTS`.
+    pub(crate) const LOCAL_PARTS: u32 = 5;
+
+    /// `percent`: minimum growth over `window`, percent of total memory.
+    pub(crate) fn new(percent: f64, window: Duration) -> Self {
+        Self {
+            min_growth: percent / 100.0,
+            window,
+            local: window / Self::LOCAL_PARTS,
+            series: HashMap::new(),
+        }
+    }
+}
+
+impl Rule for Leak {
+    fn id(&self) -> RuleId {
+        RuleId::MemoryLeak
+    }
+
+    fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
+        let now = snapshot.taken_instant;
+        self.series
+            .retain(|uuid, _| snapshot.devices.iter().any(|d| &d.info.uuid == uuid));
+        for d in &snapshot.devices {
+            let Some((used, total)) = memory(d) else {
+                out.push(Verdict::unknown(d));
+                continue;
+            };
+            let series = self.series.entry(d.info.uuid.clone()).or_default();
+            series.push_back((now, used as f64));
+            // Keep the window, plus the newest point at or before its start (coverage).
+            while series.len() >= 2 && now.saturating_duration_since(series[1].0) >= self.window {
+                series.pop_front();
+            }
+            if series.len() > MAX_POINTS {
+                let last = series.len() - 1;
+                let thinned: VecDeque<_> = series
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % 2 == 0 || *i == last)
+                    .map(|(_, p)| *p)
+                    .collect();
+                *series = thinned;
+            }
+            let span = now.saturating_duration_since(series[0].0);
+            let rel = |age: Duration| -> Vec<(f64, f64)> {
+                series
+                    .iter()
+                    .filter(|(t, _)| now.saturating_duration_since(*t) <= age)
+                    .map(|(t, v)| (-(now.saturating_duration_since(*t).as_secs_f64()), *v))
+                    .collect()
+            };
+            if span < self.local {
+                out.push(Verdict::unknown(d));
+                continue;
+            }
+            let window_s = self.window.as_secs_f64();
+            let min_bytes = self.min_growth * total as f64;
+            let local_slope = theil_sen(&rel(self.local), FIT_POINTS).unwrap_or(0.0);
+            let rising = local_slope > 0.0 && local_slope * window_s >= min_bytes / 2.0;
+            let covered = span >= self.window;
+            let slope = theil_sen(&rel(self.window), FIT_POINTS).unwrap_or(0.0);
+            let growth = slope * window_s;
+            let holds = rising && (!covered || growth >= min_bytes);
+            let free = total.saturating_sub(used) as f64;
+            let mut values = vec![
+                KeyValue::new("nvidia.gpu.alert.memory.growth_rate", slope),
+                KeyValue::new("nvidia.gpu.alert.memory.growth", growth.round() as i64),
+            ];
+            let to_full = (slope > 0.0).then(|| free / slope);
+            if let Some(s) = to_full {
+                values.push(KeyValue::new("nvidia.gpu.alert.memory.time_to_full", s));
+            }
+            values.extend(memory_values(used, total));
+            let over = humantime::format_duration(if covered { self.window } else { span });
+            let summary = match to_full {
+                Some(s) if rising => format!(
+                    "memory used {} of {}, rising {}/min over the last {over} ({} gained); full in about {}",
+                    gib(used as f64),
+                    gib(total as f64),
+                    mib(slope * 60.0),
+                    gib(growth),
+                    humantime::format_duration(Duration::from_secs(s.round().min(1e12) as u64)),
+                ),
+                _ => format!(
+                    "memory used {} of {}, not rising ({}/min over the last {over})",
+                    gib(used as f64),
+                    gib(total as f64),
+                    mib(slope * 60.0),
+                ),
+            };
+            out.push(Verdict::device(d, Some(holds), values, summary));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn theil_sen_ignores_outliers_and_handles_steps() {
+        // 10 per second, with two wild outliers.
+        let mut pts: Vec<(f64, f64)> = (0..21).map(|i| (i as f64, 10.0 * i as f64)).collect();
+        pts[5].1 = 1e9;
+        pts[15].1 = -1e9;
+        let s = theil_sen(&pts, 128).unwrap();
+        assert!((s - 10.0).abs() < 1e-9, "{s}");
+        // Subsampled: still the slope.
+        let many: Vec<(f64, f64)> = (0..5000)
+            .map(|i| (i as f64 * 0.1, 3.0 * i as f64 * 0.1))
+            .collect();
+        assert!((theil_sen(&many, 64).unwrap() - 3.0).abs() < 1e-9);
+        // Flat with jitter: ~0.
+        let jitter: Vec<(f64, f64)> = (0..40)
+            .map(|i| (i as f64, if i % 2 == 0 { 100.0 } else { 164.0 }))
+            .collect();
+        assert!(theil_sen(&jitter, 128).unwrap().abs() < 1e-9);
+        assert_eq!(theil_sen(&[(1.0, 2.0)], 128), None);
+        assert_eq!(theil_sen(&[(1.0, 2.0), (1.0, 3.0)], 128), None);
+    }
+}

@@ -1,0 +1,46 @@
+//! `docs/events.md` is generated from the rule table; this test fails when they disagree.
+//! Regenerate with `UPDATE_DOCS=1 cargo test --test events_doc`.
+
+use gpu_otel_sidecar::rules::catalogue::{markdown, RULES};
+use gpu_otel_sidecar::telemetry::catalogue::RECORDED;
+
+#[test]
+fn events_doc_matches_catalogue() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/events.md");
+    let generated = markdown();
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == generated,
+        "docs/events.md differs from the rule table; run UPDATE_DOCS=1 cargo test --test events_doc"
+    );
+    for r in RULES {
+        assert!(on_disk.contains(&format!("| `{}` | {} |", r.event_name, r.severity.as_str())));
+    }
+}
+
+#[test]
+fn every_rule_is_a_value_of_the_alerts_counter_and_in_the_readme() {
+    let alerts = RECORDED
+        .iter()
+        .find(|d| d.name == "nvidia.gpu.alerts")
+        .expect("nvidia.gpu.alerts is documented");
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    for r in RULES {
+        assert!(
+            alerts.attributes.contains(&format!("`{}`", r.name)),
+            "{} missing from nvidia.gpu.alerts' attribute values",
+            r.name
+        );
+        let suffixes = r.setting_suffixes();
+        let row = match suffixes.as_slice() {
+            [one] => format!("`{}`", r.var(one)),
+            many => format!("`GPU_SIDECAR_RULE_{}_{{{}}}`", r.env, many.join(",")),
+        };
+        assert!(readme.contains(&row), "README does not list {row}");
+    }
+}

@@ -1,0 +1,593 @@
+//! The alert rules end to end: the agent with the mock NVML replaying a rule scenario
+//! (`tests/scenarios/rule-*.json`, written by `scripts/gen-rule-scenarios.py`) in
+//! compressed time, its events received over OTLP logs.
+//!
+//! Time: the mock runs scenario time = real time since its first init x `NVML_MOCK_TIME_SCALE`,
+//! and every rule duration is set to its default / scale, so the scenario unfolds as it
+//! would at the defaults. A record's time is its sample's wall-clock time; converted with the
+//! spawn time (which precedes the mock's init) it gives an upper bound of the sample's
+//! scenario time. "Fires after the duration, not before" is asserted on that bound (a too
+//! early firing would give a smaller one); "while the condition held" is asserted on the
+//! values the record carries, which only occur in that phase of the scenario.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{Agent, Kind, LogRecordView, Protocol, Receiver};
+use gpu_otel_sidecar::rules::catalogue::{HoldSpec, RuleId, RULES};
+
+const SAMPLE_S: f64 = 0.1;
+const GIB: f64 = (1u64 << 30) as f64;
+/// Real seconds of slack for a sample's reading after its time stamp.
+const READ_SLACK_S: f64 = 0.05;
+
+fn uuid(i: u32) -> String {
+    format!("GPU-7e57a1e0-0000-4000-8000-00000000000{i}")
+}
+
+struct Run {
+    rx: Receiver,
+    agent: Agent,
+    spawned_ns: u64,
+    scale: f64,
+}
+
+impl Run {
+    /// The agent on `scenario` at `scale`, sampling every 100 ms, every rule duration at
+    /// its default / scale.
+    fn start(scenario: &str, scale: f64, extra: &[(&str, &str)]) -> Self {
+        let rx = Receiver::start(Protocol::Grpc);
+        let mut b = Agent::builder()
+            .otlp(&rx)
+            .env_mock(scenario)
+            .env("NVML_MOCK_TIME_SCALE", scale.to_string())
+            .env("NVML_MOCK_NO_LATENCY", "1")
+            .env(
+                "GPU_SIDECAR_SAMPLE_INTERVAL",
+                format!("{}ms", SAMPLE_S * 1000.0),
+            )
+            .env("OTEL_METRIC_EXPORT_INTERVAL", "500")
+            .env("K8S_POD_NAME", "trainer-0")
+            .env("K8S_NAMESPACE_NAME", "ml");
+        for r in RULES {
+            if let HoldSpec::Duration(d) = r.hold {
+                let ms = (d.as_secs_f64() * 1000.0 / scale).round().max(1.0);
+                b = b.env(r.var("DURATION"), format!("{ms}ms"));
+            }
+        }
+        for (k, v) in extra {
+            b = b.env(k, v);
+        }
+        let spawned_ns = now_ns();
+        let agent = b.spawn();
+        Self {
+            rx,
+            agent,
+            spawned_ns,
+            scale,
+        }
+    }
+
+    /// Upper bound of the scenario time of the sample behind `r`.
+    fn scen(&self, r: &LogRecordView) -> f64 {
+        (r.time_unix_nano as f64 - self.spawned_ns as f64) / 1e9 * self.scale
+    }
+
+    /// Tolerance in scenario seconds for a reading taken just after its time stamp.
+    fn slack(&self) -> f64 {
+        READ_SLACK_S * self.scale
+    }
+
+    /// Every alert record so far, in arrival order.
+    fn alerts(&self) -> Vec<LogRecordView> {
+        let mut v = self.rx.log_records();
+        v.retain(|r| r.event_name.starts_with("nvidia.gpu.alert."));
+        v
+    }
+
+    fn find(&self, rule: &str, state: &str) -> Vec<LogRecordView> {
+        self.alerts()
+            .into_iter()
+            .filter(|r| {
+                r.event_name == format!("nvidia.gpu.alert.{rule}")
+                    && r.attr("nvidia.gpu.alert.state") == Some(state)
+            })
+            .collect()
+    }
+
+    /// Waits for the record of `rule` in `state`, up to `scenario_s` of scenario time plus 10
+    /// real seconds.
+    fn wait_for(&self, rule: &str, state: &str, scenario_s: f64) -> LogRecordView {
+        let timeout = Duration::from_secs_f64(scenario_s / self.scale + 10.0);
+        assert!(
+            self.rx
+                .wait_until(timeout, |_| !self.find(rule, state).is_empty()),
+            "no {rule} {state} record; got {:?}\n{}",
+            names(&self.alerts()),
+            self.agent.dump()
+        );
+        self.find(rule, state).remove(0)
+    }
+
+    /// Sleeps until the scenario has certainly reached `scenario_s`, plus the events'
+    /// export delay (the batch processor exports every second).
+    fn run_until(&self, scenario_s: f64) {
+        let real = scenario_s / self.scale + 1.5;
+        let elapsed = (now_ns() - self.spawned_ns) as f64 / 1e9;
+        if real > elapsed {
+            std::thread::sleep(Duration::from_secs_f64(real - elapsed));
+        }
+    }
+
+    fn stop(mut self) -> Receiver {
+        self.agent.sigterm();
+        let status = self.agent.wait_exit(Duration::from_secs(15));
+        assert!(status.is_some_and(|s| s.success()), "{}", self.agent.dump());
+        self.rx
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+fn names(records: &[LogRecordView]) -> Vec<(String, String)> {
+    records
+        .iter()
+        .map(|r| {
+            (
+                r.event_name.clone(),
+                r.attr("nvidia.gpu.alert.state").unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn num(r: &LogRecordView, key: &str) -> f64 {
+    r.attr(key)
+        .unwrap_or_else(|| panic!("{key} missing in {:#?}", r.attrs))
+        .parse()
+        .unwrap_or_else(|e| panic!("{key}: {e}"))
+}
+
+/// What every alert record carries: name, severity, rule, state, GPU, pod, hint, readings.
+fn check_record(r: &LogRecordView, rule: RuleId, state: &str, hw_id: &str) {
+    let spec = rule.spec();
+    assert_eq!(r.event_name, spec.event_name);
+    assert_eq!(r.attr("nvidia.gpu.alert.rule"), Some(spec.name));
+    assert_eq!(r.attr("nvidia.gpu.alert.state"), Some(state));
+    assert_eq!(
+        r.attr("nvidia.gpu.alert.severity"),
+        Some(spec.severity.as_str())
+    );
+    assert_eq!(r.attr("hw.id"), Some(hw_id), "{:#?}", r.attrs);
+    assert_eq!(r.attr("hw.type"), Some("gpu"));
+    assert_eq!(r.attr("hw.vendor"), Some("NVIDIA"));
+    assert_eq!(
+        r.resource.get("k8s.pod.name").map(String::as_str),
+        Some("trainer-0")
+    );
+    assert_eq!(
+        r.resource.get("k8s.namespace.name").map(String::as_str),
+        Some("ml")
+    );
+    assert_eq!(r.scope_name, "gpu-otel-sidecar");
+    if state == "firing" {
+        let (number, text) = match spec.severity.as_str() {
+            "info" => (9, "INFO"),
+            "warning" => (13, "WARN"),
+            _ => (21, "FATAL"),
+        };
+        assert_eq!(
+            (r.severity_number, r.severity_text.as_str()),
+            (number, text)
+        );
+        assert!(r.body.ends_with(spec.hint), "{}", r.body);
+        assert!(
+            r.attrs.keys().any(|k| k.starts_with("nvidia.gpu.reading.")),
+            "no readings: {:#?}",
+            r.attrs
+        );
+    } else {
+        assert_eq!((r.severity_number, r.severity_text.as_str()), (9, "INFO"));
+        assert!(r.body.contains("resolved after firing for"), "{}", r.body);
+    }
+}
+
+#[test]
+fn leaking_job_fires_memory_leak_with_time_to_full_then_resolves() {
+    let scale = 120.0;
+    let run = Run::start("rule-leaking-job.json", scale, &[]);
+    let fired = run.wait_for("memory_leak", "firing", 1000.0);
+    let resolved = run.wait_for("memory_leak", "resolved", 1500.0);
+    check_record(&fired, RuleId::MemoryLeak, "firing", &uuid(0));
+    check_record(&resolved, RuleId::MemoryLeak, "resolved", &uuid(0));
+    // The leak starts at 300 s: ten minutes of rise are needed.
+    let at = run.scen(&fired);
+    assert!(at >= 900.0 - run.slack(), "fired at scenario {at:.0} s");
+    // Fired during the leak, after about ten minutes of it: 20 GiB + 0.5 GiB/min.
+    let used = num(&fired, "hw.gpu.memory.usage");
+    assert!((24.9 * GIB..27.6 * GIB).contains(&used), "{}", used / GIB);
+    // The slope is measured in real time: the scenario's 0.5 GiB/min x scale.
+    let rate = num(&fired, "nvidia.gpu.alert.memory.growth_rate");
+    let expected = 0.5 * GIB / 60.0 * scale;
+    assert!(
+        (rate - expected).abs() / expected < 0.1,
+        "{rate} vs {expected}"
+    );
+    let to_full = num(&fired, "nvidia.gpu.alert.memory.time_to_full") * scale;
+    let expected_to_full = (80.0 * GIB - used) / (0.5 * GIB / 60.0);
+    assert!(
+        (to_full - expected_to_full).abs() / expected_to_full < 0.1,
+        "{to_full} vs {expected_to_full} scenario s"
+    );
+    assert_eq!(num(&fired, "hw.gpu.memory.limit"), 80.0 * GIB);
+    assert!(fired.body.contains("full in about"), "{}", fired.body);
+    // The job restarts at 1200 s; resolved once not rising for 2 min.
+    let at = run.scen(&resolved);
+    assert!(at >= 1200.0 + 120.0 - run.slack(), "resolved at {at:.0} s");
+    run.run_until(1500.0);
+    let rx = run.stop();
+    let all: Vec<_> = rx
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
+        .collect();
+    assert_eq!(
+        names(&all),
+        vec![
+            ("nvidia.gpu.alert.memory_leak".into(), "firing".into()),
+            ("nvidia.gpu.alert.memory_leak".into(), "resolved".into()),
+        ]
+    );
+}
+
+#[test]
+fn starving_job_fires_input_starvation_after_two_minutes_not_for_a_dip() {
+    let scale = 120.0;
+    let run = Run::start("rule-starving-job.json", scale, &[]);
+    let fired = run.wait_for("input_starvation", "firing", 500.0);
+    check_record(&fired, RuleId::InputStarvation, "firing", &uuid(0));
+    // Starved from 240 s (the 60-120 s dip is too short): 2 min later at the earliest.
+    let at = run.scen(&fired);
+    assert!(at >= 360.0 - run.slack(), "fired at scenario {at:.0} s");
+    assert_eq!(num(&fired, "hw.gpu.utilization"), 0.12);
+    assert_eq!(num(&fired, "nvidia.gpu.alert.process.count"), 1.0);
+    let held = num(&fired, "nvidia.gpu.alert.process.memory");
+    assert!((held - 30.0 * GIB).abs() <= 64.0 * 1048576.0, "{held}");
+    assert_eq!(num(&fired, "nvidia.gpu.alert.threshold"), 20.0);
+    assert!(
+        num(&fired, "nvidia.gpu.alert.active_for") * scale >= 120.0 - run.slack(),
+        "{:?}",
+        fired.attrs
+    );
+    let resolved = run.wait_for("input_starvation", "resolved", 800.0);
+    check_record(&resolved, RuleId::InputStarvation, "resolved", &uuid(0));
+    let at = run.scen(&resolved);
+    assert!(at >= 540.0 + 120.0 - run.slack(), "resolved at {at:.0} s");
+    // From 900 s the GPU is idle with no process: not starvation.
+    run.run_until(1300.0);
+    let rx = run.stop();
+    let all: Vec<_> = rx
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
+        .collect();
+    assert_eq!(all.len(), 2, "{:?}", names(&all));
+}
+
+#[test]
+fn imbalanced_pod_fires_once_named_after_the_idle_gpu() {
+    let scale = 120.0;
+    let run = Run::start("rule-imbalanced-pod.json", scale, &[]);
+    let fired = run.wait_for("utilization_imbalance", "firing", 400.0);
+    check_record(&fired, RuleId::UtilizationImbalance, "firing", &uuid(2));
+    let at = run.scen(&fired);
+    assert!(at >= 240.0 - run.slack(), "fired at scenario {at:.0} s");
+    assert_eq!(num(&fired, "nvidia.gpu.alert.utilization.min"), 0.30);
+    assert_eq!(num(&fired, "nvidia.gpu.alert.utilization.max"), 0.95);
+    assert_eq!(num(&fired, "nvidia.gpu.alert.utilization.spread"), 0.65);
+    assert_eq!(
+        fired.attr("nvidia.gpu.alert.busiest.hw.id"),
+        Some(uuid(3).as_str())
+    );
+    assert_eq!(
+        fired.attr("nvidia.gpu.alert.utilizations"),
+        Some("[0.92, 0.93, 0.3, 0.95]")
+    );
+    assert_eq!(
+        fired.attr("nvidia.gpu.alert.hw_ids").map(str::to_string),
+        Some(format!(
+            "[{}, {}, {}, {}]",
+            uuid(0),
+            uuid(1),
+            uuid(2),
+            uuid(3)
+        ))
+    );
+    assert_eq!(
+        num(&fired, "nvidia.gpu.reading.hw.gpu.utilization.general"),
+        0.30
+    );
+    let resolved = run.wait_for("utilization_imbalance", "resolved", 900.0);
+    check_record(
+        &resolved,
+        RuleId::UtilizationImbalance,
+        "resolved",
+        &uuid(2),
+    );
+    let at = run.scen(&resolved);
+    assert!(at >= 720.0 - run.slack(), "resolved at {at:.0} s");
+    // From 840 s GPU 3 holds no memory: no pod-wide judgement, no starvation either.
+    run.run_until(1200.0);
+    let rx = run.stop();
+    let all: Vec<_> = rx
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
+        .collect();
+    assert_eq!(all.len(), 2, "{:?}", names(&all));
+}
+
+#[test]
+fn throttling_card_power_cap_is_info_hw_slowdown_is_warning_and_counted() {
+    let scale = 60.0;
+    let run = Run::start("rule-throttling-card.json", scale, &[]);
+    let cap = run.wait_for("clocks_power_capped", "firing", 200.0);
+    check_record(&cap, RuleId::ClocksPowerCapped, "firing", &uuid(0));
+    // The 20 s cap at the start is too short; from 60 s, 30 s are needed.
+    let at = run.scen(&cap);
+    assert!(at >= 90.0 - run.slack(), "fired at scenario {at:.0} s");
+    assert_eq!(
+        cap.attr("nvidia.gpu.alert.clocks_event.reasons"),
+        Some("[sw_power_cap]")
+    );
+    assert_eq!(num(&cap, "hw.power"), 699.0);
+    assert_eq!(num(&cap, "nvidia.gpu.power.limit"), 700.0);
+    assert_eq!(
+        num(
+            &cap,
+            "nvidia.gpu.reading.nvidia.gpu.clocks_event.active.sw_power_cap"
+        ),
+        1.0
+    );
+    let cap_end = run.wait_for("clocks_power_capped", "resolved", 350.0);
+    check_record(&cap_end, RuleId::ClocksPowerCapped, "resolved", &uuid(0));
+    assert!(run.scen(&cap_end) >= 270.0 - run.slack());
+    let slow = run.wait_for("clocks_slowdown", "firing", 450.0);
+    check_record(&slow, RuleId::ClocksSlowdown, "firing", &uuid(0));
+    let at = run.scen(&slow);
+    assert!(at >= 330.0 - run.slack(), "fired at scenario {at:.0} s");
+    assert_eq!(
+        slow.attr("nvidia.gpu.alert.clocks_event.reasons"),
+        Some("[hw_slowdown]")
+    );
+    let slow_end = run.wait_for("clocks_slowdown", "resolved", 600.0);
+    check_record(&slow_end, RuleId::ClocksSlowdown, "resolved", &uuid(0));
+    assert!(run.scen(&slow_end) >= 510.0 - run.slack());
+    // The counter, by rule and state.
+    let counted = |rx: &Receiver| -> BTreeMap<(String, String), f64> {
+        rx.last_points("nvidia.gpu.alerts")
+            .into_iter()
+            .map(|p| {
+                (
+                    (
+                        p.attr("nvidia.gpu.alert.rule").unwrap().to_string(),
+                        p.attr("nvidia.gpu.alert.state").unwrap().to_string(),
+                    ),
+                    p.value,
+                )
+            })
+            .collect()
+    };
+    assert!(
+        run.rx
+            .wait_until(Duration::from_secs(10), |rx| counted(rx).len() == 4),
+        "{:?}",
+        counted(&run.rx)
+    );
+    let rx = run.stop();
+    let points = rx.last_points("nvidia.gpu.alerts");
+    for p in &points {
+        assert_eq!(p.value, 1.0, "{p:?}");
+        assert_eq!(p.unit, "{alert}");
+        assert_eq!(
+            p.kind,
+            Kind::Sum {
+                monotonic: true,
+                cumulative: true
+            }
+        );
+        assert_eq!(p.attr("hw.id"), Some(uuid(0).as_str()));
+    }
+    let severities: BTreeMap<_, _> = points
+        .iter()
+        .map(|p| {
+            (
+                p.attr("nvidia.gpu.alert.rule").unwrap().to_string(),
+                p.attr("nvidia.gpu.alert.severity").unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(severities["clocks_power_capped"], "info");
+    assert_eq!(severities["clocks_slowdown"], "warning");
+    let all: Vec<_> = rx
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
+        .collect();
+    assert_eq!(all.len(), 4, "{:?}", names(&all));
+}
+
+#[test]
+fn overheating_card_fires_on_three_hot_samples_and_thermal_slowdown() {
+    let scale = 60.0;
+    let run = Run::start("rule-overheating-card.json", scale, &[]);
+    let hot = run.wait_for("temperature_high", "firing", 250.0);
+    check_record(&hot, RuleId::TemperatureHigh, "firing", &uuid(0));
+    // 88 C from 120 s (the lone 86 C sample at 100 s is not three in a row): the third
+    // hot sample comes two sample intervals later at the earliest.
+    let at = run.scen(&hot);
+    let two_ticks = (2.0 * SAMPLE_S - 0.03) * scale;
+    assert!(
+        at >= 120.0 + two_ticks - run.slack(),
+        "fired at scenario {at:.1} s"
+    );
+    assert_eq!(num(&hot, "hw.temperature"), 88.0);
+    assert_eq!(num(&hot, "nvidia.gpu.alert.temperature.memory"), 94.0);
+    assert_eq!(num(&hot, "nvidia.gpu.alert.samples"), 3.0);
+    assert_eq!(num(&hot, "nvidia.gpu.alert.threshold"), 85.0);
+    let slow = run.wait_for("clocks_slowdown", "firing", 350.0);
+    check_record(&slow, RuleId::ClocksSlowdown, "firing", &uuid(0));
+    assert!(run.scen(&slow) >= 210.0 - run.slack());
+    assert_eq!(
+        slow.attr("nvidia.gpu.alert.clocks_event.reasons"),
+        Some("[sw_thermal_slowdown]")
+    );
+    assert_eq!(num(&slow, "hw.temperature"), 88.0);
+    let cool = run.wait_for("temperature_high", "resolved", 550.0);
+    check_record(&cool, RuleId::TemperatureHigh, "resolved", &uuid(0));
+    assert!(run.scen(&cool) >= 420.0 + two_ticks - run.slack());
+    let fast = run.wait_for("clocks_slowdown", "resolved", 600.0);
+    assert!(run.scen(&fast) >= 450.0 - run.slack());
+    let rx = run.stop();
+    let all: Vec<_> = rx
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
+        .collect();
+    assert_eq!(all.len(), 4, "{:?}", names(&all));
+}
+
+#[test]
+fn clean_run_fires_nothing() {
+    let scale = 120.0;
+    let run = Run::start("rule-clean-run.json", scale, &[]);
+    // Loading, then well past the longest rule (the 10-minute leak window).
+    run.run_until(1200.0);
+    assert!(
+        run.rx.has_metric("hw.gpu.utilization"),
+        "{}",
+        run.agent.dump()
+    );
+    let rx = run.stop();
+    let all: Vec<_> = rx
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
+        .collect();
+    assert!(all.is_empty(), "{:#?}", names(&all));
+    assert!(!rx.has_metric("nvidia.gpu.alerts"));
+}
+
+/// The real H200 recording: nothing fires but the power cap it really had (SW power cap
+/// on every row, ~691 W of 700 W).
+#[test]
+fn h200_recording_fires_only_the_power_cap() {
+    let scale = 120.0;
+    let run = Run::start("h200-under-load.json", scale, &[]);
+    let cap = run.wait_for("clocks_power_capped", "firing", 100.0);
+    let h200 = "GPU-0c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5";
+    check_record(&cap, RuleId::ClocksPowerCapped, "firing", h200);
+    assert_eq!(cap.attr("hw.model"), Some("NVIDIA H200"));
+    let w = num(&cap, "hw.power");
+    assert!((687.0..=696.0).contains(&w), "{w}");
+    assert_eq!(num(&cap, "nvidia.gpu.power.limit"), 700.0);
+    assert!(run.scen(&cap) >= 30.0 - run.slack());
+    // Past the longest rule (the 10-minute leak window).
+    run.run_until(720.0);
+    let rx = run.stop();
+    let all: Vec<_> = rx
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
+        .collect();
+    assert_eq!(
+        names(&all),
+        vec![(
+            "nvidia.gpu.alert.clocks_power_capped".into(),
+            "firing".into()
+        )]
+    );
+}
+
+#[test]
+fn lost_gpu_is_critical_with_its_last_readings() {
+    // h200-mig-xid.json: from 8 s every call on GPU 0 answers GPU_IS_LOST.
+    let scale = 4.0;
+    let run = Run::start("h200-mig-xid.json", scale, &[]);
+    let lost = run.wait_for("gpu_lost", "firing", 12.0);
+    let h200 = "GPU-0c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5";
+    check_record(&lost, RuleId::GpuLost, "firing", h200);
+    assert!(run.scen(&lost) >= 8.0 - run.slack());
+    assert_eq!(num(&lost, "nvidia.gpu.index"), 0.0);
+    // The readings from before it was lost.
+    assert_eq!(num(&lost, "nvidia.gpu.reading.hw.power"), 350.0);
+    assert_eq!(num(&lost, "nvidia.gpu.reading.hw.temperature.gpu"), 45.0);
+    let rx = run.stop();
+    let all: Vec<_> = rx
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
+        .collect();
+    assert_eq!(all.len(), 1, "{:?}", names(&all));
+}
+
+#[test]
+fn console_logs_exporter_prints_alerts_as_otlp_json() {
+    let scale = 120.0;
+    let mut agent = Agent::builder()
+        .env_mock("h200-under-load.json")
+        .env("NVML_MOCK_TIME_SCALE", scale.to_string())
+        .env("NVML_MOCK_NO_LATENCY", "1")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("GPU_SIDECAR_RULE_CLOCKS_POWER_CAPPED_DURATION", "250ms")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("OTEL_LOGS_EXPORTER", "console")
+        .spawn();
+    assert!(
+        agent.wait_for_stdout(
+            "nvidia.gpu.alert.clocks_power_capped",
+            Duration::from_secs(20)
+        ),
+        "{}",
+        agent.dump()
+    );
+    let line = agent
+        .stdout_lines()
+        .into_iter()
+        .find(|l| l.contains("nvidia.gpu.alert.clocks_power_capped"))
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let record = &json["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0];
+    assert_eq!(record["eventName"], "nvidia.gpu.alert.clocks_power_capped");
+    assert_eq!(record["severityText"], "INFO");
+    assert!(record["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|kv| kv["key"] == "nvidia.gpu.alert.state" && kv["value"]["stringValue"] == "firing"));
+    agent.sigterm();
+    assert!(agent
+        .wait_exit(Duration::from_secs(15))
+        .is_some_and(|s| s.success()));
+}
+
+#[test]
+fn a_bad_rule_setting_stops_with_exit_2_naming_it() {
+    let mut agent = Agent::builder()
+        .env("GPU_SIDECAR_RULE_MEMORY_NEAR_FULL_THRESHOLD", "150")
+        .spawn();
+    let status = agent.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert_eq!(status.code(), Some(2));
+    let err = agent.stderr_lines().join("\n");
+    assert!(
+        err.contains("invalid GPU_SIDECAR_RULE_MEMORY_NEAR_FULL_THRESHOLD=\"150\": expected a number above 0 up to 100 (percent of total GPU memory)"),
+        "{err}"
+    );
+}
