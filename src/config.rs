@@ -423,7 +423,7 @@ impl Config {
                         key,
                         &vars[key],
                         format!(
-                            "no such setting; the known ones are {}",
+                            "no such setting (a typo?); the known ones are {}",
                             KNOWN_SETTINGS
                                 .iter()
                                 .map(|s| format!("{PREFIX}{s}"))

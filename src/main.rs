@@ -67,15 +67,27 @@ fn run(config: Config) -> ExitCode {
         let _guard = runtime.enter();
         Signals::install()
     };
+    let destination = match config.metrics_exporter {
+        gpu_otel_sidecar::config::ExporterKind::Otlp => format!(
+            "OTLP {:?} to {}",
+            config.otlp.protocol, config.otlp.metrics_endpoint
+        ),
+        other => format!("{other:?}"),
+    };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
-        exporter = ?config.metrics_exporter,
-        endpoint = %config.otlp.metrics_endpoint,
-        protocol = ?config.otlp.protocol,
+        metrics = %destination,
         sample_interval_ms = config.sample_interval.as_millis() as u64,
         export_interval_ms = config.export_interval.as_millis() as u64,
         "starting"
     );
+    if config.sample_interval > config.export_interval {
+        tracing::warn!(
+            "GPU_SIDECAR_SAMPLE_INTERVAL ({:?}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({:?}): some exports will repeat the previous sample",
+            config.sample_interval,
+            config.export_interval
+        );
+    }
     let mut settings = SamplerSettings::from(&config);
     match &config.devices {
         DeviceSelection::PodResources => {

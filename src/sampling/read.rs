@@ -232,7 +232,14 @@ impl<'n> Reader<'n> {
             }
         }
         if devices.is_empty() {
-            tracing::warn!(count, "no GPU selected: nothing to report");
+            if count == 0 {
+                tracing::warn!("NVML shows no GPU: nothing to report");
+            } else {
+                tracing::warn!(
+                    "GPU_SIDECAR_DEVICES selects none of the {count} GPUs NVML shows (indices 0 to {}): nothing to report",
+                    count - 1
+                );
+            }
         }
         Ok(Self {
             devices,

@@ -28,13 +28,14 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// First export due one `export_interval` after `start`; after the due time, wait up to
-    /// `grace` for a fresh sample.
+    /// First export due at `start` (the first sample is exported at once, so a collector or
+    /// a person sees data within a second of start), then every `export_interval`; after a
+    /// due time, wait up to `grace` for a fresh sample.
     pub fn new(start: Instant, export_interval: Duration, sample_interval: Duration) -> Self {
         Self {
             interval: export_interval,
             grace: sample_interval.min(export_interval / 2) + Duration::from_millis(50),
-            due: start + export_interval,
+            due: start,
         }
     }
 
@@ -149,6 +150,11 @@ mod tests {
     fn exports_at_the_first_sample_after_due() {
         let t0 = Instant::now();
         let mut s = Schedule::new(t0, 10 * S, 5 * S);
+        assert!(
+            s.on_sample(t0 + Duration::from_millis(2)),
+            "the first sample goes out at once"
+        );
+        assert_eq!(s.due(), t0 + 10 * S);
         assert!(!s.on_sample(t0 + 5 * S), "not due yet");
         assert_eq!(s.wait(t0 + 5 * S), 5 * S);
         assert!(
@@ -166,6 +172,7 @@ mod tests {
     fn exports_without_a_sample_after_the_grace() {
         let t0 = Instant::now();
         let mut s = Schedule::new(t0, 10 * S, 5 * S);
+        assert!(s.on_sample(t0));
         let grace = 5 * S + Duration::from_millis(50);
         assert_eq!(s.wait(t0 + 10 * S), grace);
         assert!(!s.on_idle(t0 + 10 * S + grace - Duration::from_millis(1)));
@@ -180,6 +187,7 @@ mod tests {
     fn fast_exports_with_slow_samples_are_not_held_more_than_half_an_interval() {
         let t0 = Instant::now();
         let mut s = Schedule::new(t0, 2 * S, 5 * S);
+        assert!(s.on_sample(t0));
         assert!(s.on_idle(t0 + 2 * S + S + Duration::from_millis(50)));
         assert_eq!(s.due(), t0 + 4 * S);
     }
@@ -188,6 +196,7 @@ mod tests {
     fn a_late_export_resets_the_schedule_instead_of_bursting() {
         let t0 = Instant::now();
         let mut s = Schedule::new(t0, 10 * S, 5 * S);
+        assert!(s.on_sample(t0));
         assert!(s.on_sample(t0 + 35 * S));
         assert_eq!(s.due(), t0 + 45 * S);
     }
