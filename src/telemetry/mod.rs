@@ -8,6 +8,8 @@ pub mod catalogue;
 pub mod events;
 pub mod export;
 pub mod instruments;
+pub mod self_metrics;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +81,12 @@ impl Telemetry {
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
         );
-        instruments::register(&meter, shared, max_snapshot_age(config.sample_interval));
+        instruments::register(
+            &meter,
+            shared.clone(),
+            max_snapshot_age(config.sample_interval),
+        );
+        self_metrics::register(&meter, shared, status.clone());
         Ok(Self {
             provider: Some(provider),
             status,
