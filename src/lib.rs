@@ -4,10 +4,12 @@
 //! Data flow, one module per stage: [`config`] (environment → typed settings) →
 //! [`sampling`] (the NVML thread → [`sampling::Snapshot`]) → [`telemetry`] (catalogue of
 //! instruments, OTel SDK, OTLP/console exporters), with [`attribution`] giving the resource
-//! (pod, container, node).
+//! (pod, container, node), and [`health`] (the `/healthz` and `/readyz` endpoints, the
+//! sampler watchdog).
 
 pub mod attribution;
 pub mod config;
+pub mod health;
 pub mod logging;
 pub mod sampling;
 pub mod telemetry;
