@@ -20,23 +20,24 @@ const WAIT: Duration = Duration::from_secs(20);
 // ---------------------------------------------------------------------------------------------
 // helpers
 
+/// `<temp>/gpu-sidecar-reliability-<pid>/<name>` (the directory is created).
+fn temp_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpu-sidecar-reliability-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
 /// Writes `tests/scenarios/<base>` with `edit` applied to a temp file; returns its path.
 fn scenario_with(base: &str, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
     let mut v: Value =
         serde_json::from_str(&std::fs::read_to_string(scenario(base)).unwrap()).unwrap();
     edit(&mut v);
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-reliability-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-    path
+    scenario_json(name, v)
 }
 
 /// A scenario file of its own with the given JSON.
 fn scenario_json(name: &str, v: Value) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-reliability-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.json"));
+    let path = temp_path(&format!("{name}.json"));
     std::fs::write(&path, v.to_string()).unwrap();
     path
 }
@@ -621,11 +622,20 @@ fn header_value_never_appears_in_any_output() {
             .spawn()
     };
     let mut agents = vec![spawn(&grpc, "text"), spawn(&http, "json")];
-    // TLS towards a plain-text receiver: the handshake fails.
+    // TLS towards a plain-text receiver: the handshake fails. (A CA file of its own, so
+    // that the test does not depend on the machine's trust store.)
     let plain = Receiver::start(Protocol::Grpc);
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = rcgen::CertificateParams::new(vec!["test CA".to_string()])
+        .unwrap()
+        .self_signed(&ca_key)
+        .unwrap();
+    let ca_path = temp_path("secrets-ca.pem");
+    std::fs::write(&ca_path, ca.pem()).unwrap();
     agents.push(
         Agent::builder()
             .env_mock("four-gpu.json")
+            .env("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca_path)
             .env(
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
                 format!("https://{}", plain.addr()),
