@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -118,6 +119,45 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// The contents of a PEM file given in a setting (certificates; not secret). Debug output
+/// shows only its size.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Pem(Vec<u8>);
+
+impl Pem {
+    /// The file's bytes, as read at startup.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Pem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<PEM, {} bytes>", self.0.len())
+    }
+}
+
+/// TLS material for the OTLP exporters, read from the PEM files named by the standard
+/// variables (the OTel crates do not read them). Used for `https://` endpoints only.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TlsFiles {
+    /// Trusted CA certificate(s) for the collector's certificate,
+    /// `OTEL_EXPORTER_OTLP_CERTIFICATE`. `None`: the system's trust store.
+    pub ca: Option<Pem>,
+    /// Client certificate chain for mutual TLS, `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`.
+    pub client_certificate: Option<Pem>,
+    /// Client private key (PEM, PKCS#8, PKCS#1 or SEC1), `OTEL_EXPORTER_OTLP_CLIENT_KEY`.
+    /// Given together with the certificate, or not at all. Secret.
+    pub client_key: Option<Secret>,
+}
+
+impl TlsFiles {
+    /// Whether any TLS file was given.
+    pub fn is_set(&self) -> bool {
+        self.ca.is_some() || self.client_certificate.is_some()
+    }
+}
+
 /// OTLP exporter settings (standard `OTEL_EXPORTER_OTLP_*` variables).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OtlpConfig {
@@ -136,6 +176,9 @@ pub struct OtlpConfig {
     pub timeout: Duration,
     /// gzip compression, `OTEL_EXPORTER_OTLP_COMPRESSION` (`gzip` | `none`); default none.
     pub gzip: bool,
+    /// CA and client certificate files (`OTEL_EXPORTER_OTLP_CERTIFICATE`,
+    /// `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_KEY`).
+    pub tls: TlsFiles,
 }
 
 /// The whole validated configuration.
@@ -172,6 +215,12 @@ pub struct Config {
     pub logs_exporter: ExporterKind,
     /// OTLP settings (used when an exporter is `otlp`).
     pub otlp: OtlpConfig,
+    /// Health endpoint (`/healthz`, `/readyz`), `GPU_SIDECAR_HEALTH_ADDR`; default
+    /// `0.0.0.0:13134`; `None` when `off`.
+    pub health_addr: Option<SocketAddr>,
+    /// A sampler tick running longer than this is reported stuck (readiness false, one log
+    /// line), `GPU_SIDECAR_WATCHDOG_TIMEOUT`; default three sample intervals, at least 10 s.
+    pub watchdog_timeout: Duration,
     /// `service.name`: `OTEL_SERVICE_NAME`, else `service.name` in
     /// `OTEL_RESOURCE_ATTRIBUTES`, else `gpu-otel-sidecar`.
     pub service_name: String,
@@ -347,6 +396,8 @@ struct RawOwn {
     sample_log: Option<String>,
     sample_log_format: Option<String>,
     sample_log_max_bytes: Option<String>,
+    health_addr: Option<String>,
+    watchdog_timeout: Option<String>,
 }
 
 /// Every `GPU_SIDECAR_*` variable the agent knows (without the prefix); any other one is
@@ -388,7 +439,13 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "RULE_GPU_LOST_ENABLED",
     "RULE_XID_ENABLED",
     "RULE_XID_DURATION",
+    "HEALTH_ADDR",
+    "WATCHDOG_TIMEOUT",
 ];
+
+/// Default `GPU_SIDECAR_HEALTH_ADDR`: every interface (kubelet probes come from the node), a
+/// port next to the Collector's health port 13133.
+pub const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:13134";
 
 /// Downward API variables and the resource attribute each one sets.
 pub const DOWNWARD_API: &[(&str, &str)] = &[
@@ -523,6 +580,21 @@ impl Config {
             Some(v) => parse_exporter("OTEL_LOGS_EXPORTER", v)?,
         };
         let otlp = parse_otlp(&get)?;
+        let health_addr = match raw.health_addr.as_deref().map(str::trim) {
+            None | Some("") => Some(DEFAULT_HEALTH_ADDR.parse().expect("valid default")),
+            Some("off") => None,
+            Some(v) => Some(v.parse::<SocketAddr>().map_err(|_| {
+                ConfigError::new(
+                    "GPU_SIDECAR_HEALTH_ADDR",
+                    v,
+                    "an IP address and port such as 0.0.0.0:13134, or off",
+                )
+            })?),
+        };
+        let watchdog_timeout = match raw.watchdog_timeout.as_deref() {
+            None | Some("") => (sample_interval * 3).max(Duration::from_secs(10)),
+            Some(v) => parse_duration("GPU_SIDECAR_WATCHDOG_TIMEOUT", v)?,
+        };
 
         let mut resource_attributes = BTreeMap::new();
         for (var, key) in DOWNWARD_API {
@@ -558,6 +630,8 @@ impl Config {
             metrics_exporter,
             logs_exporter,
             otlp,
+            health_addr,
+            watchdog_timeout,
             service_name: service_name.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string()),
             resource_attributes,
             report_file,
@@ -679,6 +753,7 @@ fn parse_otlp<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<OtlpConfig, 
             ))
         }
     };
+    let tls = parse_tls(get)?;
     Ok(OtlpConfig {
         protocol,
         metrics_endpoint,
@@ -686,6 +761,90 @@ fn parse_otlp<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<OtlpConfig, 
         headers,
         timeout,
         gzip,
+        tls,
+    })
+}
+
+/// Reads and checks the PEM files of the TLS variables: each must be readable and hold what
+/// it should (certificates, or one private key); the client certificate and key come as a
+/// pair. Errors name the variable and the path, never the key's contents.
+fn parse_tls<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<TlsFiles, ConfigError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    const CA: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
+    const CERT: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
+    const KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
+    let read = |var: &str, path: &str, what: &str| -> Result<Vec<u8>, ConfigError> {
+        std::fs::read(path).map_err(|e| {
+            ConfigError::new(var, path, format!("a readable PEM file with {what} ({e})"))
+        })
+    };
+    let certificates = |var: &str, path: &str| -> Result<Pem, ConfigError> {
+        let what = "one or more certificates";
+        let bytes = read(var, path, what)?;
+        let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&bytes).collect();
+        match certs {
+            Ok(c) if !c.is_empty() => Ok(Pem(bytes)),
+            Ok(_) => Err(ConfigError::new(
+                var,
+                path,
+                format!("a PEM file with {what} (none found)"),
+            )),
+            Err(e) => Err(ConfigError::new(
+                var,
+                path,
+                format!("a PEM file with {what} ({e})"),
+            )),
+        }
+    };
+    let ca = get(CA).map(|p| certificates(CA, p)).transpose()?;
+    let client_certificate = get(CERT).map(|p| certificates(CERT, p)).transpose()?;
+    let client_key = match get(KEY) {
+        None => None,
+        Some(path) => {
+            let what = "one private key (PKCS#8, PKCS#1 or SEC1)";
+            let bytes = read(KEY, path, what)?;
+            if PrivateKeyDer::from_pem_slice(&bytes).is_err() {
+                return Err(ConfigError::new(
+                    KEY,
+                    path,
+                    format!("a PEM file with {what}"),
+                ));
+            }
+            match String::from_utf8(bytes) {
+                Ok(text) => Some(Secret(text)),
+                Err(_) => {
+                    return Err(ConfigError::new(
+                        KEY,
+                        path,
+                        format!("a PEM file with {what}"),
+                    ))
+                }
+            }
+        }
+    };
+    match (&client_certificate, &client_key) {
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                KEY,
+                "",
+                format!("a private key file: {CERT} is set, and mutual TLS needs both"),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                CERT,
+                "",
+                format!("a certificate file: {KEY} is set, and mutual TLS needs both"),
+            ))
+        }
+        _ => {}
+    }
+    Ok(TlsFiles {
+        ca,
+        client_certificate,
+        client_key,
     })
 }
 
@@ -992,6 +1151,95 @@ mod tests {
             let e = cfg(&[(var, value)]).unwrap_err();
             assert_eq!((e.var.as_str(), e.value.as_str()), (var, value));
         }
+    }
+
+    #[test]
+    fn health_addr_default_off_and_bad() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.health_addr, Some("0.0.0.0:13134".parse().unwrap()));
+        // Three sample intervals (5 s by default), at least 10 s.
+        assert_eq!(c.watchdog_timeout, Duration::from_secs(15));
+        let c = cfg(&[("GPU_SIDECAR_SAMPLE_INTERVAL", "1s")]).unwrap();
+        assert_eq!(c.watchdog_timeout, Duration::from_secs(10));
+        let c = cfg(&[("GPU_SIDECAR_HEALTH_ADDR", "off")]).unwrap();
+        assert_eq!(c.health_addr, None);
+        let c = cfg(&[("GPU_SIDECAR_HEALTH_ADDR", "127.0.0.1:0")]).unwrap();
+        assert_eq!(c.health_addr, Some("127.0.0.1:0".parse().unwrap()));
+        let e = cfg(&[("GPU_SIDECAR_HEALTH_ADDR", ":13134")]).unwrap_err();
+        assert_eq!(e.var, "GPU_SIDECAR_HEALTH_ADDR");
+        let c = cfg(&[("GPU_SIDECAR_SAMPLE_INTERVAL", "10s")]).unwrap();
+        assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
+        let c = cfg(&[("GPU_SIDECAR_WATCHDOG_TIMEOUT", "2s")]).unwrap();
+        assert_eq!(c.watchdog_timeout, Duration::from_secs(2));
+    }
+
+    /// A fresh directory under the system temp dir for one test.
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("gpu-sidecar-config-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn tls_files_are_read_and_checked() {
+        let dir = temp_dir("tls");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let (ca, crt, pem_key, junk) = (
+            dir.join("ca.pem"),
+            dir.join("client.pem"),
+            dir.join("client.key"),
+            dir.join("junk.pem"),
+        );
+        std::fs::write(&ca, cert.pem()).unwrap();
+        std::fs::write(&crt, cert.pem()).unwrap();
+        std::fs::write(&pem_key, key.serialize_pem()).unwrap();
+        std::fs::write(&junk, "not a certificate\n").unwrap();
+        let p = |p: &PathBuf| p.to_str().unwrap().to_string();
+
+        let c = cfg(&[
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", &p(&ca)),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &p(&crt)),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &p(&pem_key)),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.otlp.tls.ca.as_ref().unwrap().bytes(),
+            cert.pem().as_bytes()
+        );
+        assert_eq!(
+            c.otlp.tls.client_key.as_ref().unwrap().expose(),
+            key.serialize_pem()
+        );
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("PRIVATE KEY"), "{debug}");
+        assert!(!debug.contains("BEGIN CERTIFICATE"), "{debug}");
+
+        let e = cfg(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem")]).unwrap_err();
+        assert_eq!(e.var, "OTEL_EXPORTER_OTLP_CERTIFICATE");
+        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+        let e = cfg(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", &p(&junk))]).unwrap_err();
+        assert_eq!(e.var, "OTEL_EXPORTER_OTLP_CERTIFICATE");
+        assert!(e.expected.contains("none found"), "{e}");
+        // A certificate where the key should be, and a key where a certificate should be.
+        let e = cfg(&[
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &p(&crt)),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &p(&crt)),
+        ])
+        .unwrap_err();
+        assert_eq!(e.var, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+        let e = cfg(&[("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &p(&pem_key))]).unwrap_err();
+        assert_eq!(e.var, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE");
+        // Mutual TLS needs both halves.
+        let e = cfg(&[("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &p(&crt))]).unwrap_err();
+        assert_eq!(e.var, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+        let e = cfg(&[("OTEL_EXPORTER_OTLP_CLIENT_KEY", &p(&pem_key))]).unwrap_err();
+        assert_eq!(e.var, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -4,13 +4,15 @@
 //! Data flow, one module per stage: [`config`] (environment → typed settings) →
 //! [`sampling`] (the NVML thread → [`sampling::Snapshot`]) → [`telemetry`] (catalogue of
 //! instruments, OTel SDK, OTLP/console exporters), with [`attribution`] giving the resource
-//! (pod, container, node). [`rules`] judges every sample and reports alerts and diagnoses
-//! as events.
+//! (pod, container, node), and [`health`] (the `/healthz` and `/readyz` endpoints, the
+//! sampler watchdog). [`rules`] judges every sample and reports alerts and diagnoses as
+//! events; [`report`] writes the run report and the sample log.
 
 #![warn(missing_docs)]
 
 pub mod attribution;
 pub mod config;
+pub mod health;
 pub mod logging;
 pub mod process_watch;
 pub mod report;

@@ -1,7 +1,11 @@
 //! `gpu-otel-sidecar`: the agent binary. See the README for settings.
 //!
 //! Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for a bad setting (one line
-//! on stderr naming the variable), 1 if the exporter cannot be set up.
+//! on stderr naming the variable), 1 if the exporter cannot be set up or the health port
+//! cannot be bound.
+//!
+//! `gpu-otel-sidecar health` asks the local agent's `/readyz` (for a Docker `HEALTHCHECK`
+//! in an image without curl): exit 0 when ready, 1 otherwise.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,18 +18,21 @@ use gpu_otel_sidecar::rules::Rules;
 use gpu_otel_sidecar::sampling::{Sampler, SamplerSettings, SharedState};
 use gpu_otel_sidecar::telemetry::events::Events;
 use gpu_otel_sidecar::telemetry::{Telemetry, TelemetryError};
-use gpu_otel_sidecar::{attribution, logging, process_watch};
+use gpu_otel_sidecar::{attribution, health, logging, process_watch};
 
 const USAGE: &str = "\
 gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metrics over OTLP.
 
 Usage: gpu-otel-sidecar [--help | --version]
+       gpu-otel-sidecar health    ask the running agent's /readyz (GPU_SIDECAR_HEALTH_ADDR);
+                                  exit 0 if ready, 1 if not
 
 Configured by environment variables (OTEL_* and GPU_SIDECAR_*); see the README.";
 
 fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         None => {}
+        Some("health") => return health_command(),
         Some("--help" | "-h") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -48,6 +55,37 @@ fn main() -> ExitCode {
     };
     logging::init(&config.log_level, config.log_format == LogFormat::Json);
     run(config)
+}
+
+/// `gpu-otel-sidecar health`: prints the `/readyz` body; exit 0 when ready.
+fn health_command() -> ExitCode {
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gpu-otel-sidecar: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(addr) = config.health_addr else {
+        eprintln!(
+            "gpu-otel-sidecar health: the health endpoint is off (GPU_SIDECAR_HEALTH_ADDR=off)"
+        );
+        return ExitCode::FAILURE;
+    };
+    match health::probe(addr, Duration::from_secs(3)) {
+        Ok((status, body)) => {
+            println!("{body}");
+            if status == 200 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("gpu-otel-sidecar health: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn run(config: Config) -> ExitCode {
@@ -129,6 +167,18 @@ fn run(config: Config) -> ExitCode {
         }
         _ => {}
     }
+    gpu_otel_sidecar::telemetry::tls::install_crypto_provider();
+    let health_listener = match config.health_addr.map(std::net::TcpListener::bind) {
+        None => None,
+        Some(Ok(l)) => Some(l),
+        Some(Err(e)) => {
+            tracing::error!(
+                "cannot listen on GPU_SIDECAR_HEALTH_ADDR={}: {e}; choose another address or set it to off",
+                config.health_addr.map(|a| a.to_string()).unwrap_or_default()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
     let shared = Arc::new(SharedState::default());
     // Subscribed before the sampler starts, so that they see every tick.
     let run_report = RunReporter::start(&shared, config.sample_interval);
@@ -155,6 +205,33 @@ fn run(config: Config) -> ExitCode {
         }
     };
 
+    let checks = Arc::new(health::Health::new(
+        shared.clone(),
+        telemetry.status.clone(),
+        health::Limits::from_config(&config),
+    ));
+    runtime.spawn(health::watchdog(shared.clone(), config.watchdog_timeout));
+    if let Some(listener) = health_listener {
+        let served = listener.set_nonblocking(true).and_then(|()| {
+            let _guard = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)
+        });
+        match served {
+            Ok(listener) => {
+                if let Ok(addr) = listener.local_addr() {
+                    tracing::info!(
+                        "health endpoint listening on http://{addr} (/healthz, /readyz)"
+                    );
+                }
+                runtime.spawn(health::serve(listener, checks));
+            }
+            Err(e) => {
+                tracing::error!("cannot serve the health endpoint: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+
     let rules = Rules::start(&config.rules, &shared, events.clone(), &telemetry.meter());
 
     let signal = runtime.block_on(async {
@@ -169,10 +246,12 @@ fn run(config: Config) -> ExitCode {
     tracing::info!(signal, "shutting down: final sample and export");
     let deadline = Instant::now() + config.shutdown_timeout;
     telemetry.stop_clock(config.shutdown_timeout / 4);
-    if !sampler.stop(deadline.saturating_duration_since(Instant::now())) {
+    // Half the bound at most for the final sample, so that a stuck driver call leaves time
+    // for the final export.
+    let sampler_bound = config.shutdown_timeout / 2;
+    if !sampler.stop(sampler_bound) {
         tracing::warn!(
-            "the NVML sampler did not finish its final sample within {:?} (a driver call is stuck); exporting without it",
-            config.shutdown_timeout
+            "the NVML sampler did not finish its final sample within {sampler_bound:?} (a driver call is stuck); exporting without it"
         );
     }
     // Every sample is in: end the subscriptions, let the consumers (rules, sample log, run

@@ -164,6 +164,9 @@ async fn grpc_receiver_gets_a_real_gzip_export_with_metadata() {
 #[test]
 fn http_receiver_gets_a_real_export_with_headers() {
     let rx = Receiver::start(Protocol::Http);
+    // reqwest is built with rustls and no bundled provider: a process must install one
+    // before the SDK builds its default HTTP client (the agent does this at startup).
+    gpu_otel_sidecar::telemetry::tls::install_crypto_provider();
     let exporter = MetricExporter::builder()
         .with_http()
         .with_endpoint(rx.metrics_url())
@@ -415,7 +418,16 @@ fn agent_wrapper_clears_the_environment_and_captures_output() {
         .filter_map(|l| l.split_once('=').map(|(k, _)| k.to_owned()))
         .collect();
     keys.sort();
-    keys.retain(|k| !["PATH", "HOME", "LLVM_PROFILE_FILE"].contains(&k.as_str()));
+    // GPU_SIDECAR_HEALTH_ADDR=127.0.0.1:0 is the builder's default (a free health port).
+    keys.retain(|k| {
+        ![
+            "PATH",
+            "HOME",
+            "LLVM_PROFILE_FILE",
+            "GPU_SIDECAR_HEALTH_ADDR",
+        ]
+        .contains(&k.as_str())
+    });
     assert_eq!(keys, ["GPU_SIDECAR_X", "K"], "{}", child.dump());
     assert!(child.stdout_lines().contains(&"K=second".to_owned()));
     assert!(child.wait_for_stdout("GPU_SIDECAR_X=1", Duration::ZERO));

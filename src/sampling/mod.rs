@@ -11,14 +11,19 @@
 //! during the NVML session. When NVML cannot start, the cause is classified
 //! ([`NvmlDown`]), logged once per distinct cause, and init is retried with capped
 //! exponential backoff.
+//!
+//! The thread publishes a heartbeat ([`SharedState::busy`]: what it is doing and since
+//! when) so that a call wedged in the driver, which cannot be interrupted, is seen by the
+//! health checks, and it counts every error NVML answers ([`SharedState::nvml_errors`]).
 
 mod read;
 pub mod snapshot;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -58,18 +63,24 @@ pub enum NvmlDown {
     VersionMismatch,
     /// `NVML_ERROR_UNKNOWN` at init ("Failed to initialize NVML: Unknown Error").
     Unknown,
+    /// `NVML_ERROR_GPU_IS_LOST` at init or device listing: a GPU has fallen off the bus.
+    GpuLost,
+    /// `NVML_ERROR_RESET_REQUIRED` at init or device listing: a GPU needs a reset.
+    ResetRequired,
     /// Any other error, as NVML named it.
     Other(String),
 }
 
 impl NvmlDown {
-    fn classify(e: &NvmlError) -> Self {
+    pub(crate) fn classify(e: &NvmlError) -> Self {
         match e {
             NvmlError::LibloadingError(inner) => NvmlDown::LibraryNotFound(format!("{inner}")),
             NvmlError::DriverNotLoaded => NvmlDown::DriverNotLoaded,
             NvmlError::NoPermission => NvmlDown::NoPermission,
             NvmlError::LibRmVersionMismatch => NvmlDown::VersionMismatch,
             NvmlError::Unknown => NvmlDown::Unknown,
+            NvmlError::GpuLost => NvmlDown::GpuLost,
+            NvmlError::ResetRequired => NvmlDown::ResetRequired,
             other => NvmlDown::Other(format!("{other:?}")),
         }
     }
@@ -86,6 +97,8 @@ impl NvmlDown {
             NvmlDown::NoPermission => "no permission to talk to the NVIDIA driver (NVML_ERROR_NO_PERMISSION): the container needs the /dev/nvidia* devices (NVIDIA Container Toolkit)".into(),
             NvmlDown::VersionMismatch => "NVML library and kernel driver versions differ (NVML_ERROR_LIB_RM_VERSION_MISMATCH): the driver was upgraded without a reboot or the container mounts another version; reboot the node or restart the pod".into(),
             NvmlDown::Unknown => "Failed to initialize NVML: Unknown Error (NVML_ERROR_UNKNOWN): typically the container lost its device cgroup access after `systemctl daemon-reload` on the host; restart the pod (and see NVIDIA Container Toolkit's note on systemd cgroup drivers)".into(),
+            NvmlDown::GpuLost => "a GPU has fallen off the bus (NVML_ERROR_GPU_IS_LOST): the kernel log (dmesg) shows Xid 79; the node needs a reboot or the GPU a reset (nvidia-smi -r), and its hardware checked if it recurs".into(),
+            NvmlDown::ResetRequired => "a GPU needs a reset (NVML_ERROR_RESET_REQUIRED): reset it with nvidia-smi -r -i <index> once no process uses it, or reboot the node".into(),
             NvmlDown::Other(e) => format!("NVML failed to initialize: {e}"),
         }
     }
@@ -103,6 +116,42 @@ pub enum NvmlStatus {
     Down(NvmlDown),
 }
 
+/// What the sampler thread is doing, for the watchdog: each step that calls NVML and can
+/// block in the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// `nvmlInit_v2` (library load and driver handshake).
+    Init,
+    /// Device listing and static facts (`nvmlDeviceGetCount_v2`, handles, UUIDs, names).
+    Listing,
+    /// One sample of every device.
+    Tick,
+    /// `nvmlShutdown`.
+    Shutdown,
+}
+
+impl Activity {
+    /// Lower-case name for logs and the health body.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Activity::Init => "nvmlInit",
+            Activity::Listing => "device listing",
+            Activity::Tick => "sampling tick",
+            Activity::Shutdown => "nvmlShutdown",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Heartbeat {
+    busy: Option<(Activity, Instant)>,
+    last_tick_duration: Option<Duration>,
+}
+
+/// Errors NVML answered, by call and error code, counted since start (see
+/// [`SharedState::nvml_errors`]).
+pub type NvmlErrorCounts = BTreeMap<(String, String), u64>;
+
 /// What the sampler publishes; read by the telemetry callbacks and the health checks.
 #[derive(Debug)]
 pub struct SharedState {
@@ -110,6 +159,8 @@ pub struct SharedState {
     subscribers: std::sync::Mutex<Vec<mpsc::SyncSender<Arc<Snapshot>>>>,
     status: RwLock<NvmlStatus>,
     ticks: AtomicU64,
+    heartbeat: Mutex<Heartbeat>,
+    nvml_errors: Mutex<NvmlErrorCounts>,
 }
 
 impl Default for SharedState {
@@ -119,6 +170,8 @@ impl Default for SharedState {
             subscribers: std::sync::Mutex::new(Vec::new()),
             status: RwLock::new(NvmlStatus::Down(NvmlDown::Starting)),
             ticks: AtomicU64::new(0),
+            heartbeat: Mutex::new(Heartbeat::default()),
+            nvml_errors: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -186,6 +239,61 @@ impl SharedState {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+    }
+
+    /// What the sampler thread is inside now (an NVML step) and how long it has been at it;
+    /// `None` while it waits between ticks or between init retries. A duration far above the
+    /// sample interval means a driver call is stuck.
+    pub fn busy(&self) -> Option<(Activity, Duration)> {
+        self.heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .busy
+            .map(|(a, since)| (a, since.elapsed()))
+    }
+
+    /// How long the last completed tick took (every device read once).
+    pub fn last_tick_duration(&self) -> Option<Duration> {
+        self.heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_tick_duration
+    }
+
+    /// Every error NVML answered since start, by `(call, code)`: the C function (with its
+    /// argument where it matters, e.g. `nvmlDeviceGetClockInfo(NVML_CLOCK_SM)`) and the
+    /// `NVML_ERROR_*` name. A field that answers `NOT_SUPPORTED` is asked, and so counted,
+    /// once per device and NVML session; a lost GPU is probed, and counted, once per tick.
+    pub fn nvml_errors(&self) -> NvmlErrorCounts {
+        self.nvml_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn add_nvml_errors(&self, errors: impl IntoIterator<Item = ((&'static str, String), u64)>) {
+        let mut counts = self.nvml_errors.lock().unwrap_or_else(|p| p.into_inner());
+        for ((call, code), n) in errors {
+            *counts.entry((call.to_string(), code)).or_insert(0) += n;
+        }
+    }
+
+    /// Marks the start of an NVML step on the sampler thread.
+    fn begin(&self, activity: Activity) {
+        self.heartbeat
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .busy = Some((activity, Instant::now()));
+    }
+
+    /// Marks the end of the current step; a tick's duration is kept.
+    fn end(&self) {
+        let mut h = self.heartbeat.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((activity, since)) = h.busy.take() {
+            if activity == Activity::Tick {
+                h.last_tick_duration = Some(since.elapsed());
+            }
+        }
     }
 
     fn set_status(&self, status: NvmlStatus) {
@@ -283,9 +391,11 @@ fn run(settings: &SamplerSettings, shared: &SharedState, commands: &mpsc::Receiv
     let mut last_down: Option<NvmlDown> = None;
     let mut seq = 0u64;
     loop {
+        shared.begin(Activity::Init);
         let init = Nvml::builder()
             .lib_path(settings.nvml_library.as_os_str())
             .init();
+        shared.end();
         match init {
             Ok(nvml) => {
                 if last_down.take().is_some() {
@@ -293,7 +403,11 @@ fn run(settings: &SamplerSettings, shared: &SharedState, commands: &mpsc::Receiv
                 }
                 backoff = Duration::from_secs(1);
                 let end = session(&nvml, settings, shared, commands, &mut seq);
-                if let Err(e) = nvml.shutdown() {
+                shared.begin(Activity::Shutdown);
+                let result = nvml.shutdown();
+                shared.end();
+                if let Err(e) = result {
+                    shared.add_nvml_errors([(("nvmlShutdown", read::error_code(&e)), 1)]);
                     tracing::warn!("nvmlShutdown failed: {e}");
                 } else {
                     tracing::debug!("nvmlShutdown done");
@@ -304,6 +418,7 @@ fn run(settings: &SamplerSettings, shared: &SharedState, commands: &mpsc::Receiv
                 }
             }
             Err(e) => {
+                shared.add_nvml_errors([(("nvmlInit_v2", read::error_code(&e)), 1)]);
                 let down = NvmlDown::classify(&e);
                 if last_down.as_ref() != Some(&down) {
                     tracing::error!(
@@ -332,9 +447,16 @@ fn session(
     commands: &mpsc::Receiver<Command>,
     seq: &mut u64,
 ) -> SessionEnd {
-    let mut reader = match read::Reader::open(nvml, &settings.devices) {
-        Ok(r) => r,
+    shared.begin(Activity::Listing);
+    let opened = read::Reader::open(nvml, &settings.devices);
+    shared.end();
+    let mut reader = match opened {
+        Ok(mut r) => {
+            shared.add_nvml_errors(r.take_errors());
+            r
+        }
         Err(e) => {
+            shared.add_nvml_errors([(("nvmlDeviceGetCount_v2", read::error_code(&e)), 1)]);
             tracing::error!("NVML is up but listing devices failed: {e}; re-initializing");
             shared.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
                 "device listing: {e}"
@@ -358,13 +480,18 @@ fn session(
     let mut next = Instant::now();
     loop {
         *seq += 1;
-        let snapshot = Snapshot {
-            taken_at: SystemTime::now(),
-            taken_instant: Instant::now(),
+        shared.begin(Activity::Tick);
+        let taken_at = SystemTime::now();
+        let taken_instant = Instant::now();
+        let devices = reader.sample();
+        shared.end();
+        shared.add_nvml_errors(reader.take_errors());
+        shared.publish(Snapshot {
+            taken_at,
+            taken_instant,
             seq: *seq,
-            devices: reader.sample(),
-        };
-        shared.publish(snapshot);
+            devices,
+        });
         next += settings.interval;
         let now = Instant::now();
         if next < now {
@@ -375,11 +502,17 @@ fn session(
             Err(RecvTimeoutError::Timeout) => {}
             Ok(Command::FinalSampleAndStop) => {
                 *seq += 1;
+                shared.begin(Activity::Tick);
+                let taken_at = SystemTime::now();
+                let taken_instant = Instant::now();
+                let devices = reader.sample();
+                shared.end();
+                shared.add_nvml_errors(reader.take_errors());
                 shared.publish(Snapshot {
-                    taken_at: SystemTime::now(),
-                    taken_instant: Instant::now(),
+                    taken_at,
+                    taken_instant,
                     seq: *seq,
-                    devices: reader.sample(),
+                    devices,
                 });
                 return SessionEnd::Stop;
             }

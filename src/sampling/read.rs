@@ -1,7 +1,7 @@
 //! The NVML calls themselves: device listing, static facts, and the per-tick fields, each
 //! through [`Gate`] so an unsupported field is asked once and then left alone.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
@@ -63,12 +63,50 @@ impl Field {
     }
 }
 
+/// The `NVML_ERROR_*` name of an error (the `error.type` of `gpu_sidecar.nvml.errors`).
+/// Errors of the wrapper itself map to the NVML code closest in meaning: a library that
+/// cannot be loaded is `NVML_ERROR_LIBRARY_NOT_FOUND`, a missing symbol
+/// `NVML_ERROR_FUNCTION_NOT_FOUND`; a code the wrapper does not know is `NVML_ERROR_<n>`.
+pub(crate) fn error_code(e: &NvmlError) -> String {
+    let name = match e {
+        NvmlError::Uninitialized => "UNINITIALIZED",
+        NvmlError::InvalidArg => "INVALID_ARGUMENT",
+        NvmlError::NotSupported => "NOT_SUPPORTED",
+        NvmlError::NoPermission => "NO_PERMISSION",
+        NvmlError::NotFound => "NOT_FOUND",
+        NvmlError::InsufficientSize(_) => "INSUFFICIENT_SIZE",
+        NvmlError::InsufficientPower => "INSUFFICIENT_POWER",
+        NvmlError::DriverNotLoaded => "DRIVER_NOT_LOADED",
+        NvmlError::Timeout => "TIMEOUT",
+        NvmlError::IrqIssue => "IRQ_ISSUE",
+        NvmlError::LibraryNotFound | NvmlError::LibloadingError(_) => "LIBRARY_NOT_FOUND",
+        NvmlError::FunctionNotFound | NvmlError::FailedToLoadSymbol(_) => "FUNCTION_NOT_FOUND",
+        NvmlError::CorruptedInfoROM => "CORRUPTED_INFOROM",
+        NvmlError::GpuLost => "GPU_IS_LOST",
+        NvmlError::ResetRequired => "RESET_REQUIRED",
+        NvmlError::OperatingSystem => "OPERATING_SYSTEM",
+        NvmlError::LibRmVersionMismatch => "LIB_RM_VERSION_MISMATCH",
+        NvmlError::InUse => "IN_USE",
+        NvmlError::InsufficientMemory => "MEMORY",
+        NvmlError::NoData => "NO_DATA",
+        NvmlError::VgpuEccNotSupported => "VGPU_ECC_NOT_SUPPORTED",
+        NvmlError::UnexpectedVariant(code) => return format!("NVML_ERROR_{code}"),
+        // Errors of the wrapper's own conversions (strings, bit sets, PCI info).
+        _ => "UNKNOWN",
+    };
+    format!("NVML_ERROR_{name}")
+}
+
+/// Errors seen since the last [`Gate::take_errors`], by (call, code).
+pub(crate) type ErrorCounts = BTreeMap<(&'static str, String), u64>;
+
 /// Remembers which (device, field) pairs NVML does not answer, and which errors were
-/// already logged, so each is said once.
+/// already logged, so each is said once; counts every error by call and code.
 #[derive(Debug, Default)]
 pub(crate) struct Gate {
     unsupported: HashSet<(u32, Field)>,
     failing: HashSet<(u32, Field)>,
+    errors: ErrorCounts,
 }
 
 /// What one call's error means for the field and the device.
@@ -98,6 +136,16 @@ impl Gate {
     /// Runs `call` for `field` of device `index` unless it is known unsupported. Returns the
     /// value, or `None` (logged once per device, field and kind of failure). Sets `*lost`
     /// when the device answered that it is lost.
+    /// Counts one error of `call`.
+    pub(crate) fn count(&mut self, call: &'static str, e: &NvmlError) {
+        *self.errors.entry((call, error_code(e))).or_insert(0) += 1;
+    }
+
+    /// The errors counted since the last call.
+    pub(crate) fn take_errors(&mut self) -> ErrorCounts {
+        std::mem::take(&mut self.errors)
+    }
+
     pub(crate) fn read<T>(
         &mut self,
         index: u32,
@@ -117,6 +165,7 @@ impl Gate {
                 Some(v)
             }
             Err(e) => {
+                self.count(field.nvml_call(), &e);
                 match verdict(&e) {
                     Verdict::Unsupported => {
                         self.unsupported.insert((index, field));
@@ -171,6 +220,7 @@ impl<'n> Reader<'n> {
             // Resolved into a list before sampling starts; never "all".
             DeviceSelection::PodResources => Some(&[]),
         };
+        let mut gate = Gate::default();
         let count = nvml.device_count()?;
         let driver_version = nvml.sys_driver_version().ok();
         let mut devices = Vec::new();
@@ -179,14 +229,16 @@ impl<'n> Reader<'n> {
             let device = match nvml.device_by_index(index) {
                 Ok(d) => d,
                 Err(e) => {
-                    tracing::error!(gpu = index, error = %e, "cannot get a handle for this GPU; it is skipped");
+                    gate.count("nvmlDeviceGetHandleByIndex_v2", &e);
+                    log_unlisted(index, "nvmlDeviceGetHandleByIndex_v2", &e);
                     continue;
                 }
             };
             let uuid = match device.uuid() {
                 Ok(u) => u,
                 Err(e) => {
-                    tracing::error!(gpu = index, error = %e, "nvmlDeviceGetUUID failed; this GPU is skipped (no hw.id)");
+                    gate.count("nvmlDeviceGetUUID", &e);
+                    log_unlisted(index, "nvmlDeviceGetUUID", &e);
                     continue;
                 }
             };
@@ -241,14 +293,16 @@ impl<'n> Reader<'n> {
                 );
             }
         }
-        Ok(Self {
-            devices,
-            gate: Gate::default(),
-        })
+        Ok(Self { devices, gate })
     }
 
     pub(crate) fn device_count(&self) -> usize {
         self.devices.len()
+    }
+
+    /// Errors counted since the last call (listing included), by call and code.
+    pub(crate) fn take_errors(&mut self) -> ErrorCounts {
+        self.gate.take_errors()
     }
 
     /// Reads every per-tick field of every device.
@@ -339,6 +393,20 @@ fn sample_device(gate: &mut Gate, sel: &mut Selected<'_>) -> DeviceSample {
         return DeviceSample::empty(sel.info.clone(), DeviceState::Lost);
     }
     s
+}
+
+/// One line for a GPU that cannot be listed (no handle or no UUID, so no `hw.id` to report
+/// it under), naming the cause and the fix when it is a known one.
+fn log_unlisted(index: u32, call: &str, e: &NvmlError) {
+    match e {
+        NvmlError::GpuLost | NvmlError::ResetRequired => tracing::error!(
+            gpu = index,
+            call,
+            "this GPU cannot be reported: {}",
+            super::NvmlDown::classify(e).explain()
+        ),
+        _ => tracing::error!(gpu = index, call, error = %e, "cannot list this GPU; it is skipped"),
+    }
 }
 
 /// HBM temperature through the field-values API; the per-field return code is the answer.

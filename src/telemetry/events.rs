@@ -1,5 +1,6 @@
 //! Events: OpenTelemetry log records with an `event.name`, exported over the same OTLP
-//! endpoint and protocol as the metrics (`OTEL_LOGS_EXPORTER` = `otlp` | `console` | `none`).
+//! endpoint and protocol as the metrics (`OTEL_LOGS_EXPORTER` = `otlp` | `console` | `none`),
+//! with the same headers and TLS settings ([`super::tls`]).
 //!
 //! Records go through the SDK's `BatchLogProcessor` (its own thread, bounded queue of 2048:
 //! an unreachable collector drops events, never grows memory), so whoever emits an event
@@ -93,6 +94,9 @@ fn otlp_log_exporter(
                 .with_endpoint(c.logs_endpoint.clone())
                 .with_timeout(c.timeout)
                 .with_metadata(metadata);
+            if let Some(tls) = super::tls::grpc(c, &c.logs_endpoint) {
+                b = b.with_tls_config(tls);
+            }
             if c.gzip {
                 b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
             }
@@ -106,6 +110,7 @@ fn otlp_log_exporter(
                 .collect();
             let mut b = builder
                 .with_http()
+                .with_http_client(super::tls::http_client(c, &c.logs_endpoint)?)
                 .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                 .with_endpoint(c.logs_endpoint.clone())
                 .with_timeout(c.timeout)

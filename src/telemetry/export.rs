@@ -26,14 +26,21 @@ pub struct ExportStatus {
 struct ExportState {
     last_success: Option<(Instant, SystemTime)>,
     last_failure: Option<Instant>,
+    last_attempt: Option<Instant>,
     consecutive_failures: u64,
     total_failures: u64,
     total_exports: u64,
     last_logged_failure: Option<Instant>,
+    /// Failures since the last failure line.
+    unlogged_failures: u64,
+    /// The current run of failures was logged (so its end is too).
+    run_logged: bool,
 }
 
-/// Failures are logged at most once per this period (plus the first of a run, and the
-/// recovery), so a collector down for hours gives a few lines, not one per try.
+/// Failure lines are at most one per this period, whatever the collector does (down for
+/// hours, or flapping every few seconds): the first failure is logged, then the next one
+/// due after this period, with the count of those in between. The end of a logged run of
+/// failures is logged once ("works again").
 pub const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(60);
 
 impl ExportStatus {
@@ -57,23 +64,31 @@ impl ExportStatus {
         self.lock().total_exports
     }
 
+    /// When the last export finished (successfully or not): the export loop is turning.
+    pub fn last_attempt(&self) -> Option<Instant> {
+        self.lock().last_attempt
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, ExportState> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn record(&self, result: &OTelSdkResult, target: &str) {
+    /// Records one export's outcome and logs at a bounded rate (see [`FAILURE_LOG_PERIOD`]).
+    pub fn record(&self, result: &OTelSdkResult, target: &str) {
         let mut s = self.lock();
         s.total_exports += 1;
         let now = Instant::now();
+        s.last_attempt = Some(now);
         match result {
             Ok(()) => {
-                if s.consecutive_failures > 0 {
+                if s.consecutive_failures > 0 && s.run_logged {
                     tracing::info!(
                         target_endpoint = target,
                         failed_exports = s.consecutive_failures,
                         "metrics export works again"
                     );
                 }
+                s.run_logged = false;
                 s.consecutive_failures = 0;
                 s.last_success = Some((now, SystemTime::now()));
             }
@@ -84,14 +99,19 @@ impl ExportStatus {
                 let due = s
                     .last_logged_failure
                     .is_none_or(|t| now.duration_since(t) >= FAILURE_LOG_PERIOD);
-                if s.consecutive_failures == 1 || due {
+                if due {
+                    let not_logged = std::mem::take(&mut s.unlogged_failures);
                     s.last_logged_failure = Some(now);
+                    s.run_logged = true;
                     tracing::warn!(
                         target_endpoint = target,
                         failed_in_a_row = s.consecutive_failures,
+                        failed_since_last_report = not_logged,
                         "metrics export failed: {e}; the data of this export is dropped (cumulative counters stay continuous), retrying at the next interval; next report of this in {}s at most",
                         FAILURE_LOG_PERIOD.as_secs()
                     );
+                } else {
+                    s.unlogged_failures += 1;
                 }
             }
         }
@@ -205,6 +225,9 @@ pub fn otlp_metric_exporter(
                 .with_endpoint(c.metrics_endpoint.clone())
                 .with_timeout(c.timeout)
                 .with_metadata(metadata);
+            if let Some(tls) = super::tls::grpc(c, &c.metrics_endpoint) {
+                b = b.with_tls_config(tls);
+            }
             if c.gzip {
                 b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
             }
@@ -218,6 +241,7 @@ pub fn otlp_metric_exporter(
                 .collect();
             let mut b = builder
                 .with_http()
+                .with_http_client(super::tls::http_client(c, &c.metrics_endpoint)?)
                 .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                 .with_endpoint(c.metrics_endpoint.clone())
                 .with_timeout(c.timeout)

@@ -9,6 +9,8 @@ pub mod clock;
 pub mod events;
 pub mod export;
 pub mod instruments;
+pub mod self_metrics;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,7 +88,12 @@ impl Telemetry {
                 .build(),
         );
         let samples = shared.subscribe(1);
-        instruments::register(&meter, shared, max_snapshot_age(config.sample_interval));
+        instruments::register(
+            &meter,
+            shared.clone(),
+            max_snapshot_age(config.sample_interval),
+        );
+        self_metrics::register(&meter, shared, status.clone());
         let clock = clock::ExportClock::start(
             provider.clone(),
             samples,

@@ -247,14 +247,29 @@ pub struct Agent {
 
 impl Agent {
     /// A builder for the agent binary (`CARGO_BIN_EXE_gpu-otel-sidecar`), with an environment
-    /// of only `PATH` and `HOME` (and `LLVM_PROFILE_FILE` if set) until more is added.
+    /// of only `PATH` and `HOME` (and `LLVM_PROFILE_FILE` if set) until more is added, plus
+    /// `GPU_SIDECAR_HEALTH_ADDR=127.0.0.1:0` (a free port per agent, so that agents of
+    /// parallel tests do not fight over the default 13134; see [`Agent::health_url`]).
     pub fn builder() -> AgentBuilder {
         AgentBuilder {
             program: PathBuf::from(env!("CARGO_BIN_EXE_gpu-otel-sidecar")),
             args: Vec::new(),
-            env: Vec::new(),
+            env: vec![("GPU_SIDECAR_HEALTH_ADDR".into(), "127.0.0.1:0".into())],
             echo: true,
         }
+    }
+
+    /// `http://127.0.0.1:PORT`: the health endpoint's base URL, from the agent's
+    /// `health endpoint listening on http://…` log line (waits up to `timeout` for it).
+    pub fn health_url(&self, timeout: Duration) -> Option<String> {
+        const NEEDLE: &str = "health endpoint listening on ";
+        if !self.wait_for_stderr(NEEDLE, timeout) {
+            return None;
+        }
+        self.stderr_lines().iter().find_map(|l| {
+            let rest = &l[l.find(NEEDLE)? + NEEDLE.len()..];
+            Some(rest.split_whitespace().next()?.to_string())
+        })
     }
 
     /// Starts the agent with the given environment variables (on top of the minimal one).

@@ -48,7 +48,7 @@ pub mod receiver;
 pub use agent::{Agent, AgentBuilder};
 pub use paths::{fixture_dir, mock_library, scenario, workspace_root};
 pub use receiver::{
-    Attempt, Kind, LogRecordView, Mode, Point, Protocol, Received, Receiver, Signal,
+    Attempt, Kind, LogRecordView, Mode, Point, Protocol, Received, Receiver, ServerTls, Signal,
 };
 
 use std::time::{Duration, Instant};

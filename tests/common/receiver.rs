@@ -10,6 +10,9 @@
 //! Every request is kept with its arrival time, its headers (gRPC metadata or HTTP headers)
 //! and whether its body was gzip-compressed. Faults are injected with [`Receiver::set_mode`],
 //! [`Receiver::fail_next`], [`Receiver::stop`] and [`Receiver::restart`].
+//!
+//! [`Receiver::start_tls`] serves either protocol over TLS (rustls), optionally requiring a
+//! client certificate signed by a given CA (mutual TLS).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Read;
@@ -46,6 +49,17 @@ use tonic_types::{ErrorDetails, StatusExt};
 /// Largest request accepted, compressed or not (the defaults of tonic and axum are 4 MB and
 /// 2 MB; a big host can send more than that).
 const MAX_REQUEST_BYTES: usize = 64 << 20;
+
+/// TLS settings of a receiver started with [`Receiver::start_tls`] (PEM text).
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// The server's certificate chain.
+    pub cert_pem: String,
+    /// The server's private key.
+    pub key_pem: String,
+    /// When set, a client certificate signed by this CA is required (mutual TLS).
+    pub client_ca_pem: Option<String>,
+}
 
 /// Which OTLP transport a [`Receiver`] speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -452,7 +466,11 @@ fn grpc_status(mode: Mode) -> tonic::Status {
     }
 }
 
-async fn serve_grpc(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
+async fn serve_grpc(
+    shared: Arc<Shared>,
+    listener: tokio::net::TcpListener,
+    tls: Option<ServerTls>,
+) {
     let metrics = MetricsServiceServer::from_arc(Arc::new(GrpcService(shared.clone())))
         .accept_compressed(CompressionEncoding::Gzip)
         .max_decoding_message_size(MAX_REQUEST_BYTES);
@@ -460,7 +478,17 @@ async fn serve_grpc(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
         .accept_compressed(CompressionEncoding::Gzip)
         .max_decoding_message_size(MAX_REQUEST_BYTES);
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
-    if let Err(e) = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        let mut config = tonic::transport::ServerTlsConfig::new().identity(
+            tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem),
+        );
+        if let Some(ca) = &tls.client_ca_pem {
+            config = config.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(config).expect("gRPC server TLS config");
+    }
+    if let Err(e) = builder
         .add_service(metrics)
         .add_service(logs)
         .serve_with_incoming(incoming)
@@ -567,7 +595,82 @@ fn http_refusal(mode: Mode) -> Response {
     response
 }
 
-async fn serve_http(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
+/// A TLS listener for axum: TCP accept, then the rustls handshake (bounded to 5 s; a failed
+/// handshake is reported on stderr and the next connection accepted).
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl TlsListener {
+    fn new(tcp: tokio::net::TcpListener, tls: &ServerTls) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let certs: Vec<_> = CertificateDer::pem_slice_iter(tls.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .expect("server certificate PEM");
+        let key = PrivateKeyDer::from_pem_slice(tls.key_pem.as_bytes()).expect("server key PEM");
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions");
+        let builder = match &tls.client_ca_pem {
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                    roots.add(cert.expect("client CA PEM")).expect("client CA");
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    roots.into(),
+                    provider,
+                )
+                .build()
+                .expect("client verifier");
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let config = builder
+            .with_single_cert(certs, key)
+            .expect("server certificate and key");
+        Self {
+            tcp,
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let (stream, addr) = match self.tcp.accept().await {
+                Ok(conn) => conn,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            match tokio::time::timeout(Duration::from_secs(5), self.acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => return (tls, addr),
+                Ok(Err(e)) => eprintln!("[otlp receiver] TLS handshake failed: {e}"),
+                Err(_) => eprintln!("[otlp receiver] TLS handshake timed out"),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+async fn serve_http(
+    shared: Arc<Shared>,
+    listener: tokio::net::TcpListener,
+    tls: Option<ServerTls>,
+) {
     let route = |signal| {
         post(
             move |AxumState(shared): AxumState<Arc<Shared>>, headers: HeaderMap, body: Bytes| {
@@ -580,7 +683,11 @@ async fn serve_http(shared: Arc<Shared>, listener: tokio::net::TcpListener) {
         .route("/v1/logs", route(Signal::Logs))
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
         .with_state(shared);
-    if let Err(e) = axum::serve(listener, app).await {
+    let served = match tls {
+        Some(tls) => axum::serve(TlsListener::new(listener, &tls), app).await,
+        None => axum::serve(listener, app).await,
+    };
+    if let Err(e) = served {
         eprintln!("[otlp receiver] HTTP server failed: {e}");
     }
 }
@@ -598,6 +705,8 @@ pub struct Receiver {
     shared: Arc<Shared>,
     /// The runtime serving the current incarnation; `None` while stopped.
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    /// TLS settings ([`Receiver::start_tls`]); `None` for plain TCP.
+    tls: Option<ServerTls>,
 }
 
 impl Receiver {
@@ -618,15 +727,26 @@ impl Receiver {
     /// # Panics
     /// If no port can be bound or no runtime built.
     pub fn start(protocol: Protocol) -> Receiver {
+        Self::start_with(protocol, None)
+    }
+
+    /// As [`Receiver::start`], serving TLS: the endpoint is then
+    /// `https://127.0.0.1:PORT` (the server certificate must name `127.0.0.1`).
+    pub fn start_tls(protocol: Protocol, tls: ServerTls) -> Receiver {
+        Self::start_with(protocol, Some(tls))
+    }
+
+    fn start_with(protocol: Protocol, tls: Option<ServerTls>) -> Receiver {
         let shared = Arc::new(Shared::default());
         let listener = StdTcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local_addr");
-        let runtime = launch(protocol, shared.clone(), listener);
+        let runtime = launch(protocol, shared.clone(), listener, tls.clone());
         Receiver {
             protocol,
             addr,
             shared,
             runtime: Mutex::new(Some(runtime)),
+            tls,
         }
     }
 
@@ -640,10 +760,12 @@ impl Receiver {
         self.addr
     }
 
-    /// Base endpoint, `http://127.0.0.1:PORT`: the value for `OTEL_EXPORTER_OTLP_ENDPOINT`
-    /// (an HTTP exporter appends `/v1/metrics` and `/v1/logs` itself).
+    /// Base endpoint, `http://127.0.0.1:PORT` (`https://` with TLS): the value for
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (an HTTP exporter appends `/v1/metrics` and `/v1/logs`
+    /// itself).
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// `http://127.0.0.1:PORT/v1/metrics` (for signal-specific HTTP endpoint settings).
@@ -724,7 +846,12 @@ impl Receiver {
                 Err(e) => panic!("cannot bind {} again: {e}", self.addr),
             }
         };
-        let runtime = launch(self.protocol, self.shared.clone(), listener);
+        let runtime = launch(
+            self.protocol,
+            self.shared.clone(),
+            listener,
+            self.tls.clone(),
+        );
         *self.runtime.lock().unwrap_or_else(|e| e.into_inner()) = Some(runtime);
     }
 
@@ -934,6 +1061,7 @@ fn launch(
     protocol: Protocol,
     shared: Arc<Shared>,
     listener: StdTcpListener,
+    tls: Option<ServerTls>,
 ) -> tokio::runtime::Runtime {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -948,8 +1076,8 @@ fn launch(
         let listener =
             tokio::net::TcpListener::from_std(listener).expect("register listener with tokio");
         match protocol {
-            Protocol::Grpc => serve_grpc(shared, listener).await,
-            Protocol::Http => serve_http(shared, listener).await,
+            Protocol::Grpc => serve_grpc(shared, listener, tls).await,
+            Protocol::Http => serve_http(shared, listener, tls).await,
         }
     });
     runtime

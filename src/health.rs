@@ -1,0 +1,614 @@
+//! Health: `/healthz` (alive: the loops turn) and `/readyz` (ready: NVML up, a fresh sample,
+//! exports succeeding), served over HTTP on `GPU_SIDECAR_HEALTH_ADDR` (default
+//! `0.0.0.0:13134`) with axum on the agent's tokio runtime; plus the watchdog that logs a
+//! sampler stuck in a driver call, and [`probe`], the client behind
+//! `gpu-otel-sidecar health` (a Docker `HEALTHCHECK` without curl).
+//!
+//! Both endpoints answer `200` when every check passes and `503` otherwise, with a JSON body
+//! naming each check, whether it passed and why:
+//!
+//! ```json
+//! {"status": "not ready",
+//!  "checks": {
+//!    "nvml":     {"ok": false, "detail": "Failed to initialize NVML: Unknown Error (...)"},
+//!    "sample":   {"ok": false, "detail": "no sample yet", "max_age_s": 10.0, "ticks": 0},
+//!    "watchdog": {"ok": true,  "detail": "waiting for the next tick", "bound_s": 15.0},
+//!    "export":   {"ok": true,  "detail": "no export due yet", "bound_s": 40.0}}}
+//! ```
+//!
+//! Checks (the bounds are derived from the settings):
+//! - `nvml` (ready): NVML initialized ([`SharedState::status`]); else the cause and fix.
+//! - `sample` (ready): the latest snapshot is at most two sample intervals old (at least
+//!   1 s), the same bound beyond which nothing is exported. Lost GPUs are listed, and do not
+//!   make the agent unready (they are reported as `hw.status{hw.state=failed}`).
+//! - `watchdog` (ready and alive): the sampler thread has not been inside one NVML step
+//!   (init, listing, tick, shutdown) longer than `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
+//! - `export` (ready): with `OTEL_METRICS_EXPORTER=otlp`, the last successful export is at
+//!   most three export intervals plus the OTLP timeout old (from start, before the first).
+//! - `export_loop` (alive): an export finished, successfully or not, within two export
+//!   intervals plus two OTLP timeouts plus 5 s (the SDK's export thread is turning).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{json, Map, Value};
+
+use crate::config::{Config, ExporterKind};
+use crate::sampling::{Activity, DeviceState, NvmlStatus, SharedState};
+use crate::telemetry::export::ExportStatus;
+
+/// The bounds the checks apply, derived from [`Config`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Oldest acceptable sample: [`crate::telemetry::max_snapshot_age`].
+    pub max_sample_age: Duration,
+    /// Longest acceptable NVML step, `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
+    pub watchdog: Duration,
+    /// Oldest acceptable successful export (`None`: metrics are not sent over OTLP).
+    pub export_success: Option<Duration>,
+    /// Longest acceptable time without any finished export (`None`: no exporter).
+    pub export_loop: Option<Duration>,
+}
+
+impl Limits {
+    /// The bounds for `config`.
+    pub fn from_config(config: &Config) -> Self {
+        let (ei, timeout) = (config.export_interval, config.otlp.timeout);
+        Self {
+            max_sample_age: crate::telemetry::max_snapshot_age(config.sample_interval),
+            watchdog: config.watchdog_timeout,
+            export_success: (config.metrics_exporter == ExporterKind::Otlp)
+                .then(|| ei * 3 + timeout),
+            export_loop: match config.metrics_exporter {
+                ExporterKind::None => None,
+                ExporterKind::Console => Some(ei * 2 + Duration::from_secs(5)),
+                ExporterKind::Otlp => Some((ei + timeout) * 2 + Duration::from_secs(5)),
+            },
+        }
+    }
+}
+
+/// What the checks look at, taken at one instant (see [`Health::inputs`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inputs {
+    /// NVML's state.
+    pub nvml: NvmlStatus,
+    /// Age of the latest snapshot, if any.
+    pub sample_age: Option<Duration>,
+    /// Ticks completed since start.
+    pub ticks: u64,
+    /// Duration of the last completed tick.
+    pub last_tick: Option<Duration>,
+    /// UUIDs of the GPUs reported lost in the latest snapshot.
+    pub lost_gpus: Vec<String>,
+    /// The NVML step the sampler is inside, and for how long.
+    pub busy: Option<(Activity, Duration)>,
+    /// Time since the agent started.
+    pub uptime: Duration,
+    /// Age of the last successful export.
+    pub last_export_success: Option<Duration>,
+    /// Age of the last finished export (success or failure).
+    pub last_export_attempt: Option<Duration>,
+    /// Failed exports in a row.
+    pub consecutive_export_failures: u64,
+    /// Failed exports since start.
+    pub export_failures: u64,
+}
+
+/// The outcome of one endpoint: whether all its checks passed, and the JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// Every check passed.
+    pub ok: bool,
+    /// `{"status": ..., "checks": {name: {"ok": bool, "detail": str, ...}}}`.
+    pub body: Value,
+}
+
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+fn check(ok: bool, detail: String, extra: Value) -> (bool, Value) {
+    let mut map = Map::new();
+    map.insert("ok".into(), ok.into());
+    map.insert("detail".into(), detail.into());
+    if let Value::Object(extra) = extra {
+        map.extend(extra);
+    }
+    (ok, Value::Object(map))
+}
+
+fn nvml_check(i: &Inputs) -> (bool, Value) {
+    match &i.nvml {
+        NvmlStatus::Up { devices } => check(
+            true,
+            format!("NVML up, {devices} GPU(s) sampled"),
+            json!({ "gpus": devices }),
+        ),
+        NvmlStatus::Down(down) => check(false, down.explain(), json!({})),
+    }
+}
+
+fn sample_check(i: &Inputs, l: &Limits) -> (bool, Value) {
+    let extra = json!({
+        "age_s": i.sample_age.map(secs),
+        "max_age_s": secs(l.max_sample_age),
+        "ticks": i.ticks,
+        "last_tick_duration_ms": i.last_tick.map(|d| (d.as_secs_f64() * 1e6).round() / 1e3),
+        "lost_gpus": i.lost_gpus,
+    });
+    match i.sample_age {
+        None => check(false, "no sample yet".into(), extra),
+        Some(age) if age > l.max_sample_age => check(
+            false,
+            format!(
+                "the last sample is {:.1} s old (bound {:.1} s): it is not exported",
+                age.as_secs_f64(),
+                l.max_sample_age.as_secs_f64()
+            ),
+            extra,
+        ),
+        Some(age) => {
+            let mut detail = format!("last sample {:.3} s ago", age.as_secs_f64());
+            if !i.lost_gpus.is_empty() {
+                detail.push_str(&format!(
+                    "; {} GPU(s) lost, reported as hw.status failed",
+                    i.lost_gpus.len()
+                ));
+            }
+            check(true, detail, extra)
+        }
+    }
+}
+
+fn watchdog_check(i: &Inputs, l: &Limits) -> (bool, Value) {
+    let bound = json!({ "bound_s": secs(l.watchdog) });
+    match i.busy {
+        None => check(true, "waiting for the next tick".into(), bound),
+        Some((activity, d)) => {
+            let extra = json!({
+                "busy": activity.as_str(),
+                "busy_s": secs(d),
+                "bound_s": secs(l.watchdog),
+            });
+            if d > l.watchdog {
+                check(
+                    false,
+                    format!(
+                        "the NVML sampler has been inside {} for {:.1} s (bound {:.1} s): a driver call does not return",
+                        activity.as_str(),
+                        d.as_secs_f64(),
+                        l.watchdog.as_secs_f64()
+                    ),
+                    extra,
+                )
+            } else {
+                check(true, format!("inside {}", activity.as_str()), extra)
+            }
+        }
+    }
+}
+
+fn export_check(i: &Inputs, l: &Limits) -> (bool, Value) {
+    let Some(bound) = l.export_success else {
+        return check(true, "metrics are not sent over OTLP".into(), json!({}));
+    };
+    let extra = json!({
+        "last_success_age_s": i.last_export_success.map(secs),
+        "bound_s": secs(bound),
+        "consecutive_failures": i.consecutive_export_failures,
+        "failures": i.export_failures,
+    });
+    match i.last_export_success {
+        Some(age) if age <= bound => check(
+            true,
+            format!("last successful export {:.1} s ago", age.as_secs_f64()),
+            extra,
+        ),
+        None if i.uptime <= bound => {
+            let detail = if i.export_failures == 0 {
+                "no export due yet".to_string()
+            } else {
+                format!(
+                    "no successful export yet ({} failed); not ready if none succeeds within {:.1} s of start",
+                    i.export_failures,
+                    bound.as_secs_f64()
+                )
+            };
+            check(true, detail, extra)
+        }
+        Some(age) => check(
+            false,
+            format!(
+                "no successful export for {:.1} s (bound {:.1} s; {} failed in a row)",
+                age.as_secs_f64(),
+                bound.as_secs_f64(),
+                i.consecutive_export_failures
+            ),
+            extra,
+        ),
+        None => check(
+            false,
+            format!(
+                "no successful export since start {:.1} s ago ({} failed)",
+                i.uptime.as_secs_f64(),
+                i.export_failures
+            ),
+            extra,
+        ),
+    }
+}
+
+fn export_loop_check(i: &Inputs, l: &Limits) -> (bool, Value) {
+    let Some(bound) = l.export_loop else {
+        return check(true, "no metrics exporter".into(), json!({}));
+    };
+    let age = i.last_export_attempt.unwrap_or(i.uptime);
+    let extra =
+        json!({ "last_export_age_s": i.last_export_attempt.map(secs), "bound_s": secs(bound) });
+    if age <= bound {
+        check(true, "exports are turning".into(), extra)
+    } else {
+        check(
+            false,
+            format!(
+                "no export has finished for {:.1} s (bound {:.1} s): the export thread is stuck",
+                age.as_secs_f64(),
+                bound.as_secs_f64()
+            ),
+            extra,
+        )
+    }
+}
+
+fn report(checks: Vec<(&str, (bool, Value))>, good: &str, bad: &str) -> Report {
+    let ok = checks.iter().all(|(_, (ok, _))| *ok);
+    let map: Map<String, Value> = checks
+        .into_iter()
+        .map(|(name, (_, v))| (name.to_string(), v))
+        .collect();
+    Report {
+        ok,
+        body: json!({ "status": if ok { good } else { bad }, "checks": map }),
+    }
+}
+
+/// `/readyz`: NVML up, a fresh sample, the sampler not stuck, exports succeeding.
+pub fn readiness(i: &Inputs, l: &Limits) -> Report {
+    report(
+        vec![
+            ("nvml", nvml_check(i)),
+            ("sample", sample_check(i, l)),
+            ("watchdog", watchdog_check(i, l)),
+            ("export", export_check(i, l)),
+        ],
+        "ready",
+        "not ready",
+    )
+}
+
+/// `/healthz`: the sampler is not stuck and the export thread turns.
+pub fn liveness(i: &Inputs, l: &Limits) -> Report {
+    report(
+        vec![
+            ("watchdog", watchdog_check(i, l)),
+            ("export_loop", export_loop_check(i, l)),
+        ],
+        "alive",
+        "stuck",
+    )
+}
+
+/// The live sources of the checks.
+#[derive(Debug)]
+pub struct Health {
+    shared: Arc<SharedState>,
+    export: Arc<ExportStatus>,
+    limits: Limits,
+    started: Instant,
+}
+
+impl Health {
+    /// Checks over `shared` and `export` with `limits`; uptime counts from now.
+    pub fn new(shared: Arc<SharedState>, export: Arc<ExportStatus>, limits: Limits) -> Self {
+        Self {
+            shared,
+            export,
+            limits,
+            started: Instant::now(),
+        }
+    }
+
+    /// The inputs as of now.
+    pub fn inputs(&self) -> Inputs {
+        let latest = self.shared.latest();
+        Inputs {
+            nvml: self.shared.status(),
+            sample_age: latest.as_ref().map(|s| s.taken_instant.elapsed()),
+            ticks: self.shared.ticks(),
+            last_tick: self.shared.last_tick_duration(),
+            lost_gpus: latest
+                .iter()
+                .flat_map(|s| &s.devices)
+                .filter(|d| d.state == DeviceState::Lost)
+                .map(|d| d.info.uuid.clone())
+                .collect(),
+            busy: self.shared.busy(),
+            uptime: self.started.elapsed(),
+            last_export_success: self.export.last_success().map(|(t, _)| t.elapsed()),
+            last_export_attempt: self.export.last_attempt().map(|t| t.elapsed()),
+            consecutive_export_failures: self.export.consecutive_failures(),
+            export_failures: self.export.total_failures(),
+        }
+    }
+
+    /// `/readyz` now.
+    pub fn readiness(&self) -> Report {
+        readiness(&self.inputs(), &self.limits)
+    }
+
+    /// `/healthz` now.
+    pub fn liveness(&self) -> Report {
+        liveness(&self.inputs(), &self.limits)
+    }
+}
+
+fn respond(r: Report) -> Response {
+    let status = if r.ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        r.body.to_string(),
+    )
+        .into_response()
+}
+
+/// Serves `/healthz` and `/readyz` on `listener` until the runtime shuts down.
+pub async fn serve(listener: tokio::net::TcpListener, health: Arc<Health>) {
+    let app = axum::Router::new()
+        .route(
+            "/healthz",
+            get(|State(h): State<Arc<Health>>| async move { respond(h.liveness()) }),
+        )
+        .route(
+            "/readyz",
+            get(|State(h): State<Arc<Health>>| async move { respond(h.readiness()) }),
+        )
+        .with_state(health);
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::error!("health endpoint stopped: {e}");
+    }
+}
+
+/// Logs, once each, when the sampler has been inside one NVML step longer than the bound,
+/// and when it comes back. Checks every second until the runtime shuts down.
+pub async fn watchdog(shared: Arc<SharedState>, bound: Duration) {
+    let mut interval = tokio::time::interval(Duration::from_secs(1).min(bound));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stuck: Option<Activity> = None;
+    loop {
+        interval.tick().await;
+        match (shared.busy(), stuck) {
+            (Some((activity, d)), None) if d > bound => {
+                tracing::error!(
+                    activity = activity.as_str(),
+                    busy_s = d.as_secs(),
+                    "the NVML sampler has been inside {} for more than {:?} (GPU_SIDECAR_WATCHDOG_TIMEOUT): a driver call does not return and cannot be interrupted; readiness is false and nothing is exported until it returns (nvidia-smi on the node will likely hang too; the driver or GPU may need a reset)",
+                    activity.as_str(),
+                    bound
+                );
+                stuck = Some(activity);
+            }
+            (Some((activity, d)), Some(was)) if activity == was && d > bound => {}
+            (_, Some(was)) => {
+                tracing::info!(activity = was.as_str(), "the NVML sampler is turning again");
+                stuck = None;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The address to probe for a listener on `addr`: the unspecified address (`0.0.0.0`,
+/// `::`) becomes the loopback one.
+pub fn probe_target(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, addr.port()).into(),
+        IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, addr.port()).into(),
+        _ => addr,
+    }
+}
+
+/// `GET http://<addr>/readyz` (the unspecified address probed on loopback), for
+/// `gpu-otel-sidecar health`. Returns the HTTP status and the body.
+///
+/// # Errors
+/// A line saying why no answer came (connection refused, timeout).
+pub fn probe(addr: SocketAddr, timeout: Duration) -> Result<(u16, String), String> {
+    crate::telemetry::tls::install_crypto_provider();
+    let url = format!("http://{}/readyz", probe_target(addr));
+    let client = reqwest::blocking::Client::builder()
+        .timeout(timeout)
+        .no_proxy()
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))?;
+    let response = client.get(&url).send().map_err(|e| format!("{url}: {e}"))?;
+    let status = response.status().as_u16();
+    let body = response.text().map_err(|e| format!("{url}: {e}"))?;
+    Ok((status, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampling::NvmlDown;
+
+    fn limits() -> Limits {
+        Limits {
+            max_sample_age: Duration::from_secs(2),
+            watchdog: Duration::from_secs(10),
+            export_success: Some(Duration::from_secs(40)),
+            export_loop: Some(Duration::from_secs(45)),
+        }
+    }
+
+    fn healthy() -> Inputs {
+        Inputs {
+            nvml: NvmlStatus::Up { devices: 4 },
+            sample_age: Some(Duration::from_millis(300)),
+            ticks: 12,
+            last_tick: Some(Duration::from_micros(1500)),
+            lost_gpus: vec![],
+            busy: None,
+            uptime: Duration::from_secs(60),
+            last_export_success: Some(Duration::from_secs(3)),
+            last_export_attempt: Some(Duration::from_secs(3)),
+            consecutive_export_failures: 0,
+            export_failures: 2,
+        }
+    }
+
+    fn failing(r: &Report) -> Vec<String> {
+        r.body["checks"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, c)| c["ok"] == false)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    #[test]
+    fn healthy_agent_is_ready_and_alive() {
+        let r = readiness(&healthy(), &limits());
+        assert!(r.ok, "{}", r.body);
+        assert_eq!(r.body["status"], "ready");
+        assert_eq!(r.body["checks"]["nvml"]["gpus"], 4);
+        assert_eq!(r.body["checks"]["sample"]["last_tick_duration_ms"], 1.5);
+        assert_eq!(r.body["checks"]["export"]["failures"], 2);
+        let l = liveness(&healthy(), &limits());
+        assert!(l.ok);
+        assert_eq!(l.body["status"], "alive");
+    }
+
+    #[test]
+    fn nvml_down_says_why() {
+        let mut i = healthy();
+        i.nvml = NvmlStatus::Down(NvmlDown::Unknown);
+        i.sample_age = None;
+        let r = readiness(&i, &limits());
+        assert!(!r.ok);
+        assert_eq!(failing(&r), vec!["nvml", "sample"]);
+        assert!(r.body["checks"]["nvml"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("daemon-reload"));
+        assert!(
+            liveness(&i, &limits()).ok,
+            "NVML down is not a reason to restart"
+        );
+    }
+
+    #[test]
+    fn stale_sample_and_stuck_sampler() {
+        let mut i = healthy();
+        i.sample_age = Some(Duration::from_millis(2100));
+        i.busy = Some((Activity::Tick, Duration::from_millis(10_100)));
+        let r = readiness(&i, &limits());
+        assert_eq!(failing(&r), vec!["sample", "watchdog"]);
+        assert_eq!(r.body["checks"]["watchdog"]["busy"], "sampling tick");
+        let l = liveness(&i, &limits());
+        assert_eq!(failing(&l), vec!["watchdog"]);
+        // At the bound exactly, still fine.
+        i.sample_age = Some(Duration::from_secs(2));
+        i.busy = Some((Activity::Tick, Duration::from_secs(10)));
+        assert!(readiness(&i, &limits()).ok);
+    }
+
+    #[test]
+    fn export_bound_counts_from_start_until_a_first_success() {
+        let mut i = healthy();
+        i.last_export_success = None;
+        i.uptime = Duration::from_secs(39);
+        assert!(readiness(&i, &limits()).ok);
+        i.uptime = Duration::from_secs(41);
+        let r = readiness(&i, &limits());
+        assert_eq!(failing(&r), vec!["export"]);
+        let mut i = healthy();
+        i.last_export_success = Some(Duration::from_secs(41));
+        i.consecutive_export_failures = 9;
+        let r = readiness(&i, &limits());
+        assert!(r.body["checks"]["export"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("9 failed in a row"));
+        // Not exporting over OTLP: no export condition.
+        let l = Limits {
+            export_success: None,
+            ..limits()
+        };
+        assert!(readiness(&i, &l).ok);
+    }
+
+    #[test]
+    fn lost_gpu_is_listed_but_ready() {
+        let mut i = healthy();
+        i.lost_gpus = vec!["GPU-1".into()];
+        let r = readiness(&i, &limits());
+        assert!(r.ok);
+        assert_eq!(r.body["checks"]["sample"]["lost_gpus"][0], "GPU-1");
+    }
+
+    #[test]
+    fn export_loop_stall_is_not_alive() {
+        let mut i = healthy();
+        i.last_export_attempt = Some(Duration::from_secs(46));
+        assert_eq!(failing(&liveness(&i, &limits())), vec!["export_loop"]);
+    }
+
+    #[test]
+    fn probe_target_uses_loopback_for_any() {
+        assert_eq!(
+            probe_target("0.0.0.0:13134".parse().unwrap()),
+            "127.0.0.1:13134".parse().unwrap()
+        );
+        assert_eq!(
+            probe_target("[::]:9".parse().unwrap()),
+            "[::1]:9".parse().unwrap()
+        );
+        assert_eq!(
+            probe_target("10.0.0.7:9".parse().unwrap()),
+            "10.0.0.7:9".parse().unwrap()
+        );
+    }
+
+    #[test]
+    fn limits_follow_the_settings() {
+        let c = Config::from_vars([
+            (
+                "OTEL_METRIC_EXPORT_INTERVAL".to_string(),
+                "1000".to_string(),
+            ),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT".to_string(), "2000".to_string()),
+            (
+                "GPU_SIDECAR_SAMPLE_INTERVAL".to_string(),
+                "250ms".to_string(),
+            ),
+        ])
+        .unwrap();
+        let l = Limits::from_config(&c);
+        assert_eq!(l.max_sample_age, Duration::from_secs(1));
+        assert_eq!(l.watchdog, Duration::from_secs(10));
+        assert_eq!(l.export_success, Some(Duration::from_secs(5)));
+        assert_eq!(l.export_loop, Some(Duration::from_secs(11)));
+    }
+}

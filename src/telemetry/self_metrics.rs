@@ -1,0 +1,98 @@
+//! The agent's own metrics (`gpu_sidecar.*`): how its NVML calls and its exports fare.
+//! Exported with the GPU metrics, same resource and scope; listed in the README ("Health and
+//! self-metrics"), where a test checks each row of [`SELF_METRICS`] appears.
+
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use opentelemetry::metrics::Meter;
+use opentelemetry::KeyValue;
+
+use super::export::ExportStatus;
+use crate::sampling::SharedState;
+
+/// One self-metric, as documented: name, instrument, unit, attributes, description.
+#[derive(Debug, Clone, Copy)]
+pub struct SelfMetric {
+    /// Metric name.
+    pub name: &'static str,
+    /// `counter` or `gauge`.
+    pub instrument: &'static str,
+    /// UCUM unit.
+    pub unit: &'static str,
+    /// Data point attributes.
+    pub attributes: &'static str,
+    /// What it counts or shows.
+    pub description: &'static str,
+}
+
+/// `gpu_sidecar.nvml.errors`: errors NVML answered, by call and code.
+pub const NVML_ERRORS: SelfMetric = SelfMetric {
+    name: "gpu_sidecar.nvml.errors",
+    instrument: "counter",
+    unit: "{error}",
+    attributes: "`nvidia.nvml.call` (C function, e.g. `nvmlDeviceGetPowerUsage`, `nvmlInit_v2`), `error.type` (`NVML_ERROR_*` name)",
+    description: "Errors NVML answered since start. A field that answers NOT_SUPPORTED is asked (and counted) once per GPU and NVML session; a lost GPU is probed (and counted) once per tick.",
+};
+
+/// `gpu_sidecar.export.failures`: failed metric exports.
+pub const EXPORT_FAILURES: SelfMetric = SelfMetric {
+    name: "gpu_sidecar.export.failures",
+    instrument: "counter",
+    unit: "{export}",
+    attributes: "none",
+    description: "Metric exports that failed since start (after the exporter's own retries); the data of a failed export is dropped, cumulative counters stay continuous.",
+};
+
+/// `gpu_sidecar.export.last_success`: time of the last successful metric export.
+pub const EXPORT_LAST_SUCCESS: SelfMetric = SelfMetric {
+    name: "gpu_sidecar.export.last_success",
+    instrument: "gauge",
+    unit: "s",
+    attributes: "none",
+    description:
+        "Unix time (seconds) of the last successful metric export; absent until one succeeded.",
+};
+
+/// Every self-metric.
+pub const SELF_METRICS: &[SelfMetric] = &[NVML_ERRORS, EXPORT_FAILURES, EXPORT_LAST_SUCCESS];
+
+/// Registers the self-metrics on `meter`; their callbacks read `shared` and `status` (no
+/// NVML call, no lock held for long).
+pub fn register(meter: &Meter, shared: Arc<SharedState>, status: Arc<ExportStatus>) {
+    meter
+        .u64_observable_counter(NVML_ERRORS.name)
+        .with_unit(NVML_ERRORS.unit)
+        .with_description(NVML_ERRORS.description)
+        .with_callback(move |obs| {
+            for ((call, code), n) in shared.nvml_errors() {
+                obs.observe(
+                    n,
+                    &[
+                        KeyValue::new("nvidia.nvml.call", call),
+                        KeyValue::new("error.type", code),
+                    ],
+                );
+            }
+        })
+        .build();
+    let s = status.clone();
+    meter
+        .u64_observable_counter(EXPORT_FAILURES.name)
+        .with_unit(EXPORT_FAILURES.unit)
+        .with_description(EXPORT_FAILURES.description)
+        .with_callback(move |obs| obs.observe(s.total_failures(), &[]))
+        .build();
+    meter
+        .f64_observable_gauge(EXPORT_LAST_SUCCESS.name)
+        .with_unit(EXPORT_LAST_SUCCESS.unit)
+        .with_description(EXPORT_LAST_SUCCESS.description)
+        .with_callback(move |obs| {
+            if let Some((_, at)) = status.last_success() {
+                if let Ok(t) = at.duration_since(UNIX_EPOCH) {
+                    obs.observe(t.as_secs_f64(), &[]);
+                }
+            }
+        })
+        .build();
+}

@@ -1,0 +1,116 @@
+//! TLS for the OTLP exporters (metrics and events alike), with rustls and its `ring`
+//! provider: the CA and client certificate files of `OTEL_EXPORTER_OTLP_CERTIFICATE`,
+//! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` and `OTEL_EXPORTER_OTLP_CLIENT_KEY` (read and
+//! checked by [`crate::config`]; the OTel crates do not read these variables).
+//!
+//! TLS is used when the endpoint is `https://`. Without a CA file the system's trust store
+//! is used (`/etc/ssl/certs` and the like; over gRPC it is read at startup, and an image
+//! without one stops the agent with exit 1 naming the problem). With a CA file, only that
+//! CA is trusted. A client certificate makes it mutual TLS. A failing handshake is an export
+//! failure like any other: logged at a bounded rate, visible in `/readyz`, retried.
+
+use std::sync::Once;
+
+use opentelemetry_otlp::ExporterBuildError;
+
+use crate::config::OtlpConfig;
+
+/// Makes rustls' `ring` provider the process default (once). reqwest's rustls backend needs
+/// a process-wide provider; tonic picks `ring` itself.
+pub fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // An error means another provider is installed already, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn is_https(endpoint: &str) -> bool {
+    endpoint
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+}
+
+/// Warns once per exporter when certificate files are given for a plain `http://`
+/// endpoint (they are then not used).
+fn warn_unused(c: &OtlpConfig, endpoint: &str) {
+    if c.tls.is_set() && !is_https(endpoint) {
+        tracing::warn!(
+            endpoint,
+            "OTEL_EXPORTER_OTLP_CERTIFICATE / CLIENT_CERTIFICATE are set but the endpoint is not https://: TLS is not used"
+        );
+    }
+}
+
+/// The tonic TLS settings for `endpoint`, or `None` for a plain `http://` endpoint.
+pub fn grpc(c: &OtlpConfig, endpoint: &str) -> Option<tonic::transport::ClientTlsConfig> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    warn_unused(c, endpoint);
+    if !is_https(endpoint) {
+        return None;
+    }
+    let mut tls = ClientTlsConfig::new();
+    tls = match &c.tls.ca {
+        Some(ca) => tls.ca_certificate(Certificate::from_pem(ca.bytes())),
+        None => tls.with_native_roots(),
+    };
+    if let (Some(cert), Some(key)) = (&c.tls.client_certificate, &c.tls.client_key) {
+        tls = tls.identity(Identity::from_pem(cert.bytes(), key.expose()));
+    }
+    Some(tls)
+}
+
+/// The blocking reqwest client for the HTTP exporter: request timeout
+/// `OTEL_EXPORTER_OTLP_TIMEOUT` and, for an `https://` endpoint, the CA and client
+/// certificate. Built on a plain thread (a blocking client must not be built inside the
+/// tokio runtime).
+///
+/// # Errors
+/// [`ExporterBuildError::InvalidConfiguration`] if reqwest refuses the certificates
+/// (the files were checked by `config`, so this is rare); the message never holds the key.
+pub fn http_client(
+    c: &OtlpConfig,
+    endpoint: &str,
+) -> Result<reqwest::blocking::Client, ExporterBuildError> {
+    install_crypto_provider();
+    warn_unused(c, endpoint);
+    let https = is_https(endpoint);
+    let timeout = c.timeout;
+    let ca = c.tls.ca.clone();
+    let identity = match (&c.tls.client_certificate, &c.tls.client_key) {
+        (Some(cert), Some(key)) if https => {
+            let mut pem = key.expose().as_bytes().to_vec();
+            pem.push(b'\n');
+            pem.extend_from_slice(cert.bytes());
+            Some(pem)
+        }
+        _ => None,
+    };
+    let build = move || -> Result<reqwest::blocking::Client, String> {
+        let mut b = reqwest::blocking::Client::builder().timeout(timeout);
+        if https {
+            if let Some(ca) = ca {
+                let certs = reqwest::Certificate::from_pem_bundle(ca.bytes())
+                    .map_err(|e| format!("OTEL_EXPORTER_OTLP_CERTIFICATE: {e}"))?;
+                b = b.tls_certs_only(certs);
+            }
+            if let Some(pem) = identity {
+                // The error text comes from the PEM parser and names no key material.
+                let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                    format!("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE / CLIENT_KEY: {e}")
+                })?;
+                b = b.identity(id);
+            }
+        }
+        b.build().map_err(|e| format!("HTTP client: {e}"))
+    };
+    std::thread::Builder::new()
+        .name("otlp-http-client-build".into())
+        .spawn(build)
+        .map_err(|e| ExporterBuildError::InternalFailure(format!("spawn thread: {e}")))?
+        .join()
+        .map_err(|_| {
+            ExporterBuildError::InternalFailure("building the HTTP client panicked".into())
+        })?
+        .map_err(ExporterBuildError::InvalidConfiguration)
+}
