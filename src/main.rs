@@ -10,6 +10,7 @@ use std::time::Instant;
 use gpu_otel_sidecar::config::{Config, LogFormat};
 use gpu_otel_sidecar::sampling::{Sampler, SamplerSettings, SharedState};
 use gpu_otel_sidecar::telemetry::events::Events;
+use gpu_otel_sidecar::telemetry::recorder::Recorder;
 use gpu_otel_sidecar::telemetry::{Telemetry, TelemetryError};
 use gpu_otel_sidecar::{attribution, logging};
 
@@ -70,7 +71,6 @@ fn run(config: Config) -> ExitCode {
         "starting"
     );
     let shared = Arc::new(SharedState::default());
-    let sampler = Sampler::start(SamplerSettings::from(&config), shared.clone());
     let resource = attribution::resource(&config);
     let started = {
         let _guard = runtime.enter();
@@ -88,6 +88,9 @@ fn run(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // After the pipelines: the sampler reports group durations and XID/ECC events into them.
+    let recorder = Arc::new(Recorder::new(&telemetry.meter(), events.emitter()));
+    let sampler = Sampler::start_observed(SamplerSettings::from(&config), shared.clone(), recorder);
 
     let signal = runtime.block_on(wait_for_signal());
     tracing::info!(signal, "shutting down: final sample and export");

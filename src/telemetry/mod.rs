@@ -8,11 +8,13 @@ pub mod catalogue;
 pub mod events;
 pub mod export;
 pub mod instruments;
+pub mod recorder;
+pub mod xid;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
@@ -84,6 +86,18 @@ impl Telemetry {
             provider: Some(provider),
             status,
         })
+    }
+
+    /// The agent's meter (scope [`SCOPE`]), for synchronous instruments such as the
+    /// [`recorder`]'s; a no-op meter when metrics are not exported.
+    pub fn meter(&self) -> Meter {
+        let scope = opentelemetry::InstrumentationScope::builder(SCOPE)
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build();
+        match &self.provider {
+            Some(p) => p.meter_with_scope(scope),
+            None => opentelemetry::metrics::NoopMeterProvider::new().meter_with_scope(scope),
+        }
     }
 
     /// One final collection and export, then SDK shutdown, bounded by `timeout`. Runs on a
