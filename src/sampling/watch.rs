@@ -4,8 +4,9 @@
 //! It creates an NVML event set and registers each watched GPU for XID critical errors and
 //! single/double-bit ECC errors (`nvmlDeviceRegisterEvents`, masked by
 //! `nvmlDeviceGetSupportedEventTypes`). Registration happens on this thread, so it never
-//! delays sampling; a GPU whose registration fails with a transient error is retried every
-//! [`REGISTER_RETRY`]; one that cannot report events is said once and left alone. It then
+//! delays sampling; a GPU whose registration fails with a transient error is retried with
+//! backoff (1 s doubling to [`REGISTER_RETRY_CAP`]), said once; one that cannot report events
+//! is said once and left alone. It then
 //! waits on the set (`nvmlEventSetWait_v2`) in slices of [`WAIT_MS`] so that it notices the
 //! stop request, and hands each event to the [`Observer`](super::Observer).
 
@@ -32,8 +33,8 @@ pub const WATCHED_EVENTS: u64 = EVENT_ECC_SINGLE_BIT | EVENT_ECC_DOUBLE_BIT | EV
 
 /// Longest single wait, milliseconds: the watcher's reaction time to a stop request.
 pub const WAIT_MS: u32 = 250;
-/// Delay before retrying a registration that failed for a transient reason.
-pub const REGISTER_RETRY: Duration = Duration::from_secs(30);
+/// Longest delay between two tries of a registration that failed for a transient reason.
+pub const REGISTER_RETRY_CAP: Duration = Duration::from_secs(60);
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,14 +116,16 @@ fn register<'n>(
     nvml: &'n Nvml,
     set: &EventSet<'n>,
     t: &Target,
+    first_try: bool,
 ) -> Result<Device<'n>, Registration> {
     let uuid = t.info.uuid.as_str();
+    let failed = |call: &str, e: &NvmlError| failed(uuid, call, e, first_try);
     let device = nvml
         .device_by_uuid(uuid)
-        .map_err(|e| failed(uuid, "nvmlDeviceGetHandleByUUID", &e))?;
+        .map_err(|e| failed("nvmlDeviceGetHandleByUUID", &e))?;
     let supported = match device.supported_event_types() {
         Ok(s) => s.bits(),
-        Err(e) => return Err(failed(uuid, "nvmlDeviceGetSupportedEventTypes", &e)),
+        Err(e) => return Err(failed("nvmlDeviceGetSupportedEventTypes", &e)),
     };
     let types = supported & WATCHED_EVENTS;
     if types == 0 {
@@ -138,18 +141,22 @@ fn register<'n>(
             tracing::info!(uuid, types, "watching XID and ECC events");
             Ok(device)
         }
-        Err(e) => Err(failed(uuid, "nvmlDeviceRegisterEvents", &e)),
+        Err(e) => Err(failed("nvmlDeviceRegisterEvents", &e)),
     }
 }
 
-fn failed(uuid: &str, call: &str, e: &NvmlError) -> Registration {
+fn failed(uuid: &str, call: &str, e: &NvmlError, first_try: bool) -> Registration {
     match verdict(e) {
         Verdict::Unsupported => {
             tracing::info!(uuid, call, error = %e, "XID and ECC events cannot be watched on this GPU");
             Registration::GiveUp
         }
         Verdict::Lost | Verdict::Transient => {
-            tracing::warn!(uuid, call, error = %e, retry_in_s = REGISTER_RETRY.as_secs(), "cannot watch XID and ECC events yet; retrying");
+            if first_try {
+                tracing::warn!(uuid, call, error = %e, "cannot watch XID and ECC events yet; retrying with backoff");
+            } else {
+                tracing::debug!(uuid, call, error = %e, "event registration failed again");
+            }
             Registration::Retry
         }
     }
@@ -177,19 +184,22 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], stop: &AtomicBool, observer: 
     let mut pending: Vec<usize> = (0..targets.len()).collect();
     let mut registered: Vec<(usize, Device<'_>)> = Vec::new();
     let mut next_try = Instant::now();
+    let mut backoff = Duration::from_secs(1);
+    let mut first_try = true;
     let mut last_error: Option<String> = None;
     while !stop.load(Ordering::Relaxed) {
         if !pending.is_empty() && Instant::now() >= next_try {
             if set.is_none() {
                 match nvml.create_event_set() {
                     Ok(s) => set = Some(s),
-                    Err(e) => {
-                        tracing::warn!(error = %e, retry_in_s = REGISTER_RETRY.as_secs(), "nvmlEventSetCreate failed; XID and ECC events are not watched yet")
+                    Err(e) if first_try => {
+                        tracing::warn!(error = %e, "nvmlEventSetCreate failed; XID and ECC events are not watched yet; retrying with backoff")
                     }
+                    Err(e) => tracing::debug!(error = %e, "nvmlEventSetCreate failed again"),
                 }
             }
             if let Some(s) = &set {
-                pending.retain(|&i| match register(nvml, s, &targets[i]) {
+                pending.retain(|&i| match register(nvml, s, &targets[i], first_try) {
                     Ok(device) => {
                         registered.push((i, device));
                         false
@@ -198,7 +208,9 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], stop: &AtomicBool, observer: 
                     Err(Registration::Retry) => true,
                 });
             }
-            next_try = Instant::now() + REGISTER_RETRY;
+            first_try = false;
+            next_try = Instant::now() + backoff;
+            backoff = (backoff * 2).min(REGISTER_RETRY_CAP);
         }
         let Some(s) = set.as_ref().filter(|_| !registered.is_empty()) else {
             if pending.is_empty() {
