@@ -440,7 +440,14 @@ impl<'n> Reader<'n> {
                     "MIG device found"
                 );
                 let gpu_instance_id = info.mig.as_ref().and_then(|m| m.gpu_instance_id);
-                let parent = nvml.device_by_index(index)?;
+                // A second handle on the parent, for GPM MIG samples.
+                let parent = match nvml.device_by_index(index) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::error!(gpu = index, uuid = %info.uuid, error = %e, "cannot get the parent GPU's handle; this MIG device is skipped");
+                        continue;
+                    }
+                };
                 let io0 = io.get(&info.uuid).copied().unwrap_or_default();
                 let mut sel = Selected::new(
                     md,
