@@ -181,6 +181,45 @@ pub struct OtlpConfig {
     pub tls: TlsFiles,
 }
 
+/// How often each slow group of NVML calls is made (the fast fields are read every sample
+/// interval, static facts once per NVML session). Each is rounded to a whole number of
+/// sample intervals, at least one; see [`SlowIntervals::every`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlowIntervals {
+    /// Per-process utilization (`nvmlDeviceGetProcessUtilization`, ~2 ms on an H200),
+    /// `GPU_SIDECAR_PROCESS_INTERVAL`; default 10 s.
+    pub process: Duration,
+    /// GPM profiling metrics (`nvmlGpmSampleGet` + `nvmlGpmMetricsGet`, ~3.8 ms),
+    /// `GPU_SIDECAR_GPM_INTERVAL`; default 10 s. Also the window each GPM value averages over.
+    pub gpm: Duration,
+    /// Total energy (`nvmlDeviceGetTotalEnergyConsumption`, ~3.2 ms of CPU),
+    /// `GPU_SIDECAR_ENERGY_INTERVAL`; default 10 s.
+    pub energy: Duration,
+    /// PCIe throughput (`nvmlDeviceGetPcieThroughput`, blocks ~20 ms per direction), only on
+    /// GPUs without GPM, `GPU_SIDECAR_PCIE_INTERVAL`; default 30 s.
+    pub pcie: Duration,
+}
+
+impl Default for SlowIntervals {
+    fn default() -> Self {
+        Self {
+            process: Duration::from_secs(10),
+            gpm: Duration::from_secs(10),
+            energy: Duration::from_secs(10),
+            pcie: Duration::from_secs(30),
+        }
+    }
+}
+
+impl SlowIntervals {
+    /// `interval` as a number of sample ticks: rounded to the nearest whole number, at
+    /// least 1 (a group is never read more often than the fast fields).
+    pub fn every(interval: Duration, sample_interval: Duration) -> u64 {
+        let ticks = interval.as_secs_f64() / sample_interval.as_secs_f64().max(1e-9);
+        (ticks.round() as u64).max(1)
+    }
+}
+
 /// The whole validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -188,6 +227,8 @@ pub struct Config {
     pub sample_interval: Duration,
     /// How often metrics are exported, `OTEL_METRIC_EXPORT_INTERVAL` (ms); default 10 s.
     pub export_interval: Duration,
+    /// Cadence of the slow NVML groups (`GPU_SIDECAR_{PROCESS,GPM,ENERGY,PCIE}_INTERVAL`).
+    pub slow_intervals: SlowIntervals,
     /// Which GPUs, `GPU_SIDECAR_DEVICES`; default all.
     pub devices: DeviceSelection,
     /// Kubelet pod-resources socket, `GPU_SIDECAR_POD_RESOURCES_SOCKET`; default
@@ -398,6 +439,10 @@ struct RawOwn {
     sample_log_max_bytes: Option<String>,
     health_addr: Option<String>,
     watchdog_timeout: Option<String>,
+    process_interval: Option<String>,
+    gpm_interval: Option<String>,
+    energy_interval: Option<String>,
+    pcie_interval: Option<String>,
 }
 
 /// Every `GPU_SIDECAR_*` variable the agent knows (without the prefix); any other one is
@@ -441,6 +486,10 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "RULE_XID_DURATION",
     "HEALTH_ADDR",
     "WATCHDOG_TIMEOUT",
+    "PROCESS_INTERVAL",
+    "GPM_INTERVAL",
+    "ENERGY_INTERVAL",
+    "PCIE_INTERVAL",
 ];
 
 /// Default `GPU_SIDECAR_HEALTH_ADDR`: every interface (kubelet probes come from the node), a
@@ -510,6 +559,33 @@ impl Config {
             None | Some("") => Duration::from_secs(5),
             Some(v) => parse_duration("GPU_SIDECAR_SHUTDOWN_TIMEOUT", v)?,
         };
+        let mut slow_intervals = SlowIntervals::default();
+        for (value, var, slot) in [
+            (
+                &raw.process_interval,
+                "GPU_SIDECAR_PROCESS_INTERVAL",
+                &mut slow_intervals.process,
+            ),
+            (
+                &raw.gpm_interval,
+                "GPU_SIDECAR_GPM_INTERVAL",
+                &mut slow_intervals.gpm,
+            ),
+            (
+                &raw.energy_interval,
+                "GPU_SIDECAR_ENERGY_INTERVAL",
+                &mut slow_intervals.energy,
+            ),
+            (
+                &raw.pcie_interval,
+                "GPU_SIDECAR_PCIE_INTERVAL",
+                &mut slow_intervals.pcie,
+            ),
+        ] {
+            if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
+                *slot = parse_duration(var, v)?;
+            }
+        }
         let devices = match raw.devices.as_deref() {
             None | Some("") => DeviceSelection::All,
             Some(v) => parse_devices(v)?,
@@ -619,6 +695,7 @@ impl Config {
         Ok(Config {
             sample_interval,
             export_interval,
+            slow_intervals,
             devices,
             pod_resources_socket,
             exit_with_process,
@@ -1008,6 +1085,29 @@ mod tests {
             "invalid GPU_SIDECAR_SAMPLE_INTERVAL=\"5\": expected a duration with a unit such as 500ms, 5s or 1m, greater than zero"
         );
         assert!(cfg(&[("GPU_SIDECAR_SAMPLE_INTERVAL", "0s")]).is_err());
+    }
+
+    #[test]
+    fn slow_intervals_default_and_parse() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.slow_intervals, SlowIntervals::default());
+        assert_eq!(c.slow_intervals.pcie, Duration::from_secs(30));
+        let c = cfg(&[
+            ("GPU_SIDECAR_GPM_INTERVAL", "2s"),
+            ("GPU_SIDECAR_ENERGY_INTERVAL", "1m"),
+            ("GPU_SIDECAR_PROCESS_INTERVAL", ""),
+        ])
+        .unwrap();
+        assert_eq!(c.slow_intervals.gpm, Duration::from_secs(2));
+        assert_eq!(c.slow_intervals.energy, Duration::from_secs(60));
+        assert_eq!(c.slow_intervals.process, Duration::from_secs(10));
+        let e = cfg(&[("GPU_SIDECAR_PCIE_INTERVAL", "often")]).unwrap_err();
+        assert_eq!(e.var, "GPU_SIDECAR_PCIE_INTERVAL");
+        let s = Duration::from_secs(5);
+        assert_eq!(SlowIntervals::every(Duration::from_secs(10), s), 2);
+        assert_eq!(SlowIntervals::every(Duration::from_secs(1), s), 1);
+        assert_eq!(SlowIntervals::every(Duration::from_secs(12), s), 2);
+        assert_eq!(SlowIntervals::every(Duration::from_secs(13), s), 3);
     }
 
     #[test]

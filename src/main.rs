@@ -13,10 +13,13 @@ use std::time::{Duration, Instant};
 
 use gpu_otel_sidecar::attribution::pod_resources;
 use gpu_otel_sidecar::config::{Config, DeviceSelection, LogFormat};
-use gpu_otel_sidecar::report::{RunReporter, SampleLogger};
-use gpu_otel_sidecar::rules::Rules;
-use gpu_otel_sidecar::sampling::{Sampler, SamplerSettings, SharedState};
+use gpu_otel_sidecar::report::{RunReporter, SampleLogger, XidRecorder};
+use gpu_otel_sidecar::rules::{Rules, XidHook, XidReport};
+use gpu_otel_sidecar::sampling::{
+    DeviceEvent, DeviceEventKind, Observer, SampleGroup, Sampler, SamplerSettings, SharedState,
+};
 use gpu_otel_sidecar::telemetry::events::Events;
+use gpu_otel_sidecar::telemetry::recorder::Recorder;
 use gpu_otel_sidecar::telemetry::{Telemetry, TelemetryError};
 use gpu_otel_sidecar::{attribution, health, logging, process_watch};
 
@@ -186,7 +189,6 @@ fn run(config: Config) -> ExitCode {
         .sample_log
         .clone()
         .map(|c| SampleLogger::start(c, &shared));
-    let sampler = Sampler::start(settings, shared.clone());
     let resource = attribution::resource(&config);
     let started = {
         let _guard = runtime.enter();
@@ -204,6 +206,16 @@ fn run(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Before the sampler, so that the rules see every tick too.
+    let rules = Rules::start(&config.rules, &shared, events.clone(), &telemetry.meter());
+    // After the pipelines: the sampler reports group durations and XID/ECC events into them,
+    // and each XID also to the rules and the run report.
+    let observer = Arc::new(DeviceEvents {
+        recorder: Recorder::new(&telemetry.meter(), events.emitter()),
+        rules: rules.xid_hook(),
+        report: run_report.xid_recorder(),
+    });
+    let sampler = Sampler::start_observed(settings, shared.clone(), observer);
 
     let checks = Arc::new(health::Health::new(
         shared.clone(),
@@ -231,8 +243,6 @@ fn run(config: Config) -> ExitCode {
             }
         }
     }
-
-    let rules = Rules::start(&config.rules, &shared, events.clone(), &telemetry.meter());
 
     let signal = runtime.block_on(async {
         match &config.exit_with_process {
@@ -288,6 +298,38 @@ fn run(config: Config) -> ExitCode {
     runtime.shutdown_background();
     tracing::info!("stopped");
     ExitCode::SUCCESS
+}
+
+/// Where the sampler's observations go: metrics and events ([`Recorder`]), and each XID also
+/// to the rules (the `nvidia.gpu.alert.xid` alert) and the run report (XID count by code),
+/// under the physical GPU's UUID.
+struct DeviceEvents {
+    recorder: Recorder,
+    rules: XidHook,
+    report: XidRecorder,
+}
+
+impl Observer for DeviceEvents {
+    fn group_sampled(&self, group: SampleGroup, took: Duration) {
+        self.recorder.group_sampled(group, took);
+    }
+
+    fn device_event(&self, event: DeviceEvent) {
+        if let DeviceEventKind::Xid(code) = event.kind {
+            let mig = event.device.mig.as_ref();
+            let gpu_uuid = mig.map_or(&event.device.uuid, |m| &m.parent_uuid);
+            self.report.record(gpu_uuid, code);
+            self.rules.report(XidReport {
+                hw_id: gpu_uuid.clone(),
+                xid: code,
+                at: Instant::now(),
+                time: event.time,
+                gpu_instance_id: mig.and_then(|m| m.gpu_instance_id),
+                compute_instance_id: mig.and_then(|m| m.compute_instance_id),
+            });
+        }
+        self.recorder.device_event(event);
+    }
 }
 
 /// SIGTERM and SIGINT handlers, installed first thing so that a signal during start-up is

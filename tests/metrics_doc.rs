@@ -46,8 +46,8 @@ fn catalogue_names_are_unique_and_namespaced() {
     assert_eq!(before, names.len(), "duplicate metric name");
     for n in names {
         assert!(
-            n.starts_with("hw.") || n.starts_with("nvidia.gpu."),
-            "{n} is outside hw.* and nvidia.gpu.*"
+            n.starts_with("hw.") || n.starts_with("nvidia.gpu.") || n.starts_with("gpu_sidecar."),
+            "{n} is outside hw.*, nvidia.gpu.* and the agent's own gpu_sidecar.*"
         );
     }
 }

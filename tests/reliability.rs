@@ -94,11 +94,13 @@ fn uuid(i: usize) -> String {
     format!("GPU-00000000-0000-4000-8000-00000000000{i}")
 }
 
-/// The common settings of the agents here: fast sampling and exports, short OTLP timeout.
+/// The common settings of the agents here: fast sampling (the energy counter too, so it
+/// moves within a test) and exports, short OTLP timeout.
 fn fast(rx: &Receiver) -> AgentBuilder {
     Agent::builder()
         .otlp(rx)
         .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("GPU_SIDECAR_ENERGY_INTERVAL", "100ms")
         .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
         .env("OTEL_EXPORTER_OTLP_TIMEOUT", "700")
 }

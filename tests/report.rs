@@ -100,6 +100,7 @@ fn report_matches_the_h200_recording() {
         .env("NVML_MOCK_TIME_SCALE", TIME_SCALE.to_string())
         .env("NVML_MOCK_NO_LATENCY", "1")
         .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("GPU_SIDECAR_ENERGY_INTERVAL", "100ms")
         .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
         .env("GPU_SIDECAR_REPORT_FILE", "-")
         .env("GPU_SIDECAR_SAMPLE_LOG", &log_path)
@@ -261,6 +262,7 @@ fn a_gap_in_nvml_answers_is_reported_as_missed_samples() {
         .env("OTEL_METRICS_EXPORTER", "none")
         .env("OTEL_LOGS_EXPORTER", "none")
         .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("GPU_SIDECAR_ENERGY_INTERVAL", "100ms")
         .env("GPU_SIDECAR_REPORT_FILE", &report_path)
         .env("GPU_SIDECAR_SAMPLE_LOG", &log_path)
         .spawn();
@@ -345,6 +347,7 @@ fn csv_log_of_four_gpus_without_a_collector() {
         .env("OTEL_METRICS_EXPORTER", "none")
         .env("OTEL_LOGS_EXPORTER", "none")
         .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("GPU_SIDECAR_ENERGY_INTERVAL", "100ms")
         .env("GPU_SIDECAR_SAMPLE_LOG", &log_path)
         .env("GPU_SIDECAR_REPORT_FILE", &report_path)
         .spawn();
@@ -436,6 +439,7 @@ fn sample_log_write_errors_do_not_stop_metric_export() {
             .otlp(&rx)
             .env_mock("h200-under-load.json")
             .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+            .env("GPU_SIDECAR_ENERGY_INTERVAL", "100ms")
             .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
             .env("GPU_SIDECAR_SAMPLE_LOG", &target)
             .spawn();

@@ -535,7 +535,23 @@ fn lost_gpu_is_critical_with_its_last_readings() {
         .into_iter()
         .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
         .collect();
-    assert_eq!(all.len(), 1, "{:?}", names(&all));
+    // One gpu_lost (on the GPU, not again for each MIG device), and one xid alert per code
+    // the scenario injects before the loss (13 at 2 s, 48 at 4 s, 79 at 8 s).
+    let mut seen = names(&all);
+    seen.sort();
+    let mut expected = vec![(
+        "nvidia.gpu.alert.gpu_lost".to_string(),
+        "firing".to_string(),
+    )];
+    expected.extend((0..3).map(|_| ("nvidia.gpu.alert.xid".to_string(), "firing".to_string())));
+    assert_eq!(seen, expected, "{:?}", names(&all));
+    let mut codes: Vec<f64> = all
+        .iter()
+        .filter(|r| r.event_name == "nvidia.gpu.alert.xid")
+        .map(|r| num(r, "nvidia.gpu.xid.code"))
+        .collect();
+    codes.sort_by(f64::total_cmp);
+    assert_eq!(codes, vec![13.0, 48.0, 79.0]);
 }
 
 #[test]

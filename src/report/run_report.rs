@@ -316,9 +316,20 @@ fn max_opt(a: Option<u32>, b: Option<u32>) -> Option<u32> {
     }
 }
 
-/// A sample in which NVML answered nothing (all readings absent, or the GPU lost).
+/// A sample in which NVML answered nothing at this tick: the GPU lost, or every reading
+/// absent. The slow groups (energy, GPM, PCIe bytes, per-process utilization) carry their
+/// last reading between reads, so only the rest tells whether NVML answered now.
 fn answered_nothing(s: &DeviceSample) -> bool {
-    s.state == DeviceState::Lost || *s == DeviceSample::empty(s.info.clone(), s.state)
+    if s.state == DeviceState::Lost {
+        return true;
+    }
+    let empty = DeviceSample::empty(s.info.clone(), s.state);
+    let mut now = s.clone();
+    now.energy_millijoules = None;
+    now.gpm = None;
+    now.io = empty.io;
+    now.processes = None;
+    now == empty
 }
 
 fn bit(name: &str) -> u64 {
@@ -394,6 +405,11 @@ impl GpuAcc {
         self.last = Some(at);
         if answered_nothing(s) {
             self.missed += 1;
+            // The energy counter may still have been read at this tick (its own cadence);
+            // a carried reading adds nothing to the difference.
+            if let Some(mj) = s.energy_millijoules {
+                self.energy.add(mj);
+            }
             return;
         }
         self.taken += 1;
@@ -897,6 +913,7 @@ mod tests {
             pci_bus_id: None,
             vbios_version: None,
             driver_version: None,
+            mig: None,
         })
     }
 

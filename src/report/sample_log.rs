@@ -398,6 +398,7 @@ mod tests {
             pci_bus_id: None,
             vbios_version: None,
             driver_version: None,
+            mig: None,
         })
     }
 

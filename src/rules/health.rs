@@ -16,7 +16,21 @@ impl Rule for GpuLost {
     }
 
     fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
+        // A lost GPU takes its MIG devices with it: one alert, on the GPU, when it is sampled.
+        let gpus: std::collections::HashSet<&str> = snapshot
+            .devices
+            .iter()
+            .filter(|d| d.info.mig.is_none())
+            .map(|d| d.info.uuid.as_str())
+            .collect();
         for d in &snapshot.devices {
+            if d.info
+                .mig
+                .as_ref()
+                .is_some_and(|m| gpus.contains(m.parent_uuid.as_str()))
+            {
+                continue;
+            }
             let lost = d.state == DeviceState::Lost;
             out.push(Verdict::device(
                 d,

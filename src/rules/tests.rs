@@ -26,6 +26,7 @@ fn info(index: u32) -> Arc<DeviceInfo> {
         pci_bus_id: None,
         vbios_version: None,
         driver_version: None,
+        mig: None,
     })
 }
 
@@ -48,6 +49,7 @@ fn busy(index: u32) -> DeviceSample {
     d.processes = Some(vec![ProcessSample {
         pid: 1000 + index,
         used_memory_bytes: Some(40 * GIB),
+        ..Default::default()
     }]);
     d
 }
@@ -284,6 +286,7 @@ fn input_starvation_needs_a_process_holding_memory() {
     let holding = Some(vec![ProcessSample {
         pid: 7,
         used_memory_bytes: Some(30 * GIB),
+        ..Default::default()
     }]);
     let alerts = run(holding);
     assert_eq!(
@@ -310,6 +313,7 @@ fn input_starvation_needs_a_process_holding_memory() {
     let unknown = Some(vec![ProcessSample {
         pid: 7,
         used_memory_bytes: None,
+        ..Default::default()
     }]);
     assert_eq!(run(unknown).len(), 2);
     // An idle GPU with no process, or a process list NVML cannot read: never.
@@ -317,7 +321,8 @@ fn input_starvation_needs_a_process_holding_memory() {
     assert!(run(None).is_empty());
     assert!(run(Some(vec![ProcessSample {
         pid: 7,
-        used_memory_bytes: Some(0)
+        used_memory_bytes: Some(0),
+        ..Default::default()
     }]))
     .is_empty());
 }
@@ -653,6 +658,7 @@ fn h200_recording_fires_only_the_power_cap() {
         pci_bus_id: None,
         vbios_version: None,
         driver_version: None,
+        mig: None,
     });
     let period = 30.153;
     let mut engine = Engine::new(&config(&[]));
@@ -677,6 +683,7 @@ fn h200_recording_fires_only_the_power_cap() {
                     .map(|p| ProcessSample {
                         pid: p[0].as_u64().unwrap() as u32,
                         used_memory_bytes: p[1].as_u64(),
+                        ..Default::default()
                     })
                     .collect(),
             );

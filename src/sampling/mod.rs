@@ -2,9 +2,14 @@
 //!
 //! [`Sampler::start`] spawns the thread `nvml-sampler`. It loads the NVML library
 //! (`GPU_SIDECAR_NVML_LIBRARY`), initializes it (`nvmlInit_v2`), reads each selected
-//! device's static facts once, then reads the per-tick fields every sample interval and
-//! publishes a [`Snapshot`] into [`SharedState`]. The async side only ever reads
-//! [`SharedState`]; it never calls NVML.
+//! device's static facts once, then reads the fast fields every sample interval and each
+//! slow group ([`SampleGroup`]) on its own cadence, and publishes a [`Snapshot`] into
+//! [`SharedState`]. The async side only ever reads [`SharedState`]; it never calls NVML.
+//! The GPM sample buffers live on this thread only.
+//!
+//! For each NVML session the sampler also runs the event watcher thread `nvml-events`
+//! ([`watch`]) on the same `Nvml`: XID and ECC events go to the [`Observer`] given to
+//! [`Sampler::start_observed`], as do the durations of each group of calls.
 //!
 //! A field that answers `NOT_SUPPORTED`, `INVALID_ARGUMENT` or `NOT_FOUND` (or whose symbol
 //! the library lacks) is logged once per device and field, left absent, and not asked again
@@ -16,12 +21,16 @@
 //! when) so that a call wedged in the driver, which cannot be interrupted, is seen by the
 //! health checks, and it counts every error NVML answers ([`SharedState::nvml_errors`]).
 
+mod gpm;
+mod processes;
+mod raw;
 mod read;
 pub mod snapshot;
+pub mod watch;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -30,8 +39,76 @@ use std::time::{Duration, Instant, SystemTime};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
-use crate::config::{Config, DeviceSelection};
-pub use snapshot::{DeviceInfo, DeviceSample, DeviceState, ProcessSample, Snapshot};
+use crate::config::{Config, DeviceSelection, SlowIntervals};
+pub use snapshot::{
+    DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
+    ProcessUtilization, RemappedRows, Snapshot,
+};
+pub use watch::{DeviceEvent, DeviceEventKind};
+
+/// A group of NVML calls read together on one cadence; the `gpu_sidecar.sample.group`
+/// attribute of the sample-duration self-metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SampleGroup {
+    /// Device listing and static facts, once per NVML session.
+    Static,
+    /// Every tick: utilization, memory, temperatures, power, clocks, clock-event reasons,
+    /// performance state, ECC totals, row remapping, the compute process list.
+    Fast,
+    /// `nvmlDeviceGetTotalEnergyConsumption` (`GPU_SIDECAR_ENERGY_INTERVAL`).
+    Energy,
+    /// `nvmlDeviceGetPcieThroughput`, GPUs without GPM PCIe counters only
+    /// (`GPU_SIDECAR_PCIE_INTERVAL`).
+    Pcie,
+    /// `nvmlDeviceGetProcessUtilization` (`GPU_SIDECAR_PROCESS_INTERVAL`).
+    Process,
+    /// GPM samples and metrics (`GPU_SIDECAR_GPM_INTERVAL`).
+    Gpm,
+}
+
+impl SampleGroup {
+    /// Every group, in documentation order.
+    pub const ALL: [SampleGroup; 6] = [
+        SampleGroup::Static,
+        SampleGroup::Fast,
+        SampleGroup::Energy,
+        SampleGroup::Pcie,
+        SampleGroup::Process,
+        SampleGroup::Gpm,
+    ];
+
+    /// The attribute value: `static`, `fast`, `energy`, `pcie`, `process` or `gpm`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SampleGroup::Static => "static",
+            SampleGroup::Fast => "fast",
+            SampleGroup::Energy => "energy",
+            SampleGroup::Pcie => "pcie",
+            SampleGroup::Process => "process",
+            SampleGroup::Gpm => "gpm",
+        }
+    }
+}
+
+/// Receives what the NVML threads see besides snapshots. Called on `nvml-sampler` and
+/// `nvml-events`: must return quickly and never block on the network.
+pub trait Observer: Send + Sync {
+    /// One group of calls, over all devices, took `took` (once per tick the group ran).
+    fn group_sampled(&self, group: SampleGroup, took: Duration) {
+        let _ = (group, took);
+    }
+
+    /// A device event (XID, ECC) arrived.
+    fn device_event(&self, event: DeviceEvent) {
+        let _ = event;
+    }
+}
+
+/// An [`Observer`] that ignores everything.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
 
 /// Clock-event (throttle) reason bits of `nvmlDeviceGetCurrentClocksEventReasons`, with the
 /// attribute value used for each (`nvidia.gpu.clocks_event.reason`).
@@ -314,6 +391,20 @@ pub struct SamplerSettings {
     pub interval: Duration,
     /// Devices to sample.
     pub devices: DeviceSelection,
+    /// Cadence of the slow groups.
+    pub slow_intervals: SlowIntervals,
+}
+
+impl SamplerSettings {
+    fn plan(&self) -> read::Plan {
+        let every = |d| SlowIntervals::every(d, self.interval);
+        read::Plan {
+            energy: every(self.slow_intervals.energy),
+            pcie: every(self.slow_intervals.pcie),
+            process: every(self.slow_intervals.process),
+            gpm: every(self.slow_intervals.gpm),
+        }
+    }
 }
 
 impl From<&Config> for SamplerSettings {
@@ -322,6 +413,7 @@ impl From<&Config> for SamplerSettings {
             nvml_library: c.nvml_library.clone(),
             interval: c.sample_interval,
             devices: c.devices.clone(),
+            slow_intervals: c.slow_intervals,
         }
     }
 }
@@ -342,17 +434,30 @@ pub struct Sampler {
 pub const INIT_BACKOFF_CAP: Duration = Duration::from_secs(30);
 
 impl Sampler {
-    /// Spawns the `nvml-sampler` thread.
+    /// Spawns the `nvml-sampler` thread, with nobody observing durations and events.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
     pub fn start(settings: SamplerSettings, shared: Arc<SharedState>) -> Self {
+        Self::start_observed(settings, shared, Arc::new(NoObserver))
+    }
+
+    /// Spawns the `nvml-sampler` thread (and, per NVML session, `nvml-events`), reporting
+    /// group durations and device events to `observer`.
+    ///
+    /// # Panics
+    /// If the OS refuses to create a thread.
+    pub fn start_observed(
+        settings: SamplerSettings,
+        shared: Arc<SharedState>,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("nvml-sampler".into())
             .spawn(move || {
-                run(&settings, &shared, &rx);
+                run(&settings, &shared, &rx, observer.as_ref());
                 let _ = done_tx.send(());
             })
             .expect("spawn nvml-sampler thread");
@@ -386,10 +491,16 @@ enum SessionEnd {
     Reinit,
 }
 
-fn run(settings: &SamplerSettings, shared: &SharedState, commands: &mpsc::Receiver<Command>) {
+fn run(
+    settings: &SamplerSettings,
+    shared: &SharedState,
+    commands: &mpsc::Receiver<Command>,
+    observer: &dyn Observer,
+) {
     let mut backoff = Duration::from_secs(1);
     let mut last_down: Option<NvmlDown> = None;
     let mut seq = 0u64;
+    let mut io_totals: HashMap<String, IoTotals> = HashMap::new();
     loop {
         shared.begin(Activity::Init);
         let init = Nvml::builder()
@@ -402,7 +513,15 @@ fn run(settings: &SamplerSettings, shared: &SharedState, commands: &mpsc::Receiv
                     tracing::info!("NVML is back");
                 }
                 backoff = Duration::from_secs(1);
-                let end = session(&nvml, settings, shared, commands, &mut seq);
+                let end = session(
+                    &nvml,
+                    settings,
+                    shared,
+                    commands,
+                    observer,
+                    &mut seq,
+                    &mut io_totals,
+                );
                 shared.begin(Activity::Shutdown);
                 let result = nvml.shutdown();
                 shared.end();
@@ -445,12 +564,15 @@ fn session(
     settings: &SamplerSettings,
     shared: &SharedState,
     commands: &mpsc::Receiver<Command>,
+    observer: &dyn Observer,
     seq: &mut u64,
+    io_totals: &mut HashMap<String, IoTotals>,
 ) -> SessionEnd {
+    let opened = Instant::now();
     shared.begin(Activity::Listing);
-    let opened = read::Reader::open(nvml, &settings.devices);
+    let listed = read::Reader::open(nvml, &settings.devices, io_totals);
     shared.end();
-    let mut reader = match opened {
+    let mut reader = match listed {
         Ok(mut r) => {
             shared.add_nvml_errors(r.take_errors());
             r
@@ -469,29 +591,75 @@ fn session(
             };
         }
     };
+    observer.group_sampled(SampleGroup::Static, opened.elapsed());
     shared.set_status(NvmlStatus::Up {
         devices: reader.device_count(),
     });
+    let plan = settings.plan();
     tracing::info!(
         devices = reader.device_count(),
         interval_ms = settings.interval.as_millis() as u64,
+        energy_every_ticks = plan.energy,
+        process_every_ticks = plan.process,
+        gpm_every_ticks = plan.gpm,
+        pcie_every_ticks = plan.pcie,
         "sampling started"
     );
-    let mut next = Instant::now();
-    loop {
+    let targets = reader.event_targets();
+    let stop_watcher = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let watcher = std::thread::Builder::new()
+            .name("nvml-events".into())
+            .spawn_scoped(scope, || {
+                watch::run(nvml, &targets, &stop_watcher, observer)
+            });
+        if let Err(e) = watcher {
+            tracing::error!(
+                "cannot start the nvml-events thread: {e}; XID and ECC events are not watched"
+            );
+        }
+        let end = ticks(&mut reader, plan, settings, shared, commands, observer, seq);
+        stop_watcher.store(true, Ordering::Relaxed);
+        *io_totals = reader.io_totals();
+        end
+    })
+}
+
+/// The sampling loop of one NVML session.
+fn ticks(
+    reader: &mut read::Reader<'_>,
+    plan: read::Plan,
+    settings: &SamplerSettings,
+    shared: &SharedState,
+    commands: &mpsc::Receiver<Command>,
+    observer: &dyn Observer,
+    seq: &mut u64,
+) -> SessionEnd {
+    let mut tick = 0u64;
+    let mut timings = Vec::new();
+    let mut sample = |tick: u64, seq: &mut u64| {
         *seq += 1;
         shared.begin(Activity::Tick);
         let taken_at = SystemTime::now();
         let taken_instant = Instant::now();
-        let devices = reader.sample();
+        timings.clear();
+        let devices = reader.sample(tick, plan, &mut timings);
         shared.end();
         shared.add_nvml_errors(reader.take_errors());
+        for (group, took) in &timings {
+            observer.group_sampled(*group, *took);
+        }
         shared.publish(Snapshot {
             taken_at,
             taken_instant,
             seq: *seq,
             devices,
         });
+    };
+    let mut next = Instant::now();
+    loop {
+        sample(tick, seq);
+        tick += 1;
         next += settings.interval;
         let now = Instant::now();
         if next < now {
@@ -501,19 +669,7 @@ fn session(
         match commands.recv_timeout(next - now) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(Command::FinalSampleAndStop) => {
-                *seq += 1;
-                shared.begin(Activity::Tick);
-                let taken_at = SystemTime::now();
-                let taken_instant = Instant::now();
-                let devices = reader.sample();
-                shared.end();
-                shared.add_nvml_errors(reader.take_errors());
-                shared.publish(Snapshot {
-                    taken_at,
-                    taken_instant,
-                    seq: *seq,
-                    devices,
-                });
+                sample(tick, seq);
                 return SessionEnd::Stop;
             }
             Err(RecvTimeoutError::Disconnected) => return SessionEnd::Stop,

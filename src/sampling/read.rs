@@ -1,16 +1,36 @@
-//! The NVML calls themselves: device listing, static facts, and the per-tick fields, each
-//! through [`Gate`] so an unsupported field is asked once and then left alone.
+//! The NVML calls themselves: device listing (GPUs and, in MIG mode, their MIG devices),
+//! static facts, and the sampled fields in their groups ([`SampleGroup`]), each call through
+//! [`Gate`] so an unsupported field is asked once and then left alone.
+//!
+//! The fast group is read every tick; each slow group on its own cadence ([`Plan`]), its
+//! last values carried into every snapshot until the next read (a value never read yet is
+//! absent). What a MIG device is asked: memory, processes, process utilization and GPM
+//! (through its parent); power, energy, temperatures, clocks, ECC and row remapping belong
+//! to the parent GPU and are read there only. A GPU in MIG mode reports its processes on its
+//! MIG devices, not itself (no double counting).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
-use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor,
+};
+use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
-use super::snapshot::{DeviceInfo, DeviceSample, DeviceState, ProcessSample};
+use super::gpm::{GpmState, MIB};
+use super::processes;
+use super::raw::{self, ProcessInfoLayout, RawProcess};
+use super::snapshot::{
+    DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
+    ProcessUtilization,
+};
+use super::watch::Target;
+use super::SampleGroup;
 use crate::config::{DeviceId, DeviceSelection};
 
 /// NVML field id of the HBM temperature (`NVML_FI_DEV_MEMORY_TEMP`).
@@ -36,6 +56,10 @@ pub(crate) enum Field {
     EccCorrected,
     EccUncorrected,
     Processes,
+    RemappedRows,
+    ProcessUtilization,
+    PcieThroughput,
+    Gpm,
 }
 
 impl Field {
@@ -59,6 +83,10 @@ impl Field {
             Field::EccCorrected => "nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE)",
             Field::EccUncorrected => "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)",
             Field::Processes => "nvmlDeviceGetComputeRunningProcesses_v3",
+            Field::RemappedRows => "nvmlDeviceGetRemappedRows",
+            Field::ProcessUtilization => "nvmlDeviceGetProcessUtilization",
+            Field::PcieThroughput => "nvmlDeviceGetPcieThroughput",
+            Field::Gpm => "nvmlGpmSampleGet/nvmlGpmMigSampleGet + nvmlGpmMetricsGet",
         }
     }
 }
@@ -101,11 +129,12 @@ pub(crate) fn error_code(e: &NvmlError) -> String {
 pub(crate) type ErrorCounts = BTreeMap<(&'static str, String), u64>;
 
 /// Remembers which (device, field) pairs NVML does not answer, and which errors were
-/// already logged, so each is said once; counts every error by call and code.
+/// already logged, so each is said once; counts every error by call and code. Devices are
+/// keyed by their slot in the reader's list (a MIG device shares its parent's NVML index).
 #[derive(Debug, Default)]
 pub(crate) struct Gate {
-    unsupported: HashSet<(u32, Field)>,
-    failing: HashSet<(u32, Field)>,
+    unsupported: HashSet<(usize, Field)>,
+    failing: HashSet<(usize, Field)>,
     errors: ErrorCounts,
 }
 
@@ -133,9 +162,6 @@ pub(crate) fn verdict(e: &NvmlError) -> Verdict {
 }
 
 impl Gate {
-    /// Runs `call` for `field` of device `index` unless it is known unsupported. Returns the
-    /// value, or `None` (logged once per device, field and kind of failure). Sets `*lost`
-    /// when the device answered that it is lost.
     /// Counts one error of `call`.
     pub(crate) fn count(&mut self, call: &'static str, e: &NvmlError) {
         *self.errors.entry((call, error_code(e))).or_insert(0) += 1;
@@ -146,20 +172,31 @@ impl Gate {
         std::mem::take(&mut self.errors)
     }
 
+    /// Whether `field` of the device in `slot` is known unsupported.
+    pub(crate) fn is_unsupported(&self, slot: usize, field: Field) -> bool {
+        self.unsupported.contains(&(slot, field))
+    }
+
+    /// Runs `call` for `field` of the device in `slot` (`info`) unless it is known
+    /// unsupported. Returns the value, or `None` (logged once per device, field and kind of
+    /// failure). Sets `*lost` when the device answered that it is lost.
     pub(crate) fn read<T>(
         &mut self,
-        index: u32,
-        uuid: &str,
+        slot: usize,
+        info: &DeviceInfo,
         field: Field,
         lost: &mut bool,
         call: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
-        if *lost || self.unsupported.contains(&(index, field)) {
+        if *lost || self.unsupported.contains(&(slot, field)) {
             return None;
         }
+        let index = info.index;
+        let uuid = info.uuid.as_str();
+        let key = (slot, field);
         match call() {
             Ok(v) => {
-                if self.failing.remove(&(index, field)) {
+                if self.failing.remove(&key) {
                     tracing::info!(gpu = index, uuid, call = field.nvml_call(), "answers again");
                 }
                 Some(v)
@@ -168,7 +205,7 @@ impl Gate {
                 self.count(field.nvml_call(), &e);
                 match verdict(&e) {
                     Verdict::Unsupported => {
-                        self.unsupported.insert((index, field));
+                        self.unsupported.insert(key);
                         tracing::info!(
                             gpu = index,
                             uuid,
@@ -181,7 +218,7 @@ impl Gate {
                         *lost = true;
                     }
                     Verdict::Transient => {
-                        if self.failing.insert((index, field)) {
+                        if self.failing.insert(key) {
                             tracing::warn!(
                                 gpu = index,
                                 uuid,
@@ -198,33 +235,170 @@ impl Gate {
     }
 }
 
+/// How often each slow group is read, in ticks (1 = every tick); see
+/// [`crate::config::SlowIntervals::every`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub energy: u64,
+    pub pcie: u64,
+    pub process: u64,
+    pub gpm: u64,
+}
+
+impl Plan {
+    fn due(self, group: SampleGroup, tick: u64) -> bool {
+        let every = match group {
+            SampleGroup::Static | SampleGroup::Fast => 1,
+            SampleGroup::Energy => self.energy,
+            SampleGroup::Pcie => self.pcie,
+            SampleGroup::Process => self.process,
+            SampleGroup::Gpm => self.gpm,
+        };
+        tick % every.max(1) == 0
+    }
+}
+
+/// What a device is, for what it is asked.
+enum Role<'n> {
+    /// A GPU; in MIG mode its processes are reported on its MIG devices.
+    Gpu { mig_enabled: bool },
+    /// A MIG device: GPM samples are taken on the parent for its GPU instance.
+    Mig {
+        parent: Device<'n>,
+        gpu_instance_id: Option<u32>,
+    },
+}
+
 struct Selected<'n> {
     device: Device<'n>,
     info: Arc<DeviceInfo>,
+    role: Role<'n>,
     lost: bool,
+    /// `None` where GPM is unsupported.
+    gpm: Option<GpmState<'n>>,
+    /// Whether the last GPM window answered PCIe bytes (`None` before the first window):
+    /// the PCIe throughput call is the fallback when it did not.
+    gpm_pcie: Option<bool>,
+    gpm_unanswered_said: bool,
+    // Carried values of the slow groups.
+    energy_millijoules: Option<u64>,
+    gpm_metrics: Option<GpmMetrics>,
+    io: IoTotals,
+    pcie_previous: Option<(Instant, u32, u32)>,
+    /// Process shares of the last process-utilization read (`None`: not answered yet).
+    process_utilization: Option<HashMap<u32, ProcessUtilization>>,
+    process_utilization_seen_us: u64,
+    // This tick's process list, and executable names by PID.
+    processes: Option<Vec<RawProcess>>,
+    names: HashMap<u32, Option<String>>,
+}
+
+impl<'n> Selected<'n> {
+    fn new(device: Device<'n>, info: DeviceInfo, role: Role<'n>, io: IoTotals) -> Self {
+        Self {
+            device,
+            info: Arc::new(info),
+            role,
+            lost: false,
+            gpm: None,
+            gpm_pcie: None,
+            gpm_unanswered_said: false,
+            energy_millijoules: None,
+            gpm_metrics: None,
+            io,
+            pcie_previous: None,
+            process_utilization: None,
+            process_utilization_seen_us: 0,
+            processes: None,
+            names: HashMap::new(),
+        }
+    }
+
+    fn is_gpu(&self) -> bool {
+        matches!(self.role, Role::Gpu { .. })
+    }
+
+    fn reports_processes(&self) -> bool {
+        !matches!(self.role, Role::Gpu { mig_enabled: true })
+    }
+
+    /// Forgets what was carried (the device is lost; nothing of it is exported).
+    fn drop_carried(&mut self) {
+        self.energy_millijoules = None;
+        self.gpm_metrics = None;
+        self.gpm_pcie = None;
+        self.pcie_previous = None;
+        self.process_utilization = None;
+        self.processes = None;
+        if let Some(g) = &mut self.gpm {
+            g.reset();
+        }
+    }
 }
 
 /// The devices of one NVML session and their gates.
 pub(crate) struct Reader<'n> {
+    nvml: &'n Nvml,
     devices: Vec<Selected<'n>>,
+    /// GPUs not selected themselves whose MIG devices are (watched for events).
+    unselected_parents: Vec<Arc<DeviceInfo>>,
     gate: Gate,
+    layout: ProcessInfoLayout,
+    /// `/proc` when it shows the host PID namespace (process names readable).
+    proc_root: Option<PathBuf>,
+}
+
+fn static_info(
+    device: &Device<'_>,
+    index: u32,
+    uuid: String,
+    driver: &Option<String>,
+) -> DeviceInfo {
+    DeviceInfo {
+        index,
+        name: device.name().ok(),
+        serial: device.serial().ok(),
+        pci_bus_id: device.pci_info().ok().map(|p| p.bus_id),
+        vbios_version: device.vbios_version().ok(),
+        driver_version: driver.clone(),
+        uuid,
+        mig: None,
+    }
 }
 
 impl<'n> Reader<'n> {
-    /// Lists devices (`nvmlDeviceGetCount_v2`, `nvmlDeviceGetHandleByIndex_v2`), reads their
-    /// static facts and keeps those that `selection` names.
-    pub(crate) fn open(nvml: &'n Nvml, selection: &DeviceSelection) -> Result<Self, NvmlError> {
-        let wanted: Option<&[DeviceId]> = match selection {
-            DeviceSelection::All => None,
-            DeviceSelection::List(ids) => Some(ids),
-            // Resolved into a list before sampling starts; never "all".
-            DeviceSelection::PodResources => Some(&[]),
-        };
+    /// Lists devices (`nvmlDeviceGetCount_v2`, `nvmlDeviceGetHandleByIndex_v2`; in MIG mode
+    /// `nvmlDeviceGetMigDeviceHandleByIndex`), reads their static facts and keeps those that
+    /// `selection` names: a GPU by index or UUID (with all its MIG devices), a MIG device by
+    /// its UUID. `io` carries the byte counters of a previous NVML session, by UUID.
+    pub(crate) fn open(
+        nvml: &'n Nvml,
+        selection: &DeviceSelection,
+        io: &HashMap<String, IoTotals>,
+    ) -> Result<Self, NvmlError> {
         let mut gate = Gate::default();
         let count = nvml.device_count()?;
         let driver_version = nvml.sys_driver_version().ok();
+        let layout = ProcessInfoLayout::detect(nvml.lib());
+        if layout == ProcessInfoLayout::V3CcProtected {
+            tracing::info!("this driver writes the R535 32-byte nvmlProcessInfo_t under nvmlDeviceGetComputeRunningProcesses_v3; process lists are decoded with it");
+        }
+        let proc_root = Path::new("/proc");
+        let proc_root =
+            processes::in_host_pid_namespace(proc_root).then(|| proc_root.to_path_buf());
         let mut devices = Vec::new();
+        let mut unselected_parents = Vec::new();
         let mut matched = HashSet::new();
+        let mut wanted = |id_matches: &dyn Fn(&DeviceId) -> bool| match selection {
+            DeviceSelection::All => true,
+            DeviceSelection::List(ids) => {
+                let hits: Vec<usize> = (0..ids.len()).filter(|&p| id_matches(&ids[p])).collect();
+                matched.extend(hits.iter().copied());
+                !hits.is_empty()
+            }
+            // Resolved into a list before sampling starts; never "all".
+            DeviceSelection::PodResources => false,
+        };
         for index in 0..count {
             let device = match nvml.device_by_index(index) {
                 Ok(d) => d,
@@ -242,41 +416,107 @@ impl<'n> Reader<'n> {
                     continue;
                 }
             };
-            if let Some(ids) = wanted {
-                let hit = ids.iter().position(|id| match id {
-                    DeviceId::Index(i) => *i == index,
-                    DeviceId::Uuid(u) => *u == uuid,
-                });
-                match hit {
-                    Some(pos) => {
-                        matched.insert(pos);
+            let gpu_selected = wanted(&|id| match id {
+                DeviceId::Index(i) => *i == index,
+                DeviceId::Uuid(u) => *u == uuid,
+            });
+            let mig_enabled = device.mig_mode().is_ok_and(|m| m.current == 1);
+            let mut migs = Vec::new();
+            if mig_enabled {
+                let max = device.mig_device_count().unwrap_or(7);
+                for mig_index in 0..max {
+                    let md = match device.mig_device_by_index(mig_index) {
+                        Ok(d) => d,
+                        Err(NvmlError::NotFound) => continue,
+                        Err(e) => {
+                            tracing::warn!(gpu = index, mig_index, error = %e, "cannot get a handle for this MIG device; it is skipped");
+                            continue;
+                        }
+                    };
+                    let Ok(mig_uuid) = md.uuid() else {
+                        tracing::warn!(
+                            gpu = index,
+                            mig_index,
+                            "nvmlDeviceGetUUID failed on a MIG device; it is skipped"
+                        );
+                        continue;
+                    };
+                    let selected = wanted(&|id| matches!(id, DeviceId::Uuid(u) if *u == mig_uuid));
+                    if !(gpu_selected || selected) {
+                        continue;
                     }
-                    None => continue,
+                    let mut info = static_info(&md, index, mig_uuid, &driver_version);
+                    info.mig = Some(MigPlacement {
+                        parent_uuid: uuid.clone(),
+                        mig_index,
+                        gpu_instance_id: raw::gpu_instance_id(nvml, &md).ok(),
+                        compute_instance_id: raw::compute_instance_id(nvml, &md).ok(),
+                    });
+                    migs.push((md, info));
                 }
             }
-            let info = DeviceInfo {
-                index,
-                name: device.name().ok(),
-                serial: device.serial().ok(),
-                pci_bus_id: device.pci_info().ok().map(|p| p.bus_id),
-                vbios_version: device.vbios_version().ok(),
-                driver_version: driver_version.clone(),
-                uuid,
-            };
+            if !gpu_selected && migs.is_empty() {
+                continue;
+            }
+            let info = static_info(&device, index, uuid, &driver_version);
             tracing::info!(
                 gpu = index,
                 uuid = %info.uuid,
                 name = info.name.as_deref().unwrap_or("?"),
                 pci_bus_id = info.pci_bus_id.as_deref().unwrap_or("?"),
+                mig_enabled,
+                mig_devices = migs.len(),
+                reported = gpu_selected,
                 "GPU found"
             );
-            devices.push(Selected {
-                device,
-                info: Arc::new(info),
-                lost: false,
-            });
+            let gpm_supported = match device.gpm_support() {
+                Ok(true) => true,
+                Ok(false) | Err(_) => {
+                    tracing::info!(gpu = index, uuid = %info.uuid, "GPM is not supported on this GPU (nvmlGpmQueryDeviceSupport; Hopper and newer): the GPM profiling metrics (nvidia.gpu.sm.activity, nvidia.gpu.tensor.activity, ...) are not emitted for it, and PCIe bytes come from nvmlDeviceGetPcieThroughput");
+                    false
+                }
+            };
+            let parent_uuid = info.uuid.clone();
+            if gpu_selected {
+                let io0 = io.get(&info.uuid).copied().unwrap_or_default();
+                let mut sel = Selected::new(device, info, Role::Gpu { mig_enabled }, io0);
+                sel.gpm = gpm_supported.then(GpmState::default);
+                devices.push(sel);
+            } else {
+                unselected_parents.push(Arc::new(info));
+            }
+            for (md, info) in migs {
+                tracing::info!(
+                    gpu = index,
+                    uuid = %info.uuid,
+                    parent = %parent_uuid,
+                    name = info.name.as_deref().unwrap_or("?"),
+                    "MIG device found"
+                );
+                let gpu_instance_id = info.mig.as_ref().and_then(|m| m.gpu_instance_id);
+                // A second handle on the parent, for GPM MIG samples.
+                let parent = match nvml.device_by_index(index) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::error!(gpu = index, uuid = %info.uuid, error = %e, "cannot get the parent GPU's handle; this MIG device is skipped");
+                        continue;
+                    }
+                };
+                let io0 = io.get(&info.uuid).copied().unwrap_or_default();
+                let mut sel = Selected::new(
+                    md,
+                    info,
+                    Role::Mig {
+                        parent,
+                        gpu_instance_id,
+                    },
+                    io0,
+                );
+                sel.gpm = (gpm_supported && gpu_instance_id.is_some()).then(GpmState::default);
+                devices.push(sel);
+            }
         }
-        if let Some(ids) = wanted {
+        if let DeviceSelection::List(ids) = selection {
             for (pos, id) in ids.iter().enumerate() {
                 if !matched.contains(&pos) {
                     tracing::warn!(device = ?id, "GPU_SIDECAR_DEVICES names a device NVML does not show");
@@ -293,11 +533,14 @@ impl<'n> Reader<'n> {
                 );
             }
         }
-        Ok(Self { devices, gate })
-    }
-
-    pub(crate) fn device_count(&self) -> usize {
-        self.devices.len()
+        Ok(Self {
+            nvml,
+            devices,
+            unselected_parents,
+            gate,
+            layout,
+            proc_root,
+        })
     }
 
     /// Errors counted since the last call (listing included), by call and code.
@@ -305,36 +548,148 @@ impl<'n> Reader<'n> {
         self.gate.take_errors()
     }
 
-    /// Reads every per-tick field of every device.
-    pub(crate) fn sample(&mut self) -> Vec<DeviceSample> {
-        let gate = &mut self.gate;
+    pub(crate) fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// The byte counters, by UUID, to carry into the next NVML session.
+    pub(crate) fn io_totals(&self) -> HashMap<String, IoTotals> {
         self.devices
-            .iter_mut()
-            .map(|d| sample_device(gate, d))
+            .iter()
+            .map(|d| (d.info.uuid.clone(), d.io))
             .collect()
+    }
+
+    /// The physical GPUs whose events concern the selected devices, each with its selected
+    /// MIG devices.
+    pub(crate) fn event_targets(&self) -> Vec<Target> {
+        let mut targets: Vec<Target> = self
+            .devices
+            .iter()
+            .filter(|d| d.is_gpu())
+            .map(|d| Target {
+                info: d.info.clone(),
+                mig_devices: Vec::new(),
+            })
+            .chain(self.unselected_parents.iter().map(|info| Target {
+                info: info.clone(),
+                mig_devices: Vec::new(),
+            }))
+            .collect();
+        for d in &self.devices {
+            if let Some(m) = &d.info.mig {
+                if let Some(t) = targets.iter_mut().find(|t| t.info.uuid == m.parent_uuid) {
+                    t.mig_devices.push(d.info.clone());
+                }
+            }
+        }
+        targets
+    }
+
+    /// Reads the fast fields of every device, and each slow group due at `tick` (0-based
+    /// tick of this session: every group is due at tick 0); pushes the time each group took,
+    /// over all devices, to `timings`.
+    pub(crate) fn sample(
+        &mut self,
+        tick: u64,
+        plan: Plan,
+        timings: &mut Vec<(SampleGroup, Duration)>,
+    ) -> Vec<DeviceSample> {
+        let started = Instant::now();
+        let nvml = self.nvml;
+        let (gate, layout, proc_root) = (&mut self.gate, self.layout, self.proc_root.as_deref());
+        let mut out: Vec<DeviceSample> = self
+            .devices
+            .iter_mut()
+            .enumerate()
+            .map(|(slot, d)| sample_fast(gate, nvml, layout, proc_root, slot, d))
+            .collect();
+        timings.push((SampleGroup::Fast, started.elapsed()));
+
+        for group in [
+            SampleGroup::Energy,
+            SampleGroup::Process,
+            SampleGroup::Gpm,
+            SampleGroup::Pcie,
+        ] {
+            if !plan.due(group, tick) {
+                continue;
+            }
+            let started = Instant::now();
+            let mut asked = false;
+            for (slot, (d, s)) in self.devices.iter_mut().zip(out.iter_mut()).enumerate() {
+                if d.lost {
+                    continue;
+                }
+                let mut lost = false;
+                asked |= read_slow(group, &mut self.gate, nvml, slot, d, &mut lost);
+                if lost {
+                    tracing::error!(gpu = d.info.index, uuid = %d.info.uuid, "GPU is lost (fallen off the bus or needs a reset); it is reported as failed, the other GPUs go on");
+                    d.lost = true;
+                    d.drop_carried();
+                    *s = DeviceSample::empty(d.info.clone(), DeviceState::Lost);
+                }
+            }
+            if asked {
+                timings.push((group, started.elapsed()));
+            }
+        }
+
+        for (d, s) in self.devices.iter().zip(out.iter_mut()) {
+            if d.lost {
+                continue;
+            }
+            s.energy_millijoules = d.energy_millijoules;
+            s.gpm = d.gpm_metrics;
+            s.io = d.io;
+            s.processes = d.processes.as_ref().map(|list| {
+                list.iter()
+                    .map(|p| ProcessSample {
+                        pid: p.pid,
+                        used_memory_bytes: p.used_memory_bytes,
+                        executable_name: d.names.get(&p.pid).cloned().flatten(),
+                        utilization: d
+                            .process_utilization
+                            .as_ref()
+                            .map(|u| u.get(&p.pid).copied().unwrap_or_default()),
+                    })
+                    .collect()
+            });
+        }
+        out
     }
 }
 
-fn sample_device(gate: &mut Gate, sel: &mut Selected<'_>) -> DeviceSample {
+/// The fields read every tick. A lost device is probed with one cheap call per tick to
+/// notice its return.
+fn sample_fast(
+    gate: &mut Gate,
+    nvml: &Nvml,
+    layout: ProcessInfoLayout,
+    proc_root: Option<&Path>,
+    slot: usize,
+    sel: &mut Selected<'_>,
+) -> DeviceSample {
     let dev = &sel.device;
-    let index = sel.info.index;
-    let uuid = sel.info.uuid.as_str();
+    let info = sel.info.clone();
+    let index = info.index;
+    let uuid = info.uuid.as_str();
     let was_lost = sel.lost;
-    // A lost device is probed with one cheap call per tick to notice its return.
     let mut lost = false;
-    let memory = gate.read(index, uuid, Field::Memory, &mut lost, || dev.memory_info());
+    let memory = gate.read(slot, &info, Field::Memory, &mut lost, || dev.memory_info());
     if lost {
         if !was_lost {
             tracing::error!(gpu = index, uuid, "GPU is lost (fallen off the bus or needs a reset); it is reported as failed, the other GPUs go on");
         }
         sel.lost = true;
-        return DeviceSample::empty(sel.info.clone(), DeviceState::Lost);
+        sel.drop_carried();
+        return DeviceSample::empty(info, DeviceState::Lost);
     }
     if was_lost {
         tracing::info!(gpu = index, uuid, "GPU answers again");
         sel.lost = false;
     }
-    let mut s = DeviceSample::empty(sel.info.clone(), DeviceState::Ok);
+    let mut s = DeviceSample::empty(info.clone(), DeviceState::Ok);
     if let Some(m) = memory {
         s.memory_total_bytes = Some(m.total);
         s.memory_used_bytes = Some(m.used);
@@ -343,56 +698,177 @@ fn sample_device(gate: &mut Gate, sel: &mut Selected<'_>) -> DeviceSample {
     }
     macro_rules! read {
         ($field:expr, $call:expr) => {
-            gate.read(index, uuid, $field, &mut lost, || $call)
+            gate.read(slot, &info, $field, &mut lost, || $call)
         };
     }
-    if let Some(u) = read!(Field::Utilization, dev.utilization_rates()) {
-        s.utilization_gpu_percent = Some(u.gpu);
-        s.utilization_memory_controller_percent = Some(u.memory);
+    if sel.is_gpu() {
+        if let Some(u) = read!(Field::Utilization, dev.utilization_rates()) {
+            s.utilization_gpu_percent = Some(u.gpu);
+            s.utilization_memory_controller_percent = Some(u.memory);
+        }
+        s.utilization_encoder_percent =
+            read!(Field::EncoderUtilization, dev.encoder_utilization()).map(|u| u.utilization);
+        s.utilization_decoder_percent =
+            read!(Field::DecoderUtilization, dev.decoder_utilization()).map(|u| u.utilization);
+        s.temperature_gpu_celsius = read!(
+            Field::TemperatureGpu,
+            dev.temperature(TemperatureSensor::Gpu)
+        );
+        s.temperature_memory_celsius = read!(Field::TemperatureMemory, memory_temperature(dev));
+        s.power_milliwatts = read!(Field::Power, dev.power_usage());
+        s.power_limit_milliwatts = read!(Field::PowerLimit, dev.enforced_power_limit());
+        s.clock_graphics_mhz = read!(Field::ClockGraphics, dev.clock_info(Clock::Graphics));
+        s.clock_sm_mhz = read!(Field::ClockSm, dev.clock_info(Clock::SM));
+        s.clock_memory_mhz = read!(Field::ClockMemory, dev.clock_info(Clock::Memory));
+        s.clocks_event_reasons =
+            read!(Field::ClocksEventReasons, dev.current_throttle_reasons()).map(|r| r.bits());
+        s.performance_state =
+            read!(Field::PerformanceState, dev.performance_state()).map(|p| p.as_c());
+        s.ecc_corrected_total = read!(
+            Field::EccCorrected,
+            dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+        );
+        s.ecc_uncorrected_total = read!(
+            Field::EccUncorrected,
+            dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+        );
+        s.remapped_rows = read!(Field::RemappedRows, raw::remapped_rows(nvml, dev));
     }
-    s.utilization_encoder_percent =
-        read!(Field::EncoderUtilization, dev.encoder_utilization()).map(|u| u.utilization);
-    s.utilization_decoder_percent =
-        read!(Field::DecoderUtilization, dev.decoder_utilization()).map(|u| u.utilization);
-    s.temperature_gpu_celsius = read!(
-        Field::TemperatureGpu,
-        dev.temperature(TemperatureSensor::Gpu)
-    );
-    s.temperature_memory_celsius = read!(Field::TemperatureMemory, memory_temperature(dev));
-    s.power_milliwatts = read!(Field::Power, dev.power_usage());
-    s.power_limit_milliwatts = read!(Field::PowerLimit, dev.enforced_power_limit());
-    s.energy_millijoules = read!(Field::Energy, dev.total_energy_consumption());
-    s.clock_graphics_mhz = read!(Field::ClockGraphics, dev.clock_info(Clock::Graphics));
-    s.clock_sm_mhz = read!(Field::ClockSm, dev.clock_info(Clock::SM));
-    s.clock_memory_mhz = read!(Field::ClockMemory, dev.clock_info(Clock::Memory));
-    s.clocks_event_reasons =
-        read!(Field::ClocksEventReasons, dev.current_throttle_reasons()).map(|r| r.bits());
-    s.performance_state = read!(Field::PerformanceState, dev.performance_state()).map(|p| p.as_c());
-    s.ecc_corrected_total = read!(
-        Field::EccCorrected,
-        dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
-    );
-    s.ecc_uncorrected_total = read!(
-        Field::EccUncorrected,
-        dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
-    );
-    s.processes = read!(Field::Processes, dev.running_compute_processes()).map(|ps| {
-        ps.into_iter()
-            .map(|p| ProcessSample {
-                pid: p.pid,
-                used_memory_bytes: match p.used_gpu_memory {
-                    UsedGpuMemory::Used(b) => Some(b),
-                    UsedGpuMemory::Unavailable => None,
-                },
-            })
-            .collect()
-    });
+    if sel.reports_processes() {
+        sel.processes = read!(Field::Processes, raw::compute_processes(nvml, dev, layout));
+        let current: HashSet<u32> = sel.processes.iter().flatten().map(|p| p.pid).collect();
+        sel.names.retain(|pid, _| current.contains(pid));
+        for pid in current {
+            sel.names.entry(pid).or_insert_with(|| {
+                proc_root.and_then(|root| processes::executable_name(root, pid))
+            });
+        }
+    }
     if lost {
         tracing::error!(gpu = index, uuid, "GPU is lost (fallen off the bus or needs a reset); it is reported as failed, the other GPUs go on");
         sel.lost = true;
-        return DeviceSample::empty(sel.info.clone(), DeviceState::Lost);
+        sel.drop_carried();
+        return DeviceSample::empty(info, DeviceState::Lost);
     }
     s
+}
+
+/// Reads one slow group for one device; returns whether an NVML call was made.
+fn read_slow<'n>(
+    group: SampleGroup,
+    gate: &mut Gate,
+    nvml: &'n Nvml,
+    slot: usize,
+    d: &mut Selected<'n>,
+    lost: &mut bool,
+) -> bool {
+    let info = d.info.clone();
+    match group {
+        SampleGroup::Energy if d.is_gpu() => {
+            let dev = &d.device;
+            d.energy_millijoules = gate.read(slot, &info, Field::Energy, lost, || {
+                dev.total_energy_consumption()
+            });
+            true
+        }
+        SampleGroup::Process if d.reports_processes() => {
+            let dev = &d.device;
+            let seen = d.process_utilization_seen_us;
+            let samples = gate.read(slot, &info, Field::ProcessUtilization, lost, || {
+                // NOT_FOUND: no sample since `seen`, i.e. no process ran in the window.
+                match dev.process_utilization_stats(seen) {
+                    Err(NvmlError::NotFound) => Ok(Vec::new()),
+                    other => other,
+                }
+            });
+            if let Some(samples) = samples {
+                if let Some(latest) = samples.iter().map(|s| s.timestamp).max() {
+                    d.process_utilization_seen_us = latest;
+                }
+                d.process_utilization = Some(processes::average(&samples));
+            }
+            true
+        }
+        SampleGroup::Gpm => {
+            let Selected {
+                device,
+                role,
+                gpm: Some(state),
+                ..
+            } = &mut *d
+            else {
+                return false;
+            };
+            let reading = match role {
+                Role::Gpu { .. } => gate.read(slot, &info, Field::Gpm, lost, || {
+                    state.read(nvml, || device.gpm_sample())
+                }),
+                Role::Mig {
+                    parent,
+                    gpu_instance_id: Some(gi),
+                } => {
+                    let gi = *gi;
+                    gate.read(slot, &info, Field::Gpm, lost, || {
+                        state.read(nvml, || parent.gpm_mig_sample(gi))
+                    })
+                }
+                Role::Mig { .. } => return false,
+            };
+            match reading {
+                Some(Some(r)) => {
+                    let window = r.metrics.window_seconds;
+                    let add = |total: &mut Option<f64>, mib_s: Option<f64>| {
+                        if let Some(rate) = mib_s {
+                            *total = Some(total.unwrap_or(0.0) + rate * MIB * window);
+                        }
+                    };
+                    add(&mut d.io.pcie_transmit_bytes, r.pcie_tx_mib_s);
+                    add(&mut d.io.pcie_receive_bytes, r.pcie_rx_mib_s);
+                    add(&mut d.io.nvlink_transmit_bytes, r.nvlink_tx_mib_s);
+                    add(&mut d.io.nvlink_receive_bytes, r.nvlink_rx_mib_s);
+                    d.gpm_pcie = Some(r.pcie_tx_mib_s.is_some() || r.pcie_rx_mib_s.is_some());
+                    if !r.unanswered.is_empty() && !d.gpm_unanswered_said {
+                        d.gpm_unanswered_said = true;
+                        tracing::info!(gpu = info.index, uuid = %info.uuid, unanswered = ?r.unanswered, "GPM does not answer these metrics on this device; they are absent");
+                    }
+                    d.gpm_metrics = Some(r.metrics);
+                }
+                Some(None) => {} // first sample: no window yet
+                None => {
+                    if gate.is_unsupported(slot, Field::Gpm) {
+                        d.gpm = None; // frees the held sample
+                    }
+                }
+            }
+            true
+        }
+        SampleGroup::Pcie if d.is_gpu() && (d.gpm.is_none() || d.gpm_pcie == Some(false)) => {
+            let dev = &d.device;
+            let rates = gate.read(slot, &info, Field::PcieThroughput, lost, || {
+                Ok((
+                    dev.pcie_throughput(PcieUtilCounter::Send)?,
+                    dev.pcie_throughput(PcieUtilCounter::Receive)?,
+                ))
+            });
+            if let Some((tx, rx)) = rates {
+                let now = Instant::now();
+                if let Some((then, tx0, rx0)) = d.pcie_previous {
+                    // KB/s (1024 bytes) sampled over ~20 ms: the mean of the two readings
+                    // times the time between them is an estimate, not a count.
+                    let secs = now.duration_since(then).as_secs_f64();
+                    let bytes =
+                        |a: u32, b: u32| (f64::from(a) + f64::from(b)) / 2.0 * 1024.0 * secs;
+                    d.io.pcie_transmit_bytes =
+                        Some(d.io.pcie_transmit_bytes.unwrap_or(0.0) + bytes(tx0, tx));
+                    d.io.pcie_receive_bytes =
+                        Some(d.io.pcie_receive_bytes.unwrap_or(0.0) + bytes(rx0, rx));
+                }
+                d.pcie_previous = Some((now, tx, rx));
+            }
+            true
+        }
+        _ => false,
+    }
 }
 
 /// One line for a GPU that cannot be listed (no handle or no UUID, so no `hw.id` to report

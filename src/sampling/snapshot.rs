@@ -6,9 +6,13 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 /// Facts about a device that do not change while NVML is up; read once per NVML session.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// A device is a GPU or, when MIG mode is on, one MIG device (GPU instance + compute
+/// instance) of a GPU: then [`DeviceInfo::mig`] names its parent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceInfo {
-    /// NVML index (`nvmlDeviceGetHandleByIndex_v2`), as `nvidia-smi` numbers GPUs.
+    /// NVML index (`nvmlDeviceGetHandleByIndex_v2`), as `nvidia-smi` numbers GPUs; for a MIG
+    /// device, its parent GPU's index.
     pub index: u32,
     /// GPU UUID (`nvmlDeviceGetUUID`), e.g. `GPU-8f6c…`; the `hw.id` attribute.
     pub uuid: String,
@@ -22,6 +26,22 @@ pub struct DeviceInfo {
     pub vbios_version: Option<String>,
     /// Driver version (`nvmlSystemGetDriverVersion`), e.g. `580.159.04`; `hw.driver_version`.
     pub driver_version: Option<String>,
+    /// For a MIG device: where it sits. `None` for a GPU.
+    pub mig: Option<MigPlacement>,
+}
+
+/// Where a MIG device sits on its GPU (`nvmlDeviceGetMigDeviceHandleByIndex`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MigPlacement {
+    /// The parent GPU's UUID (`GPU-…`); the `hw.parent` attribute.
+    pub parent_uuid: String,
+    /// MIG device index on the parent (`nvmlDeviceGetMigDeviceHandleByIndex` argument).
+    pub mig_index: u32,
+    /// GPU instance id (`nvmlDeviceGetGpuInstanceId`); the id GPM MIG samples and XID events
+    /// use.
+    pub gpu_instance_id: Option<u32>,
+    /// Compute instance id (`nvmlDeviceGetComputeInstanceId`).
+    pub compute_instance_id: Option<u32>,
 }
 
 /// Whether NVML can still talk to the device.
@@ -34,14 +54,97 @@ pub enum DeviceState {
     Lost,
 }
 
-/// One compute process on a device (`nvmlDeviceGetComputeRunningProcesses_v3`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One compute process on a device (`nvmlDeviceGetComputeRunningProcesses_v3`), with its
+/// share of the engines from `nvmlDeviceGetProcessUtilization`.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProcessSample {
     /// Host PID as NVML reports it (not the PID in the sidecar's namespace).
     pub pid: u32,
     /// GPU memory held by the process in bytes; `None` when NVML cannot tell (no
     /// permission, or Windows WDDM).
     pub used_memory_bytes: Option<u64>,
+    /// Executable name (`/proc/<pid>/comm`), only when the agent runs in the host PID
+    /// namespace (`hostPID`), where NVML's host PIDs are its own; else `None`.
+    pub executable_name: Option<String>,
+    /// Engine shares over the last process-utilization window; `None` until read or where
+    /// the call is unsupported.
+    pub utilization: Option<ProcessUtilization>,
+}
+
+/// One process's engine shares, percent, averaged over the samples NVML buffered since the
+/// previous read (`nvmlDeviceGetProcessUtilization`). A process that had no sample in the
+/// window was idle there (NVML lists only processes with a non-zero share): 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessUtilization {
+    /// SM (3D/compute) share, percent (`smUtil`).
+    pub sm_percent: f64,
+    /// Memory controller (frame buffer) share, percent (`memUtil`).
+    pub memory_percent: f64,
+    /// Encoder share, percent (`encUtil`).
+    pub encoder_percent: f64,
+    /// Decoder share, percent (`decUtil`).
+    pub decoder_percent: f64,
+}
+
+/// GPM profiling metrics of one device over the last pair of GPM samples
+/// (`nvmlGpmMetricsGet`); percent 0..100 as NVML gives them, `None` where the metric is not
+/// answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpmMetrics {
+    /// Seconds between the two samples.
+    pub window_seconds: f64,
+    /// `NVML_GPM_METRIC_GRAPHICS_UTIL`: graphics or compute engine active, %.
+    pub graphics_util: Option<f64>,
+    /// `NVML_GPM_METRIC_SM_UTIL`: SMs with at least one warp resident, %.
+    pub sm_util: Option<f64>,
+    /// `NVML_GPM_METRIC_SM_OCCUPANCY`: resident warps of the maximum, %.
+    pub sm_occupancy: Option<f64>,
+    /// `NVML_GPM_METRIC_INTEGER_UTIL`: integer pipe, %.
+    pub integer_util: Option<f64>,
+    /// `NVML_GPM_METRIC_ANY_TENSOR_UTIL`: any tensor pipe, %.
+    pub any_tensor_util: Option<f64>,
+    /// `NVML_GPM_METRIC_DFMA_TENSOR_UTIL`: FP64 tensor (DFMA), %.
+    pub dfma_tensor_util: Option<f64>,
+    /// `NVML_GPM_METRIC_HMMA_TENSOR_UTIL`: half-precision tensor (HMMA), %.
+    pub hmma_tensor_util: Option<f64>,
+    /// `NVML_GPM_METRIC_IMMA_TENSOR_UTIL`: integer tensor (IMMA), %.
+    pub imma_tensor_util: Option<f64>,
+    /// `NVML_GPM_METRIC_DRAM_BW_UTIL`: DRAM bandwidth used, % of peak.
+    pub dram_bw_util: Option<f64>,
+    /// `NVML_GPM_METRIC_FP64_UTIL`: non-tensor FP64 pipe, %.
+    pub fp64_util: Option<f64>,
+    /// `NVML_GPM_METRIC_FP32_UTIL`: non-tensor FP32 pipe, %.
+    pub fp32_util: Option<f64>,
+    /// `NVML_GPM_METRIC_FP16_UTIL`: non-tensor FP16 pipe, %.
+    pub fp16_util: Option<f64>,
+}
+
+/// Bytes moved since the agent started counting for this device (cumulative; never reset
+/// while the agent runs, NVML re-inits included). `None` until two reads made a first
+/// interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IoTotals {
+    /// PCIe bytes sent by the GPU.
+    pub pcie_transmit_bytes: Option<f64>,
+    /// PCIe bytes received by the GPU.
+    pub pcie_receive_bytes: Option<f64>,
+    /// NVLink bytes sent, all links.
+    pub nvlink_transmit_bytes: Option<f64>,
+    /// NVLink bytes received, all links.
+    pub nvlink_receive_bytes: Option<f64>,
+}
+
+/// Row remapping state (`nvmlDeviceGetRemappedRows`), Ampere and newer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemappedRows {
+    /// Rows remapped for correctable errors.
+    pub correctable: u32,
+    /// Rows remapped for uncorrectable errors.
+    pub uncorrectable: u32,
+    /// A remapping is pending (takes effect at the next GPU reset).
+    pub pending: bool,
+    /// A remapping failed (no spare row left).
+    pub failed: bool,
 }
 
 /// The readings of one device at one tick.
@@ -93,8 +196,16 @@ pub struct DeviceSample {
     pub ecc_corrected_total: Option<u64>,
     /// Uncorrected ECC errors since driver load (same call, `UNCORRECTED`).
     pub ecc_uncorrected_total: Option<u64>,
-    /// Compute processes; `None` when the list could not be read.
+    /// Compute processes; `None` when the list could not be read, and on a GPU in MIG mode
+    /// (its processes are reported on its MIG devices).
     pub processes: Option<Vec<ProcessSample>>,
+    /// GPM profiling metrics of the last GPM interval; `None` where GPM is unsupported or
+    /// before the second GPM sample.
+    pub gpm: Option<GpmMetrics>,
+    /// PCIe and NVLink byte counters.
+    pub io: IoTotals,
+    /// Row remapping state; `None` where unsupported.
+    pub remapped_rows: Option<RemappedRows>,
 }
 
 impl DeviceSample {
@@ -124,6 +235,9 @@ impl DeviceSample {
             ecc_corrected_total: None,
             ecc_uncorrected_total: None,
             processes: None,
+            gpm: None,
+            io: IoTotals::default(),
+            remapped_rows: None,
         }
     }
 }

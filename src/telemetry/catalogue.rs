@@ -6,7 +6,7 @@
 
 use opentelemetry::KeyValue;
 
-use crate::sampling::{DeviceSample, DeviceState, CLOCKS_EVENT_REASONS};
+use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, ProcessSample, CLOCKS_EVENT_REASONS};
 
 /// OpenTelemetry instrument kind of a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +74,7 @@ pub struct MetricDef {
 }
 
 /// Attributes on every GPU data point.
-pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it)";
+pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), and on a MIG device `hw.parent` (its GPU's UUID)";
 
 fn kv(k: &'static str, v: &'static str) -> KeyValue {
     KeyValue::new(k, v)
@@ -88,6 +88,35 @@ fn push(out: &mut Vec<Point>, value: Option<f64>, attributes: Vec<KeyValue>) {
 
 fn ratio(percent: Option<u32>) -> Option<f64> {
     percent.map(|p| f64::from(p) / 100.0)
+}
+
+/// A GPM percentage as a ratio, held to 0..1 (NVML's float arithmetic can land a hair
+/// outside 0..100).
+fn gpm_ratio(percent: Option<f64>) -> Option<f64> {
+    percent.map(|p| (p / 100.0).clamp(0.0, 1.0))
+}
+
+/// `process.pid` and, where known, `process.executable.name`.
+fn process_attributes(p: &ProcessSample) -> Vec<KeyValue> {
+    let mut v = vec![KeyValue::new("process.pid", i64::from(p.pid))];
+    if let Some(name) = &p.executable_name {
+        v.push(KeyValue::new("process.executable.name", name.clone()));
+    }
+    v
+}
+
+/// Pushes one point per listed process, `value` of it, with its attributes plus `extra`.
+fn per_process(
+    d: &DeviceSample,
+    out: &mut Vec<Point>,
+    value: impl Fn(&ProcessSample) -> Option<f64>,
+    extra: &[KeyValue],
+) {
+    for p in d.processes.iter().flatten() {
+        let mut attributes = process_attributes(p);
+        attributes.extend_from_slice(extra);
+        push(out, value(p), attributes);
+    }
 }
 
 /// Every metric the agent exports, in documentation order.
@@ -265,13 +294,23 @@ pub static CATALOGUE: &[MetricDef] = &[
         instrument: Instrument::UpDownCounter,
         number: Number::Int,
         unit: "1",
-        description: "1 for the GPU's current state, 0 for the others: `failed` when NVML reports it lost, `degraded` while thermal or hardware slowdown holds its clocks back, else `ok`. Carries the static facts.",
-        attributes: "`hw.state` = `ok` | `degraded` | `failed`; `hw.serial_number`, `hw.firmware_version` (VBIOS), `hw.driver_version`, `nvidia.gpu.pci.bus_id`, `nvidia.gpu.index` where known",
-        source: "device state from error codes (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`); `nvmlDeviceGetCurrentClocksThrottleReasons`; static: `nvmlDeviceGetSerial`, `nvmlDeviceGetVbiosVersion`, `nvmlSystemGetDriverVersion`, `nvmlDeviceGetPciInfo_v3`",
+        description: "1 for the device's current state, 0 for the others: `failed` when NVML reports it lost, `degraded` while thermal or hardware slowdown holds its clocks back or a row remapping is pending or failed, else `ok` (running at the power cap is normal). Carries the static facts.",
+        attributes: "`hw.state` = `ok` | `degraded` | `failed`; `hw.serial_number`, `hw.firmware_version` (VBIOS), `hw.driver_version`, `nvidia.gpu.pci.bus_id`, `nvidia.gpu.index` where known; on a MIG device `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
+        source: "device state from error codes (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`); `nvmlDeviceGetCurrentClocksThrottleReasons`; `nvmlDeviceGetRemappedRows` (`isPending`, `failureOccurred`); static: `nvmlDeviceGetSerial`, `nvmlDeviceGetVbiosVersion`, `nvmlSystemGetDriverVersion`, `nvmlDeviceGetPciInfo_v3`, `nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId`",
         extract: |d, out| {
             let state = device_state(d);
             let mut facts = vec![KeyValue::new("nvidia.gpu.index", i64::from(d.info.index))];
             let i = &d.info;
+            if let Some(m) = &i.mig {
+                for (k, v) in [
+                    ("nvidia.gpu.mig.gpu_instance_id", m.gpu_instance_id),
+                    ("nvidia.gpu.mig.compute_instance_id", m.compute_instance_id),
+                ] {
+                    if let Some(v) = v {
+                        facts.push(KeyValue::new(k, i64::from(v)));
+                    }
+                }
+            }
             for (k, v) in [
                 ("hw.serial_number", &i.serial),
                 ("hw.firmware_version", &i.vbios_version),
@@ -289,7 +328,238 @@ pub static CATALOGUE: &[MetricDef] = &[
             }
         },
     },
+    MetricDef {
+        name: "nvidia.gpu.memory.remapped_rows",
+        instrument: Instrument::UpDownCounter,
+        number: Number::Int,
+        unit: "{row}",
+        description: "Memory rows remapped to spare rows since the GPU was made (Ampere and newer); a pending or failed remapping sets `hw.status` to `degraded`.",
+        attributes: "`error.type` = `corrected` | `uncorrected` (the kind of error that caused the remapping)",
+        source: "`nvmlDeviceGetRemappedRows` (`corrRows`, `uncRows`), every tick, GPUs only",
+        extract: |d, out| {
+            if let Some(r) = d.remapped_rows {
+                push(out, Some(f64::from(r.correctable)), vec![kv("error.type", "corrected")]);
+                push(out, Some(f64::from(r.uncorrectable)), vec![kv("error.type", "uncorrected")]);
+            }
+        },
+    },
+    MetricDef {
+        name: "nvidia.gpu.process.memory.usage",
+        instrument: Instrument::UpDownCounter,
+        number: Number::Int,
+        unit: "By",
+        description: "GPU memory held by one compute process. A process that has ended is no longer reported (no stale series).",
+        attributes: "`process.pid` (host PID, as NVML reports it); `process.executable.name` where `/proc` shows the host PID namespace (see README)",
+        source: "`nvmlDeviceGetComputeRunningProcesses_v3` (`usedGpuMemory`; entry layout chosen for the driver, R535's 32-byte struct included), every tick; a GPU in MIG mode reports its processes on its MIG devices; name from `/proc/<pid>/comm`",
+        extract: |d, out| per_process(d, out, |p| p.used_memory_bytes.map(|b| b as f64), &[]),
+    },
+    MetricDef {
+        name: "nvidia.gpu.process.utilization",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "Fraction of the last process-utilization window during which the engine worked for this process.",
+        attributes: "`process.pid`, `process.executable.name` (as above); `hw.gpu.task` = `general` (SM, 3D/compute) | `encoder` | `decoder`",
+        source: "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`) every `GPU_SIDECAR_PROCESS_INTERVAL`: mean of the samples since the previous read; a listed process with no sample in the window was idle, 0 (`NVML_ERROR_NOT_FOUND` = no sample at all); percent / 100",
+        extract: |d, out| {
+            for (task, f) in [
+                ("general", (|u: &crate::sampling::ProcessUtilization| u.sm_percent) as fn(&_) -> f64),
+                ("encoder", |u| u.encoder_percent),
+                ("decoder", |u| u.decoder_percent),
+            ] {
+                per_process(d, out, |p| p.utilization.as_ref().map(|u| f(u) / 100.0), &[kv("hw.gpu.task", task)]);
+            }
+        },
+    },
+    MetricDef {
+        name: "nvidia.gpu.process.memory_controller.utilization",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "Fraction of the last process-utilization window during which device memory was read or written for this process.",
+        attributes: "`process.pid`, `process.executable.name` (as above)",
+        source: "`nvmlDeviceGetProcessUtilization` (`memUtil`), as `nvidia.gpu.process.utilization`; percent / 100",
+        extract: |d, out| per_process(d, out, |p| p.utilization.map(|u| u.memory_percent / 100.0), &[]),
+    },
+    MetricDef {
+        name: "nvidia.gpu.graphics_engine.activity",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "GPM: fraction of the last GPM window during which the graphics or compute engine was active.",
+        attributes: "",
+        source: "GPM (Hopper and newer): `nvmlGpmMetricsGet(NVML_GPM_METRIC_GRAPHICS_UTIL)` over consecutive `nvmlGpmSampleGet` samples (MIG device: `nvmlGpmMigSampleGet` on the parent) `GPU_SIDECAR_GPM_INTERVAL` apart; percent / 100",
+        extract: |d, out| push(out, gpm_ratio(d.gpm.and_then(|g| g.graphics_util)), vec![]),
+    },
+    MetricDef {
+        name: "nvidia.gpu.sm.activity",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "GPM: fraction of the last GPM window during which the SMs had at least one warp resident, averaged over SMs.",
+        attributes: "",
+        source: "GPM: `NVML_GPM_METRIC_SM_UTIL`, as above",
+        extract: |d, out| push(out, gpm_ratio(d.gpm.and_then(|g| g.sm_util)), vec![]),
+    },
+    MetricDef {
+        name: "nvidia.gpu.sm.occupancy",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "GPM: resident warps as a fraction of the maximum, averaged over SMs and the last GPM window.",
+        attributes: "",
+        source: "GPM: `NVML_GPM_METRIC_SM_OCCUPANCY`, as above",
+        extract: |d, out| push(out, gpm_ratio(d.gpm.and_then(|g| g.sm_occupancy)), vec![]),
+    },
+    MetricDef {
+        name: "nvidia.gpu.tensor.activity",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "GPM: fraction of the last GPM window during which the tensor pipes were active (any, or one kind).",
+        attributes: "`nvidia.gpu.tensor.op` = `any` | `hmma` (half precision) | `imma` (integer) | `dfma` (FP64), each where GPM answers it",
+        source: "GPM: `NVML_GPM_METRIC_ANY_TENSOR_UTIL`, `_HMMA_TENSOR_UTIL`, `_IMMA_TENSOR_UTIL`, `_DFMA_TENSOR_UTIL`, as above",
+        extract: |d, out| {
+            if let Some(g) = d.gpm {
+                for (op, v) in [
+                    ("any", g.any_tensor_util),
+                    ("hmma", g.hmma_tensor_util),
+                    ("imma", g.imma_tensor_util),
+                    ("dfma", g.dfma_tensor_util),
+                ] {
+                    push(out, gpm_ratio(v), vec![kv("nvidia.gpu.tensor.op", op)]);
+                }
+            }
+        },
+    },
+    MetricDef {
+        name: "nvidia.gpu.pipe.activity",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "GPM: fraction of the last GPM window during which the SMs did non-tensor math of a kind.",
+        attributes: "`nvidia.gpu.pipe` = `fp16` | `fp32` | `fp64` | `integer`, each where GPM answers it",
+        source: "GPM: `NVML_GPM_METRIC_FP16_UTIL`, `_FP32_UTIL`, `_FP64_UTIL`, `_INTEGER_UTIL`, as above",
+        extract: |d, out| {
+            if let Some(g) = d.gpm {
+                for (pipe, v) in [
+                    ("fp16", g.fp16_util),
+                    ("fp32", g.fp32_util),
+                    ("fp64", g.fp64_util),
+                    ("integer", g.integer_util),
+                ] {
+                    push(out, gpm_ratio(v), vec![kv("nvidia.gpu.pipe", pipe)]);
+                }
+            }
+        },
+    },
+    MetricDef {
+        name: "nvidia.gpu.dram.activity",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        unit: "1",
+        description: "GPM: DRAM bandwidth used as a fraction of the peak, over the last GPM window.",
+        attributes: "",
+        source: "GPM: `NVML_GPM_METRIC_DRAM_BW_UTIL`, as above",
+        extract: |d, out| push(out, gpm_ratio(d.gpm.and_then(|g| g.dram_bw_util)), vec![]),
+    },
+    MetricDef {
+        name: "hw.gpu.io",
+        instrument: Instrument::Counter,
+        number: Number::Int,
+        unit: "By",
+        description: "Bytes the GPU sent or received over PCIe since the agent started.",
+        attributes: "`network.io.direction` = `transmit` | `receive`",
+        source: "With GPM: `NVML_GPM_METRIC_PCIE_TX_PER_SEC` / `_RX_PER_SEC` (MiB/s, mean over each GPM window) × the window, summed: a count of every byte. Without GPM: `nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_TX_BYTES | _RX_BYTES)` (KB/s over a ~20 ms window) every `GPU_SIDECAR_PCIE_INTERVAL`, mean of consecutive readings × the time between them: an estimate. Absent until a first interval is complete",
+        extract: |d, out| {
+            push(out, d.io.pcie_transmit_bytes, vec![kv("network.io.direction", "transmit")]);
+            push(out, d.io.pcie_receive_bytes, vec![kv("network.io.direction", "receive")]);
+        },
+    },
+    MetricDef {
+        name: "nvidia.gpu.nvlink.io",
+        instrument: Instrument::Counter,
+        number: Number::Int,
+        unit: "By",
+        description: "Bytes the GPU sent or received over all its NVLinks since the agent started.",
+        attributes: "`network.io.direction` = `transmit` | `receive`",
+        source: "GPM: `NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC` / `_RX_PER_SEC` (MiB/s, mean over each GPM window) × the window, summed; absent where GPM or NVLink is missing",
+        extract: |d, out| {
+            push(out, d.io.nvlink_transmit_bytes, vec![kv("network.io.direction", "transmit")]);
+            push(out, d.io.nvlink_receive_bytes, vec![kv("network.io.direction", "receive")]);
+        },
+    },
 ];
+
+/// Kind of a recorded (synchronous) metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordedInstrument {
+    /// Monotonic counter, incremented as things happen.
+    Counter,
+    /// Explicit-bucket histogram.
+    Histogram,
+}
+
+impl RecordedInstrument {
+    /// Name used in `docs/metrics.md`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordedInstrument::Counter => "counter",
+            RecordedInstrument::Histogram => "histogram",
+        }
+    }
+}
+
+/// A metric recorded as things happen (events, timings) rather than read from a snapshot;
+/// registered by [`super::recorder`], documented with the catalogue.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordedDef {
+    /// OTel metric name.
+    pub name: &'static str,
+    /// Instrument kind.
+    pub instrument: RecordedInstrument,
+    /// UCUM unit.
+    pub unit: &'static str,
+    /// One-line description.
+    pub description: &'static str,
+    /// Attribute keys, with their values.
+    pub attributes: &'static str,
+    /// Where the value comes from.
+    pub source: &'static str,
+}
+
+/// `nvidia.gpu.xid.errors`: one per XID event.
+pub static XID_ERRORS: RecordedDef = RecordedDef {
+    name: "nvidia.gpu.xid.errors",
+    instrument: RecordedInstrument::Counter,
+    unit: "{error}",
+    description: "XID critical errors reported by the driver since the agent started; each also emits an `nvidia.gpu.xid` event naming the error.",
+    attributes: "the device attributes (the MIG device when NVML names its GPU instance); `nvidia.gpu.xid.code` (int)",
+    source: "`nvmlEventSetWait_v2` on an event set registered for `nvmlEventTypeXidCriticalError` (`eventData` = the XID), thread `nvml-events`",
+};
+
+/// `gpu_sidecar.sample.duration`: the agent's own cost.
+pub static SAMPLE_DURATION: RecordedDef = RecordedDef {
+    name: "gpu_sidecar.sample.duration",
+    instrument: RecordedInstrument::Histogram,
+    unit: "s",
+    description: "Time one group of NVML calls took, over all devices, each time the group ran (the agent's own cost; see the schedule in the README).",
+    attributes: "`gpu_sidecar.sample.group` = `static` | `fast` | `energy` | `pcie` | `process` | `gpm`",
+    source: "wall-clock time around the group's calls on the `nvml-sampler` thread",
+};
+
+/// `nvidia.gpu.alerts`: one per alert transition of the rules engine.
+pub static ALERTS: RecordedDef = RecordedDef {
+    name: "nvidia.gpu.alerts",
+    instrument: RecordedInstrument::Counter,
+    unit: "{alert}",
+    description: "Alert transitions of the agent's rules: 1 per firing, 1 per resolution (see docs/events.md).",
+    attributes: "`nvidia.gpu.alert.rule` = `memory_near_full` | `memory_leak` | `temperature_high` | `clocks_power_capped` | `clocks_slowdown` | `input_starvation` | `utilization_imbalance` | `gpu_lost` | `xid`; `nvidia.gpu.alert.state` = `firing` | `resolved`; `nvidia.gpu.alert.severity` = `info` | `warning` | `critical`; `hw.id` (the GPU the alert names)",
+    source: "the rules engine (`src/rules/`), at each transition",
+};
+
+/// Every recorded metric, in documentation order.
+pub static RECORDED: &[&RecordedDef] = &[&XID_ERRORS, &SAMPLE_DURATION, &ALERTS];
 
 /// Clock-event reasons that mean the card is degraded (not the power cap, which is normal
 /// at full load): SW/HW thermal slowdown, HW slowdown, HW power brake.
@@ -299,7 +569,10 @@ pub const DEGRADING_REASONS: u64 = 0x8 | 0x20 | 0x40 | 0x80;
 pub fn device_state(d: &DeviceSample) -> &'static str {
     match d.state {
         DeviceState::Lost => "failed",
-        DeviceState::Ok if d.clocks_event_reasons.unwrap_or(0) & DEGRADING_REASONS != 0 => {
+        DeviceState::Ok
+            if d.clocks_event_reasons.unwrap_or(0) & DEGRADING_REASONS != 0
+                || d.remapped_rows.is_some_and(|r| r.pending || r.failed) =>
+        {
             "degraded"
         }
         DeviceState::Ok => "ok",
@@ -308,13 +581,21 @@ pub fn device_state(d: &DeviceSample) -> &'static str {
 
 /// The attributes every data point of this device carries (see [`COMMON_ATTRIBUTES`]).
 pub fn device_attributes(d: &DeviceSample) -> Vec<KeyValue> {
+    info_attributes(&d.info)
+}
+
+/// [`device_attributes`] from the static facts alone (for events and recorded metrics).
+pub fn info_attributes(info: &DeviceInfo) -> Vec<KeyValue> {
     let mut v = vec![
-        KeyValue::new("hw.id", d.info.uuid.clone()),
+        KeyValue::new("hw.id", info.uuid.clone()),
         KeyValue::new("hw.type", "gpu"),
         KeyValue::new("hw.vendor", "NVIDIA"),
     ];
-    if let Some(name) = &d.info.name {
+    if let Some(name) = &info.name {
         v.push(KeyValue::new("hw.model", name.clone()));
+    }
+    if let Some(m) = &info.mig {
+        v.push(KeyValue::new("hw.parent", m.parent_uuid.clone()));
     }
     v
 }
@@ -361,10 +642,10 @@ pub fn markdown() -> String {
         ));
     }
     s.push_str(
-        "\n## Recorded by the agent\n\n\
-         Synchronous instruments the agent records itself (not read from NVML), from [`RECORDED`].\n\n",
+        "\n## Recorded as they happen\n\n\
+         Synchronous instruments: a series appears with its first event.\n\n",
     );
-    s.push_str("| name | instrument | unit | attributes | recorded by | description |\n");
+    s.push_str("| name | instrument | unit | attributes | source | description |\n");
     s.push_str("| --- | --- | --- | --- | --- | --- |\n");
     for d in RECORDED {
         s.push_str(&format!(
@@ -373,44 +654,12 @@ pub fn markdown() -> String {
             d.instrument.as_str(),
             d.unit,
             cell(d.attributes),
-            cell(d.recorded_by),
+            cell(d.source),
             cell(d.description)
         ));
     }
     s
 }
-
-/// A synchronous instrument the agent records itself (not read from NVML): the second
-/// table of `docs/metrics.md`. The code that records it builds it from its row (name,
-/// unit, description), so the two cannot drift.
-#[derive(Debug, Clone, Copy)]
-pub struct RecordedDef {
-    /// OTel metric name.
-    pub name: &'static str,
-    /// Instrument kind (synchronous).
-    pub instrument: Instrument,
-    /// Point number type.
-    pub number: Number,
-    /// UCUM unit.
-    pub unit: &'static str,
-    /// One-line description.
-    pub description: &'static str,
-    /// Attribute keys and values.
-    pub attributes: &'static str,
-    /// What records it.
-    pub recorded_by: &'static str,
-}
-
-/// Every synchronous instrument, in documentation order.
-pub static RECORDED: &[RecordedDef] = &[RecordedDef {
-    name: "nvidia.gpu.alerts",
-    instrument: Instrument::Counter,
-    number: Number::Int,
-    unit: "{alert}",
-    description: "Alert transitions of the agent's rules: 1 per firing, 1 per resolution (see docs/events.md).",
-    attributes: "`nvidia.gpu.alert.rule` = `memory_near_full` | `memory_leak` | `temperature_high` | `clocks_power_capped` | `clocks_slowdown` | `input_starvation` | `utilization_imbalance` | `gpu_lost` | `xid`; `nvidia.gpu.alert.state` = `firing` | `resolved`; `nvidia.gpu.alert.severity` = `info` | `warning` | `critical`; `hw.id` (the GPU the alert names)",
-    recorded_by: "the rules engine (`src/rules/`), at each transition",
-}];
 
 #[cfg(test)]
 mod tests {
@@ -429,6 +678,7 @@ mod tests {
             pci_bus_id: Some("00000000:19:00.0".into()),
             vbios_version: Some("96.00.AF.00.01".into()),
             driver_version: Some("580.159.04".into()),
+            mig: None,
         });
         let mut d = DeviceSample::empty(info, DeviceState::Ok);
         d.utilization_gpu_percent = Some(99);

@@ -43,6 +43,37 @@ pub struct Events {
     logger: Option<SdkLogger>,
 }
 
+/// A cheap, cloneable handle that emits events into an [`Events`] pipeline from any thread
+/// (the event watcher, rules). After [`Events::shutdown`], what it emits is dropped.
+#[derive(Clone, Default)]
+pub struct EventEmitter {
+    logger: Option<SdkLogger>,
+}
+
+impl EventEmitter {
+    /// Emits one event (queued; never blocks on the network).
+    pub fn emit(&self, event: Event) {
+        let Some(logger) = &self.logger else {
+            return;
+        };
+        let mut record = logger.create_log_record();
+        record.set_event_name(event.name);
+        record.set_severity_number(event.severity);
+        record.set_severity_text(event.severity.name());
+        record.set_body(AnyValue::from(event.body));
+        let now = SystemTime::now();
+        record.set_timestamp(event.time.unwrap_or(now));
+        record.set_observed_timestamp(now);
+        record.add_attributes(
+            event
+                .attributes
+                .into_iter()
+                .map(|kv| (kv.key, any_value(kv.value))),
+        );
+        logger.emit(record);
+    }
+}
+
 /// Writes each batch of events as one line of OTLP/JSON (`ExportLogsServiceRequest`) on stdout.
 #[derive(Debug, Default)]
 pub struct ConsoleLogExporter {
@@ -180,24 +211,14 @@ impl Events {
 
     /// Emits one event (queued; never blocks on the network).
     pub fn emit(&self, event: Event) {
-        let Some(logger) = &self.logger else {
-            return;
-        };
-        let mut record = logger.create_log_record();
-        record.set_event_name(event.name);
-        record.set_severity_number(event.severity);
-        record.set_severity_text(event.severity.name());
-        record.set_body(AnyValue::from(event.body));
-        let now = SystemTime::now();
-        record.set_timestamp(event.time.unwrap_or(now));
-        record.set_observed_timestamp(now);
-        record.add_attributes(
-            event
-                .attributes
-                .into_iter()
-                .map(|kv| (kv.key, any_value(kv.value))),
-        );
-        logger.emit(record);
+        self.emitter().emit(event);
+    }
+
+    /// A handle for emitting from other threads.
+    pub fn emitter(&self) -> EventEmitter {
+        EventEmitter {
+            logger: self.logger.clone(),
+        }
     }
 
     /// Exports what is queued and shuts down, on a plain thread, bounded by `timeout`.

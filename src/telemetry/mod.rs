@@ -9,8 +9,10 @@ pub mod clock;
 pub mod events;
 pub mod export;
 pub mod instruments;
+pub mod recorder;
 pub mod self_metrics;
 pub mod tls;
+pub mod xid;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1083,6 +1083,14 @@ fn launch(
     runtime
 }
 
+/// The data points of metric `name` in one request (one export cycle), flattened as by
+/// [`Receiver::points`].
+pub fn request_points(request: &ExportMetricsServiceRequest, name: &str) -> Vec<Point> {
+    let mut points = Vec::new();
+    collect_points(request, name, &mut points);
+    points
+}
+
 fn request_has_metric(request: &ExportMetricsServiceRequest, name: &str) -> bool {
     request
         .resource_metrics

@@ -1,0 +1,68 @@
+//! The [`Observer`] the sampler reports to: records the duration of each group of NVML calls
+//! (`gpu_sidecar.sample.duration`), counts XIDs (`nvidia.gpu.xid.errors`) and emits one
+//! event per XID or ECC error. The instruments are the catalogue's recorded metrics
+//! ([`RECORDED`](super::catalogue::RECORDED)).
+
+use std::time::Duration;
+
+use opentelemetry::metrics::{Counter, Histogram, Meter};
+use opentelemetry::KeyValue;
+
+use super::catalogue::{info_attributes, SAMPLE_DURATION, XID_ERRORS};
+use super::events::EventEmitter;
+use super::xid::{to_event, XID_CODE};
+use crate::sampling::{DeviceEvent, DeviceEventKind, Observer, SampleGroup};
+
+/// Bucket bounds of `gpu_sidecar.sample.duration`, seconds: from the sub-microsecond cached
+/// getters' sum (tens of µs per GPU) to PCIe throughput's ~40 ms per GPU and beyond.
+pub const DURATION_BOUNDS: &[f64] = &[
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// Attribute of `gpu_sidecar.sample.duration`.
+pub const GROUP: &str = "gpu_sidecar.sample.group";
+
+/// Records what the NVML threads report.
+pub struct Recorder {
+    duration: Histogram<f64>,
+    xid: Counter<u64>,
+    events: EventEmitter,
+}
+
+impl Recorder {
+    /// Registers the recorded metrics on `meter`; events go to `events`.
+    pub fn new(meter: &Meter, events: EventEmitter) -> Self {
+        Self {
+            duration: meter
+                .f64_histogram(SAMPLE_DURATION.name)
+                .with_unit(SAMPLE_DURATION.unit)
+                .with_description(SAMPLE_DURATION.description)
+                .with_boundaries(DURATION_BOUNDS.to_vec())
+                .build(),
+            xid: meter
+                .u64_counter(XID_ERRORS.name)
+                .with_unit(XID_ERRORS.unit)
+                .with_description(XID_ERRORS.description)
+                .build(),
+            events,
+        }
+    }
+}
+
+impl Observer for Recorder {
+    fn group_sampled(&self, group: SampleGroup, took: Duration) {
+        self.duration
+            .record(took.as_secs_f64(), &[KeyValue::new(GROUP, group.as_str())]);
+    }
+
+    fn device_event(&self, event: DeviceEvent) {
+        if let DeviceEventKind::Xid(code) = event.kind {
+            let mut attributes = info_attributes(&event.device);
+            attributes.push(KeyValue::new(XID_CODE, code as i64));
+            self.xid.add(1, &attributes);
+            tracing::warn!(uuid = %event.device.uuid, xid = code, "XID error");
+        }
+        self.events.emit(to_event(&event));
+    }
+}
