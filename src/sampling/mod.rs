@@ -539,6 +539,8 @@ fn run(
             Err(e) => {
                 shared.add_nvml_errors([(("nvmlInit_v2", read::error_code(&e)), 1)]);
                 let down = NvmlDown::classify(&e);
+                // Status first: whoever reads the log line and then asks /readyz sees it.
+                shared.set_status(NvmlStatus::Down(down.clone()));
                 if last_down.as_ref() != Some(&down) {
                     tracing::error!(
                         retry_in_s = backoff.as_secs(),
@@ -547,7 +549,6 @@ fn run(
                         INIT_BACKOFF_CAP.as_secs()
                     );
                 }
-                shared.set_status(NvmlStatus::Down(down.clone()));
                 last_down = Some(down);
                 match commands.recv_timeout(backoff) {
                     Ok(Command::FinalSampleAndStop) | Err(RecvTimeoutError::Disconnected) => return,
