@@ -377,3 +377,34 @@ fn session(
         }
     }
 }
+
+/// Runs `f` inside one NVML session, outside the sampler thread: for benchmarks and tools
+/// that drive the real sampling code path themselves.
+///
+/// Loads and initializes the library `settings.nvml_library` (`nvmlInit_v2`), lists the
+/// devices `settings.devices` selects (as [`Sampler`] does; `PodResources` must have been
+/// resolved into a list first, else nothing is selected) and reads their static facts, then
+/// calls `f` with a closure that reads every per-tick field of every selected device once
+/// (the same code, [`Gate`](read::Gate) included, as each sampler tick) and returns one
+/// [`DeviceSample`] per device, in NVML index order. `settings.interval` is not used: the
+/// caller decides when to sample. NVML is shut down (`nvmlShutdown`) after `f` returns.
+///
+/// # Errors
+/// The [`NvmlError`] of the library load, `nvmlInit_v2` or the device listing
+/// (`nvmlDeviceGetCount_v2`); a failing `nvmlShutdown` is logged, not returned.
+pub fn with_session<R>(
+    settings: &SamplerSettings,
+    f: impl FnOnce(&mut dyn FnMut() -> Vec<DeviceSample>) -> R,
+) -> Result<R, NvmlError> {
+    let nvml = Nvml::builder()
+        .lib_path(settings.nvml_library.as_os_str())
+        .init()?;
+    let result = {
+        let mut reader = read::Reader::open(&nvml, &settings.devices)?;
+        f(&mut || reader.sample())
+    };
+    if let Err(e) = nvml.shutdown() {
+        tracing::warn!("nvmlShutdown failed: {e}");
+    }
+    Ok(result)
+}
