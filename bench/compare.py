@@ -23,6 +23,8 @@ Besides CPU per sample and peak RSS, for the agent:
 - time to first export: from spawn to the first OTLP/JSON line of the console exporter on
   stdout, and to the "sampling started" log line (NVML up, devices listed) on stderr, at
   1 s sample and export intervals and at the defaults (5 s, 10 s);
+- per thread, in steady state (from 2 s after start to the signal): CPU ms per second and
+  wake-ups per second, from /proc/PID/task/TID/schedstat and voluntary context switches;
 - the release binary's size.
 Peak RSS: from `/usr/bin/time -v` (the agent and the pynvml loop run under it when it exists),
 because wait4's ru_maxrss of a child that Python spawns is at least Python's own high-water
@@ -87,10 +89,17 @@ def run_child(argv, env, seconds, stop_with_signal=True, time_v=False):
         argv = [TIME_V, "-v", "-o", report.name] + list(argv)
     t0 = time.monotonic()
     p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    hwm = None
+    hwm, threads = None, None
     if stop_with_signal:
-        time.sleep(seconds)
         target = child_of(p.pid) if report else p.pid
+        warm = min(2.0, seconds / 4)
+        time.sleep(warm)
+        t1, before = time.monotonic(), thread_times(target)
+        time.sleep(max(0.0, seconds - warm))
+        t2, after = time.monotonic(), thread_times(target)
+        threads = {name: {"cpu_ms_per_s": round((after[k][0] - before[k][0]) / 1e6 / (t2 - t1), 3),
+                          "wakeups_per_s": round((after[k][1] - before[k][1]) / (t2 - t1), 1)}
+                   for k, name in ((k, k[1]) for k in after) if k in before}
         hwm = proc_status_kib(target, "VmHWM")
         os.kill(target, signal.SIGTERM)
     _, status, ru = os.wait4(p.pid, 0)
@@ -108,7 +117,26 @@ def run_child(argv, env, seconds, stop_with_signal=True, time_v=False):
         rss, how = hwm, "VmHWM before SIGTERM"
     else:
         rss, how = ru.ru_maxrss, "wait4 ru_maxrss"
-    return wall, ru.ru_utime + ru.ru_stime, rss, code, err, how
+    return wall, ru.ru_utime + ru.ru_stime, rss, code, err, how, threads
+
+
+def thread_times(pid):
+    """{(tid, thread name): (on-CPU ns, voluntary context switches)} from /proc/PID/task."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            name = open(f"{base}/comm").read().strip()
+            ns = int(open(f"{base}/schedstat").read().split()[0])
+            vol = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", open(f"{base}/status").read(), re.M).group(1))
+        except (OSError, AttributeError, ValueError):
+            continue
+        out[(tid, name)] = (ns, vol)
+    return out
 
 
 def proc_status_kib(pid, key):
@@ -182,13 +210,15 @@ def agent(binary, interval, seconds, extra_env, mock=None, time_v=False):
     log = CallLog(mock) if mock else None
     if log:
         env["NVML_MOCK_CALL_LOG"] = log.path
-    wall, cpu, rss, code, err, how = run_child([binary], env, seconds, time_v=time_v)
+        # Written at nvmlShutdown only: a periodic write costs ~1 ms of the sampler's CPU.
+        env["NVML_MOCK_CALL_LOG_PERIOD_S"] = "1e9"
+    wall, cpu, rss, code, err, how, threads = run_child([binary], env, seconds, time_v=time_v)
     if err.strip():  # warnings and errors: an agent that never reached NVML would look cheap
         print(f"agent ({interval} s) logged:\n{err[-2000:]}", file=sys.stderr)
     ticks = log.ticks() if log else int(wall / interval) + 1
     row = {"approach": "gpu-otel-sidecar", "interval_s": interval, "wall_s": round(wall, 2), "ticks": ticks,
            "ticks_counted": bool(log), "cpu_s": round(cpu, 4), "cpu_us_per_sample": round(cpu / max(ticks, 1) * 1e6, 1),
-           "peak_rss_kib": rss, "peak_rss_from": how, "exit": code}
+           "peak_rss_kib": rss, "peak_rss_from": how, "threads_steady": threads, "exit": code}
     return row
 
 
@@ -256,7 +286,7 @@ def first_export(binary, interval, export_ms, extra_env, limit_s=120):
 
 def pynvml(interval, seconds, time_v=False):
     with tempfile.NamedTemporaryFile("r", suffix=".txt") as out:
-        wall, cpu, rss, code, _, how = run_child([sys.executable, "-c", PYNVML_LOOP, str(interval), str(seconds), out.name],
+        wall, cpu, rss, code, _, how, _ = run_child([sys.executable, "-c", PYNVML_LOOP, str(interval), str(seconds), out.name],
                                                  dict(os.environ), seconds, stop_with_signal=False, time_v=time_v)
         ticks, calls_cpu = out.read().split()
     ticks, calls_cpu = int(ticks), float(calls_cpu)
@@ -327,6 +357,12 @@ def main():
               + f"   RSS: {r['peak_rss_from']}")
     if not mock:
         print("* nominal tick count (wall / interval + 1)")
+    for r in rows:
+        if r.get("threads_steady"):
+            total = sum(t["cpu_ms_per_s"] for t in r["threads_steady"].values())
+            print(f"agent at {r['interval_s']} s, steady state (after {min(2.0, a.seconds / 4):g} s): {total:.2f} ms CPU per second: "
+                  + ", ".join(f"{n} {t['cpu_ms_per_s']:.2f} ms/s ({t['wakeups_per_s']:g} wake-ups/s)"
+                              for n, t in sorted(r["threads_steady"].items()) if t["cpu_ms_per_s"] or t["wakeups_per_s"]))
     rss = None
     if a.rss_ticks > 0:
         interval = a.rss_interval or (0.001 if mock else 0.01)
