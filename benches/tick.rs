@@ -16,7 +16,8 @@
 //! ns per device per tick = time / devices. Before the benches, one line per setup says how
 //! many devices a tick really sampled and how many bytes one export encodes to.
 //!
-//! Mock library: `$NVML_MOCK_LIB`, else `target/release/libnvml_mock.so`. Scenarios:
+//! Mock library: `$NVML_MOCK_LIB`, else `target/release/libnvml_mock.so` (built if missing).
+//! Scenarios:
 //! `tests/scenarios/bench-8gpu.json` (1 device = its GPU 0, 8 = all) and
 //! `bench-8gpu-mig7.json` (8 GPUs × 7 MIG instances). Each setup loads its own copy of the
 //! library (the mock's state, scenario included, is per loaded copy). `sample_*` benches run
@@ -72,6 +73,13 @@ fn main() {
         println!("setup {n:>2} devices: one export encodes to {bytes} bytes of protobuf");
     }
     divan::main();
+    // The copies stay mapped until exit; unlinking them now is fine.
+    let _ = std::fs::remove_dir_all(copies_dir());
+}
+
+/// Where the per-setup copies of the mock library go.
+fn copies_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("gpu-otel-sidecar-bench-{}", std::process::id()))
 }
 
 /// One tick through the real NVML code path, no latency in the mock: the agent's own cost
@@ -158,16 +166,32 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `$NVML_MOCK_LIB`, else `target/release/libnvml_mock.so`; when neither exists, the mock
+/// is built in release mode into `target/nvml-mock-bench` (a target directory of its own:
+/// the running cargo holds the lock on `target/`).
 fn mock_library() -> PathBuf {
-    let lib = std::env::var_os("NVML_MOCK_LIB")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/release/libnvml_mock.so"));
-    assert!(
-        lib.is_file(),
-        "{} is missing: run `cargo build --release -p nvml-mock` first, or set NVML_MOCK_LIB",
-        lib.display()
-    );
-    lib
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(find_or_build_mock).clone()
+}
+
+fn find_or_build_mock() -> PathBuf {
+    if let Some(lib) = std::env::var_os("NVML_MOCK_LIB") {
+        return PathBuf::from(lib);
+    }
+    let lib = root().join("target/release/libnvml_mock.so");
+    if lib.is_file() {
+        return lib;
+    }
+    let target_dir = root().join("target/nvml-mock-bench");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .current_dir(root())
+        .args(["build", "--release", "-p", "nvml-mock", "--target-dir"])
+        .arg(&target_dir)
+        .status()
+        .expect("run cargo to build nvml-mock");
+    assert!(status.success(), "building nvml-mock failed");
+    target_dir.join("release/libnvml_mock.so")
 }
 
 /// Sampler settings for `devices` devices, on a copy of the mock library of its own, whose
@@ -180,7 +204,7 @@ fn setup(devices: usize, latency: bool) -> SamplerSettings {
         "bench-8gpu"
     };
     let name = format!("{scenario}{}.so", if latency { "-latency" } else { "" });
-    let dir = std::env::temp_dir().join(format!("gpu-otel-sidecar-bench-{}", std::process::id()));
+    let dir = copies_dir();
     let copy = dir.join(name);
     let copies = COPIES.get_or_init(Default::default);
     let mut copies = copies.lock().unwrap();

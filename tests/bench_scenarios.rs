@@ -38,7 +38,11 @@ fn sample_once(name: &str, selection: DeviceSelection) -> Vec<DeviceSample> {
         interval: std::time::Duration::from_secs(1),
         devices: selection,
     };
-    sampling::with_session(&settings, |sample| sample()).expect("init through the mock")
+    let samples =
+        sampling::with_session(&settings, |sample| sample()).expect("init through the mock");
+    // Mapped until the process ends; the file can go now.
+    let _ = std::fs::remove_file(&settings.nvml_library);
+    samples
 }
 
 const BUS_IDS: [&str; 8] = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"];
@@ -144,4 +148,5 @@ fn scenario_files_are_what_the_generator_writes() {
             "{name} differs from scripts/make-bench-scenarios.py's output: run it"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
