@@ -240,7 +240,8 @@ fn setup(devices: usize, latency: bool) -> SamplerSettings {
 /// A snapshot of `devices` devices as the sampler produces it (no latency). When the agent
 /// samples fewer devices than asked (MIG devices not sampled yet), the sampled GPUs are
 /// repeated under other UUIDs up to `devices`: full GPU samples, more fields than a MIG
-/// device has, so an upper bound for the mapping and the export.
+/// device has, so an upper bound for the mapping and the export. When it samples more (the
+/// 8 GPUs and their 56 MIG devices), all of them are kept.
 fn snapshot(devices: usize) -> Snapshot {
     let settings = setup(devices, false);
     let mut samples = sampling::with_session(&settings, |sample| sample())
@@ -257,7 +258,6 @@ fn snapshot(devices: usize) -> Snapshot {
         samples.push(s);
         k += 1;
     }
-    samples.truncate(devices);
     Snapshot {
         taken_at: SystemTime::now(),
         taken_instant: Instant::now(),
