@@ -385,7 +385,7 @@ fn session(
 /// devices `settings.devices` selects (as [`Sampler`] does; `PodResources` must have been
 /// resolved into a list first, else nothing is selected) and reads their static facts, then
 /// calls `f` with a closure that reads every per-tick field of every selected device once
-/// (the same code, [`Gate`](read::Gate) included, as each sampler tick) and returns one
+/// (the same code as each sampler tick, unsupported fields asked once included) and returns one
 /// [`DeviceSample`] per device, in NVML index order. `settings.interval` is not used: the
 /// caller decides when to sample. NVML is shut down (`nvmlShutdown`) after `f` returns.
 ///
