@@ -677,3 +677,41 @@ fn ticks(
         }
     }
 }
+
+/// Runs `f` inside one NVML session, outside the sampler thread: for benchmarks and tools
+/// that drive the real sampling code path themselves.
+///
+/// Loads and initializes the library `settings.nvml_library` (`nvmlInit_v2`), lists the
+/// devices `settings.devices` selects (as [`Sampler`] does; `PodResources` must have been
+/// resolved into a list first, else nothing is selected) and reads their static facts, then
+/// calls `f` with a closure that runs one sampler tick (the same code: the fast fields every
+/// call, each slow group on its cadence from `settings`, unsupported fields asked once) and
+/// returns one [`DeviceSample`] per device, in listing order. `settings.interval` is not used: the
+/// caller decides when to sample. NVML is shut down (`nvmlShutdown`) after `f` returns.
+///
+/// # Errors
+/// The [`NvmlError`] of the library load, `nvmlInit_v2` or the device listing
+/// (`nvmlDeviceGetCount_v2`); a failing `nvmlShutdown` is logged, not returned.
+pub fn with_session<R>(
+    settings: &SamplerSettings,
+    f: impl FnOnce(&mut dyn FnMut() -> Vec<DeviceSample>) -> R,
+) -> Result<R, NvmlError> {
+    let nvml = Nvml::builder()
+        .lib_path(settings.nvml_library.as_os_str())
+        .init()?;
+    let result = {
+        let plan = settings.plan();
+        let mut reader = read::Reader::open(&nvml, &settings.devices, &HashMap::new())?;
+        let (mut tick, mut timings) = (0u64, Vec::new());
+        f(&mut || {
+            let devices = reader.sample(tick, plan, &mut timings);
+            timings.clear();
+            tick += 1;
+            devices
+        })
+    };
+    if let Err(e) = nvml.shutdown() {
+        tracing::warn!("nvmlShutdown failed: {e}");
+    }
+    Ok(result)
+}

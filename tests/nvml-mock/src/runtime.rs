@@ -115,12 +115,27 @@ fn write_call_log(c: &mut Counts) {
     }
 }
 
+/// Seconds between the periodic writes of the call log (`NVML_MOCK_CALL_LOG_PERIOD_S`,
+/// default 1): a benchmark sets it high so that only `nvmlShutdown` writes.
+fn call_log_period() -> Duration {
+    static PERIOD: OnceLock<Duration> = OnceLock::new();
+    *PERIOD.get_or_init(|| {
+        std::env::var("NVML_MOCK_CALL_LOG_PERIOD_S")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map_or(Duration::from_secs(1), |s| {
+                Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
+            })
+    })
+}
+
 pub fn count_call(sym: &'static str) {
     let mut c = lock(&COUNTS);
     *c.map.entry(sym).or_insert(0) += 1;
     let due = match c.last_write {
         None => true,
-        Some(t) => t.elapsed() >= Duration::from_secs(1),
+        Some(t) => t.elapsed() >= call_log_period(),
     };
     if due {
         write_call_log(&mut c);

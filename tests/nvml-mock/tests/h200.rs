@@ -306,3 +306,36 @@ fn h200_replays_in_time_and_counts_calls() {
     assert_eq!(after["nvmlInit_v2"].as_u64().unwrap(), 1);
     assert_eq!(after["nvmlShutdown"].as_u64().unwrap(), 1);
 }
+
+#[test]
+fn a_long_call_log_period_leaves_the_writing_to_shutdown() {
+    let m = Mock::new();
+    let log = m.dir.path("calls.json");
+    let nvml = m
+        .init(
+            &scenario("h200-under-load.json"),
+            &[
+                ("NVML_MOCK_CALL_LOG", log.to_str().unwrap()),
+                ("NVML_MOCK_CALL_LOG_PERIOD_S", "1e9"),
+                ("NVML_MOCK_NO_LATENCY", "1"),
+            ],
+        )
+        .unwrap();
+    let d = nvml.device_by_index(0).unwrap();
+    let t = Instant::now();
+    let mut n = 0u64;
+    while t.elapsed() < Duration::from_millis(1200) {
+        d.power_usage().unwrap();
+        n += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // only the first call (the init) wrote, more than 1 s ago
+    let during: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    assert_eq!(during["nvmlInit_v2"].as_u64(), Some(1));
+    assert_eq!(during.get("nvmlDeviceGetPowerUsage"), None);
+    nvml.shutdown().unwrap();
+    let after: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    assert_eq!(after["nvmlDeviceGetPowerUsage"].as_u64(), Some(n));
+}

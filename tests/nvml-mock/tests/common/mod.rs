@@ -97,6 +97,7 @@ impl Mock {
             "NVML_MOCK_TIME_SCALE",
             "NVML_MOCK_CALL_LOG",
             "NVML_MOCK_NO_LATENCY",
+            "NVML_MOCK_CALL_LOG_PERIOD_S",
         ] {
             std::env::remove_var(k);
         }

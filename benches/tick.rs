@@ -1,0 +1,342 @@
+//! The agent's own work per tick, in process, with the mock NVML library: sampling 1, 8 and
+//! 56 devices through the real NVML code path ([`sampling::with_session`]), mapping a
+//! snapshot to data points ([`catalogue::device_points`] over [`CATALOGUE`]), and one export:
+//! the SDK collection (the instruments' callbacks, aggregation) and the protobuf encoding of
+//! the `ExportMetricsServiceRequest` that OTLP sends.
+//!
+//! ```sh
+//! cargo build --release -p nvml-mock           # target/release/libnvml_mock.so
+//! cargo bench --bench tick                     # all; add a filter: cargo bench --bench tick -- sample
+//! ```
+//!
+//! divan reports time per tick and, through its counting allocator ([`AllocProfiler`]),
+//! allocations per tick (`alloc`/`dealloc`/`grow` rows) made by this process's Rust code
+//! (the agent, nvml-wrapper, the OTel SDK; not the mock library's own, as it has its own
+//! allocator, nor NVML's in real life). The `item/s` throughput counts devices, so
+//! ns per device per tick = time / devices. Before the benches, one line per setup says how
+//! many devices a tick really sampled and how many bytes one export encodes to.
+//!
+//! Mock library: `$NVML_MOCK_LIB`, else `target/release/libnvml_mock.so` (built if missing).
+//! Scenarios:
+//! `tests/scenarios/bench-8gpu.json` (1 device = its GPU 0, 8 = all) and
+//! `bench-8gpu-mig7.json` (8 GPUs × 7 MIG instances). Each setup loads its own copy of the
+//! library (the mock's state, scenario included, is per loaded copy). `sample_*` benches run
+//! with `NVML_MOCK_NO_LATENCY=1`; `sample_with_h200_latency` keeps the recorded H200 latency
+//! of the slow calls (`nvmlDeviceGetTotalEnergyConsumption` 3.2 ms per GPU), slept in the
+//! calling thread as the real driver blocks it.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use divan::counter::ItemsCount;
+use divan::{AllocProfiler, Bencher};
+use gpu_otel_sidecar::config::{Config, DeviceId, DeviceSelection};
+use gpu_otel_sidecar::sampling::{self, DeviceInfo, DeviceSample, SamplerSettings, Snapshot};
+use gpu_otel_sidecar::telemetry::catalogue::{device_points, CATALOGUE};
+use gpu_otel_sidecar::telemetry::{instruments, SCOPE};
+use gpu_otel_sidecar::{attribution, sampling::SharedState};
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::reader::MetricReader;
+use opentelemetry_sdk::metrics::{
+    InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality,
+};
+use prost::Message as _;
+
+#[global_allocator]
+static ALLOC: AllocProfiler = AllocProfiler::system();
+
+/// Devices per tick: one GPU, an 8-GPU node, 8 GPUs × 7 MIG instances.
+const DEVICES: &[usize] = &[1, 8, 56];
+
+fn main() {
+    for &n in DEVICES {
+        for latency in [false, true] {
+            let settings = setup(n, latency);
+            let sampled = sampling::with_session(&settings, |sample| sample().len())
+                .unwrap_or_else(|e| panic!("NVML init through the mock failed: {e}"));
+            println!(
+                "setup {n:>2} devices{}: {sampled} devices sampled per tick{}",
+                if latency { " (H200 latency)" } else { "" },
+                if sampled < n {
+                    " (the agent samples physical GPUs only: MIG devices are not sampled yet)"
+                } else {
+                    ""
+                }
+            );
+        }
+        let p = ExportPipeline::new(&snapshot(n));
+        let bytes = p.encode(&p.collect()).len();
+        println!("setup {n:>2} devices: one export encodes to {bytes} bytes of protobuf");
+    }
+    divan::main();
+    // The copies stay mapped until exit; unlinking them now is fine.
+    let _ = std::fs::remove_dir_all(copies_dir());
+}
+
+/// Where the per-setup copies of the mock library go.
+fn copies_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("gpu-otel-sidecar-bench-{}", std::process::id()))
+}
+
+/// One tick through the real NVML code path, no latency in the mock: the agent's own cost
+/// plus the mock's (a table look-up per call; the real library costs far more, see
+/// docs/benchmarks.md).
+#[divan::bench(args = DEVICES)]
+fn sample(bencher: Bencher, devices: usize) {
+    bench_sampling(bencher, devices, false);
+}
+
+/// One tick with the recorded H200 latency of the slow calls, slept inside the mock: what a
+/// tick takes on the real driver (wall time; the sleep costs no CPU).
+#[divan::bench(args = DEVICES, sample_count = 20)]
+fn sample_with_h200_latency(bencher: Bencher, devices: usize) {
+    bench_sampling(bencher, devices, true);
+}
+
+fn bench_sampling(bencher: Bencher, devices: usize, latency: bool) {
+    let settings = setup(devices, latency);
+    sampling::with_session(&settings, |sample| {
+        let n = sample().len();
+        bencher
+            .counter(ItemsCount::new(n))
+            .bench_local(|| sample().len());
+    })
+    .unwrap_or_else(|e| panic!("NVML init through the mock failed: {e}"));
+}
+
+/// Mapping one snapshot to data points: every catalogue row for every device (what the
+/// instruments' callbacks do at each collection), points dropped inside the timing.
+#[divan::bench(args = DEVICES)]
+fn map(bencher: Bencher, devices: usize) {
+    let snap = snapshot(devices);
+    bencher
+        .counter(ItemsCount::new(snap.devices.len()))
+        .bench_local(|| {
+            let mut points = 0;
+            for d in &snap.devices {
+                for def in CATALOGUE {
+                    points += device_points(def, d).len();
+                }
+            }
+            points
+        });
+}
+
+/// One SDK collection: the callbacks of every instrument (mapping included) and the
+/// aggregation into `ResourceMetrics`, as the periodic reader does before each export.
+#[divan::bench(args = DEVICES)]
+fn export_collect(bencher: Bencher, devices: usize) {
+    let snap = snapshot(devices);
+    let p = ExportPipeline::new(&snap);
+    bencher
+        .counter(ItemsCount::new(snap.devices.len()))
+        .bench_local(|| p.collect());
+}
+
+/// The OTLP protobuf encoding of one collection: `ExportMetricsServiceRequest::from` and
+/// `prost::Message::encode_to_vec` (what the gRPC and HTTP exporters send, before gzip).
+#[divan::bench(args = DEVICES)]
+fn export_encode(bencher: Bencher, devices: usize) {
+    let snap = snapshot(devices);
+    let p = ExportPipeline::new(&snap);
+    let rm = p.collect();
+    bencher
+        .counter(ItemsCount::new(snap.devices.len()))
+        .bench_local(|| p.encode(&rm).len());
+}
+
+/// Collection and encoding together: one export's CPU work in the agent, short of the
+/// network.
+#[divan::bench(args = DEVICES)]
+fn export_total(bencher: Bencher, devices: usize) {
+    let snap = snapshot(devices);
+    let p = ExportPipeline::new(&snap);
+    bencher
+        .counter(ItemsCount::new(snap.devices.len()))
+        .bench_local(|| p.encode(&p.collect()).len());
+}
+
+// ---- setup ----------------------------------------------------------------------------
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `$NVML_MOCK_LIB`, else `target/release/libnvml_mock.so`; when neither exists, the mock
+/// is built in release mode into `target/nvml-mock-bench` (a target directory of its own:
+/// the running cargo holds the lock on `target/`).
+fn mock_library() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(find_or_build_mock).clone()
+}
+
+fn find_or_build_mock() -> PathBuf {
+    if let Some(lib) = std::env::var_os("NVML_MOCK_LIB") {
+        return PathBuf::from(lib);
+    }
+    let lib = root().join("target/release/libnvml_mock.so");
+    if lib.is_file() {
+        return lib;
+    }
+    let target_dir = root().join("target/nvml-mock-bench");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .current_dir(root())
+        .args(["build", "--release", "-p", "nvml-mock", "--target-dir"])
+        .arg(&target_dir)
+        .status()
+        .expect("run cargo to build nvml-mock");
+    assert!(status.success(), "building nvml-mock failed");
+    target_dir.join("release/libnvml_mock.so")
+}
+
+/// Sampler settings for `devices` devices, on a copy of the mock library of its own, whose
+/// first init (done here, once per copy) reads the scenario and the latency setting.
+fn setup(devices: usize, latency: bool) -> SamplerSettings {
+    static COPIES: OnceLock<Mutex<Vec<PathBuf>>> = OnceLock::new();
+    let scenario = if devices > 8 {
+        "bench-8gpu-mig7"
+    } else {
+        "bench-8gpu"
+    };
+    let name = format!("{scenario}{}.so", if latency { "-latency" } else { "" });
+    let dir = copies_dir();
+    let copy = dir.join(name);
+    let copies = COPIES.get_or_init(Default::default);
+    let mut copies = copies.lock().unwrap();
+    let settings = SamplerSettings {
+        // The default cadence of the slow groups: a tick costs what it costs in a run.
+        slow_intervals: gpu_otel_sidecar::config::SlowIntervals::default(),
+        nvml_library: copy.clone(),
+        interval: Duration::from_secs(1),
+        devices: if devices == 1 {
+            DeviceSelection::List(vec![DeviceId::Index(0)])
+        } else {
+            DeviceSelection::All
+        },
+    };
+    if !copies.contains(&copy) {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(mock_library(), &copy).unwrap();
+        // Read by the mock inside this copy's first nvmlInit, right below.
+        std::env::set_var(
+            "NVML_MOCK_SCENARIO",
+            root().join(format!("tests/scenarios/{scenario}.json")),
+        );
+        if latency {
+            std::env::remove_var("NVML_MOCK_NO_LATENCY");
+        } else {
+            std::env::set_var("NVML_MOCK_NO_LATENCY", "1");
+        }
+        sampling::with_session(&settings, |_| ())
+            .unwrap_or_else(|e| panic!("NVML init through {} failed: {e}", copy.display()));
+        copies.push(copy);
+    }
+    settings
+}
+
+/// A snapshot of `devices` devices as the sampler produces it (no latency). When the agent
+/// samples fewer devices than asked (MIG devices not sampled yet), the sampled GPUs are
+/// repeated under other UUIDs up to `devices`: full GPU samples, more fields than a MIG
+/// device has, so an upper bound for the mapping and the export. When it samples more (the
+/// 8 GPUs and their 56 MIG devices), all of them are kept.
+fn snapshot(devices: usize) -> Snapshot {
+    let settings = setup(devices, false);
+    let mut samples = sampling::with_session(&settings, |sample| sample())
+        .unwrap_or_else(|e| panic!("NVML init through the mock failed: {e}"));
+    assert!(!samples.is_empty(), "the mock showed no device");
+    let sampled = samples.len();
+    let mut k = 0;
+    while samples.len() < devices {
+        let mut s: DeviceSample = samples[k % sampled].clone();
+        s.info = Arc::new(DeviceInfo {
+            uuid: format!("MIG-00000000-0000-4000-8000-{k:012x}"),
+            ..(*s.info).clone()
+        });
+        samples.push(s);
+        k += 1;
+    }
+    Snapshot {
+        taken_at: SystemTime::now(),
+        taken_instant: Instant::now(),
+        seq: 1,
+        devices: samples,
+    }
+}
+
+/// The agent's metrics pipeline (resource, scope, every catalogue instrument over a
+/// [`SharedState`] holding one snapshot), read on demand by a [`ManualReader`].
+struct ExportPipeline {
+    reader: Arc<ManualReader>,
+    _provider: SdkMeterProvider,
+}
+
+impl ExportPipeline {
+    fn new(snapshot: &Snapshot) -> Self {
+        let config = Config::from_vars(
+            [
+                ("K8S_POD_NAME", "resnet-train-0"),
+                ("K8S_POD_UID", "4f1c7e2a-0000-4000-8000-000000000001"),
+                ("K8S_NAMESPACE_NAME", "ml"),
+                ("K8S_NODE_NAME", "gpu-node-7"),
+                ("K8S_CONTAINER_NAME", "trainer"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+        .expect("bench configuration");
+        let shared = Arc::new(SharedState::default());
+        shared.publish(snapshot.clone());
+        let reader = Arc::new(ManualReader::builder().build());
+        let provider = SdkMeterProvider::builder()
+            .with_resource(attribution::resource(&config))
+            .with_reader(SharedReader(reader.clone()))
+            .build();
+        let meter = provider.meter_with_scope(
+            opentelemetry::InstrumentationScope::builder(SCOPE)
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build(),
+        );
+        // The snapshot must stay "fresh" for the whole run.
+        instruments::register(&meter, shared, Duration::from_secs(24 * 3600));
+        Self {
+            reader,
+            _provider: provider,
+        }
+    }
+
+    fn collect(&self) -> ResourceMetrics {
+        let mut rm = ResourceMetrics::default();
+        self.reader.collect(&mut rm).expect("collect");
+        rm
+    }
+
+    fn encode(&self, rm: &ResourceMetrics) -> Vec<u8> {
+        ExportMetricsServiceRequest::from(rm).encode_to_vec()
+    }
+}
+
+/// A [`ManualReader`] the provider owns while the bench keeps a handle to collect with.
+#[derive(Debug)]
+struct SharedReader(Arc<ManualReader>);
+
+impl MetricReader for SharedReader {
+    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
+        self.0.register_pipeline(pipeline);
+    }
+    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+        self.0.collect(rm)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn temporality(&self, kind: InstrumentKind) -> Temporality {
+        self.0.temporality(kind)
+    }
+}
