@@ -286,7 +286,9 @@ fn run(config: Config) -> ExitCode {
         &resource,
     );
     report.publish(&events, config.report_file.as_ref());
-    if !events.shutdown(deadline.saturating_duration_since(Instant::now())) {
+    // Events get half of what is left, so a slow collector cannot starve the final export
+    // of the metrics.
+    if !events.shutdown(deadline.saturating_duration_since(Instant::now()) / 2) {
         tracing::warn!("queued events could not be exported before the shutdown bound");
     }
     if !telemetry.shutdown(deadline.saturating_duration_since(Instant::now())) {

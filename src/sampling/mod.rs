@@ -233,7 +233,8 @@ pub type NvmlErrorCounts = BTreeMap<(String, String), u64>;
 #[derive(Debug)]
 pub struct SharedState {
     latest: RwLock<Option<Arc<Snapshot>>>,
-    subscribers: std::sync::Mutex<Vec<mpsc::SyncSender<Arc<Snapshot>>>>,
+    subscribers: std::sync::Mutex<Vec<(u64, mpsc::SyncSender<Arc<Snapshot>>)>>,
+    next_subscription: AtomicU64,
     status: RwLock<NvmlStatus>,
     ticks: AtomicU64,
     heartbeat: Mutex<Heartbeat>,
@@ -245,6 +246,7 @@ impl Default for SharedState {
         Self {
             latest: RwLock::new(None),
             subscribers: std::sync::Mutex::new(Vec::new()),
+            next_subscription: AtomicU64::new(0),
             status: RwLock::new(NvmlStatus::Down(NvmlDown::Starting)),
             ticks: AtomicU64::new(0),
             heartbeat: Mutex::new(Heartbeat::default()),
@@ -290,7 +292,7 @@ impl SharedState {
         *self.latest.write().unwrap_or_else(|p| p.into_inner()) = Some(snapshot.clone());
         self.ticks.fetch_add(1, Ordering::Relaxed);
         let mut subs = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
-        subs.retain(|tx| match tx.try_send(snapshot.clone()) {
+        subs.retain(|(_, tx)| match tx.try_send(snapshot.clone()) {
             Ok(()) | Err(mpsc::TrySendError::Full(_)) => true,
             Err(mpsc::TrySendError::Disconnected(_)) => false,
         });
@@ -300,12 +302,27 @@ impl SharedState {
     /// for consumers that need every sample (rules, run report, sample log), not only the
     /// latest. Dropping the receiver unsubscribes.
     pub fn subscribe(&self, capacity: usize) -> mpsc::Receiver<Arc<Snapshot>> {
+        self.subscribe_with_id(capacity).1
+    }
+
+    /// [`SharedState::subscribe`], with an id for [`SharedState::unsubscribe`].
+    pub fn subscribe_with_id(&self, capacity: usize) -> (u64, mpsc::Receiver<Arc<Snapshot>>) {
         let (tx, rx) = mpsc::sync_channel(capacity.max(1));
+        let id = self.next_subscription.fetch_add(1, Ordering::Relaxed);
         self.subscribers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(tx);
-        rx
+            .push((id, tx));
+        (id, rx)
+    }
+
+    /// Ends one subscription: its receiver gets what is queued, then sees the channel
+    /// closed, which wakes a consumer blocked on it.
+    pub fn unsubscribe(&self, id: u64) {
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(i, _)| *i != id);
     }
 
     /// Ends every subscription: each receiver still gets the snapshots already queued, then

@@ -722,8 +722,10 @@ fn sample_fast(
         s.clock_memory_mhz = read!(Field::ClockMemory, dev.clock_info(Clock::Memory));
         s.clocks_event_reasons =
             read!(Field::ClocksEventReasons, dev.current_throttle_reasons()).map(|r| r.bits());
-        s.performance_state =
-            read!(Field::PerformanceState, dev.performance_state()).map(|p| p.as_c());
+        s.performance_state = read!(Field::PerformanceState, dev.performance_state())
+            .map(|p| p.as_c())
+            // NVML_PSTATE_UNKNOWN (32) is no state: absent, not 32.
+            .filter(|p| *p <= 15);
         s.ecc_corrected_total = read!(
             Field::EccCorrected,
             dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
@@ -786,6 +788,9 @@ fn read_slow<'n>(
                     d.process_utilization_seen_us = latest;
                 }
                 d.process_utilization = Some(processes::average(&samples));
+            } else {
+                // A failed read leaves no window: absent, not the last one carried as fresh.
+                d.process_utilization = None;
             }
             true
         }
@@ -835,6 +840,8 @@ fn read_slow<'n>(
                 }
                 Some(None) => {} // first sample: no window yet
                 None => {
+                    // A failed read leaves no window: absent, not the last one carried.
+                    d.gpm_metrics = None;
                     if gate.is_unsupported(slot, Field::Gpm) {
                         d.gpm = None; // frees the held sample
                     }

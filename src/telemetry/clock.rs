@@ -10,14 +10,14 @@
 //! on, and stale GPU values are left out by [`crate::sampling::SharedState::fresh`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
-use crate::sampling::Snapshot;
+use crate::sampling::SharedState;
 
 /// When to export, given sample arrivals; pure, so it is tested without clocks.
 #[derive(Debug, Clone)]
@@ -82,35 +82,36 @@ impl Schedule {
 /// Handle on the `export-clock` thread.
 pub struct ExportClock {
     stop: Arc<AtomicBool>,
+    shared: Arc<SharedState>,
+    subscription: u64,
     thread: Option<JoinHandle<()>>,
 }
 
-/// Longest sleep between checks of the stop flag.
-const STOP_CHECK: Duration = Duration::from_millis(100);
-
 impl ExportClock {
-    /// Starts the thread. `samples` is a subscription to the sampler's snapshots.
+    /// Starts the thread, subscribed to the sampler's snapshots in `shared`. It sleeps until
+    /// a sample arrives or an export is due (no polling): stopping ends its subscription,
+    /// which wakes it.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
     pub fn start(
         provider: SdkMeterProvider,
-        samples: Receiver<Arc<Snapshot>>,
+        shared: Arc<SharedState>,
         export_interval: Duration,
         sample_interval: Duration,
     ) -> Self {
+        let (subscription, samples) = shared.subscribe_with_id(1);
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("export-clock".into())
             .spawn(move || {
                 let mut schedule = Schedule::new(Instant::now(), export_interval, sample_interval);
-                while !flag.load(Ordering::Relaxed) {
-                    let wait = schedule.wait(Instant::now()).min(STOP_CHECK);
-                    let export = match samples.recv_timeout(wait) {
+                loop {
+                    let export = match samples.recv_timeout(schedule.wait(Instant::now())) {
                         Ok(_) => schedule.on_sample(Instant::now()),
                         Err(RecvTimeoutError::Timeout) => schedule.on_idle(Instant::now()),
-                        Err(RecvTimeoutError::Disconnected) => schedule.on_idle(Instant::now()),
+                        Err(RecvTimeoutError::Disconnected) => return,
                     };
                     if export && !flag.load(Ordering::Relaxed) {
                         // Outcome is recorded (and logged) by the exporter itself.
@@ -121,6 +122,8 @@ impl ExportClock {
             .expect("spawn export-clock thread");
         Self {
             stop,
+            shared,
+            subscription,
             thread: Some(thread),
         }
     }
@@ -128,6 +131,7 @@ impl ExportClock {
     /// Stops the clock; waits at most `timeout` for an export in flight to end.
     pub fn stop(mut self, timeout: Duration) {
         self.stop.store(true, Ordering::Relaxed);
+        self.shared.unsubscribe(self.subscription);
         let deadline = Instant::now() + timeout;
         if let Some(t) = self.thread.take() {
             while !t.is_finished() && Instant::now() < deadline {

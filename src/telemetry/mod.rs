@@ -89,7 +89,7 @@ impl Telemetry {
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
         );
-        let samples = shared.subscribe(1);
+        let clock_shared = shared.clone();
         instruments::register(
             &meter,
             shared.clone(),
@@ -98,7 +98,7 @@ impl Telemetry {
         self_metrics::register(&meter, shared, status.clone());
         let clock = clock::ExportClock::start(
             provider.clone(),
-            samples,
+            clock_shared,
             config.export_interval,
             config.sample_interval,
         );
