@@ -250,6 +250,47 @@ fn nvml_comes_back_by_itself() {
 /// with no other value, the other three go on with their values, the agent stays ready and
 /// lists the lost GPU, one line says so, and the errors are counted.
 #[test]
+fn nvml_failing_on_every_call_mid_run_is_reinitialized_and_recovers() {
+    // From 1.5 s to 4 s every call (but init) answers UNKNOWN, as after a device cgroup loss.
+    let path = scenario_with("four-gpu.json", "all-unknown", |v| {
+        v["faults"] = json!([{ "call": "*", "from_s": 1.5, "to_s": 4.0, "code": 999 }]);
+    });
+    let rx = Receiver::start(Protocol::Grpc);
+    let mut agent = fast(&rx).env_mock_path(&path).spawn();
+    assert!(
+        agent.wait_for_stderr("re-initializing NVML", WAIT),
+        "{}",
+        agent.dump()
+    );
+    // Not ready, and no GPU reported `ok` with nothing behind it.
+    let body = wait_ready(&agent, 503, WAIT);
+    assert_eq!(body["checks"]["nvml"]["ok"], false, "{body:#}");
+    let n = rx.metrics_requests().len();
+    // Back by itself once NVML answers: ready, and the scenario's values again.
+    wait_ready(&agent, 200, Duration::from_secs(20));
+    assert!(rx.wait_until(WAIT, |r| r.metrics_requests().len() > n + 1));
+    let power = rx.last_points("hw.power");
+    assert_eq!(
+        value(&power, &[("hw.id", &uuid(3))]),
+        Some(400.0),
+        "{power:#?}"
+    );
+    let ok_without_readings = rx.metrics_requests()[..].iter().any(|r| {
+        let status = common::receiver::request_points(&r.request, "hw.status");
+        let power = common::receiver::request_points(&r.request, "hw.power");
+        status
+            .iter()
+            .any(|p| p.attr("hw.state") == Some("ok") && p.value == 1.0)
+            && power.is_empty()
+    });
+    assert!(
+        !ok_without_readings,
+        "a GPU was reported ok in an export without any reading"
+    );
+    stop_ok(&mut agent);
+}
+
+#[test]
 fn gpu_lost_mid_run_is_failed_while_the_others_go_on() {
     let path = scenario_with("four-gpu.json", "gpu1-lost", |v| {
         v["faults"] = json!([{ "call": "*", "device": 1, "from_s": 2.0, "code": 15 }]);

@@ -45,9 +45,7 @@ use opentelemetry_sdk::Resource;
 use serde::Serialize;
 
 use crate::config::OutputTarget;
-use crate::sampling::{
-    DeviceInfo, DeviceSample, DeviceState, SharedState, Snapshot, CLOCKS_EVENT_REASONS,
-};
+use crate::sampling::{DeviceInfo, DeviceSample, SharedState, Snapshot, CLOCKS_EVENT_REASONS};
 use crate::telemetry::events::{Event, Events};
 
 /// `event.name` of the report's log record, and the value of the `event.name` key that
@@ -316,22 +314,6 @@ fn max_opt(a: Option<u32>, b: Option<u32>) -> Option<u32> {
     }
 }
 
-/// A sample in which NVML answered nothing at this tick: the GPU lost, or every reading
-/// absent. The slow groups (energy, GPM, PCIe bytes, per-process utilization) carry their
-/// last reading between reads, so only the rest tells whether NVML answered now.
-fn answered_nothing(s: &DeviceSample) -> bool {
-    if s.state == DeviceState::Lost {
-        return true;
-    }
-    let empty = DeviceSample::empty(s.info.clone(), s.state);
-    let mut now = s.clone();
-    now.energy_millijoules = None;
-    now.gpm = None;
-    now.io = empty.io;
-    now.processes = None;
-    now == empty
-}
-
 fn bit(name: &str) -> u64 {
     CLOCKS_EVENT_REASONS
         .iter()
@@ -403,7 +385,7 @@ impl GpuAcc {
         self.close_hold(at, cap);
         self.first.get_or_insert(at);
         self.last = Some(at);
-        if answered_nothing(s) {
+        if s.answered_nothing() {
             self.missed += 1;
             // The energy counter may still have been read at this tick (its own cadence);
             // a carried reading adds nothing to the difference.
@@ -902,6 +884,7 @@ impl RunReporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampling::DeviceState;
     use std::time::UNIX_EPOCH;
 
     fn info(index: u32, uuid: &str) -> Arc<DeviceInfo> {

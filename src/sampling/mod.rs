@@ -447,6 +447,9 @@ pub struct Sampler {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Consecutive ticks in which no device answered anything before NVML is initialized again.
+pub const SILENT_TICKS_BEFORE_REINIT: u32 = 3;
+
 /// Init retry backoff: doubles from 1 s up to this cap.
 pub const INIT_BACKOFF_CAP: Duration = Duration::from_secs(30);
 
@@ -506,6 +509,20 @@ impl Sampler {
 enum SessionEnd {
     Stop,
     Reinit,
+    /// No device answered for [`SILENT_TICKS_BEFORE_REINIT`] ticks: re-initialize, and
+    /// keep re-initializing until NVML lists as many devices again.
+    Silent,
+}
+
+/// What one NVML session hands to the next.
+#[derive(Default)]
+struct Carry {
+    /// Ticks since start.
+    seq: u64,
+    /// Byte counters, by UUID.
+    io_totals: HashMap<String, IoTotals>,
+    /// After NVML went silent: the device count to list again before sampling resumes.
+    relist: Option<usize>,
 }
 
 fn run(
@@ -516,8 +533,7 @@ fn run(
 ) {
     let mut backoff = Duration::from_secs(1);
     let mut last_down: Option<NvmlDown> = None;
-    let mut seq = 0u64;
-    let mut io_totals: HashMap<String, IoTotals> = HashMap::new();
+    let mut carry = Carry::default();
     loop {
         shared.begin(Activity::Init);
         let init = Nvml::builder()
@@ -530,15 +546,7 @@ fn run(
                     tracing::info!("NVML is back");
                 }
                 backoff = Duration::from_secs(1);
-                let end = session(
-                    &nvml,
-                    settings,
-                    shared,
-                    commands,
-                    observer,
-                    &mut seq,
-                    &mut io_totals,
-                );
+                let end = session(&nvml, settings, shared, commands, observer, &mut carry);
                 shared.begin(Activity::Shutdown);
                 let result = nvml.shutdown();
                 shared.end();
@@ -550,7 +558,7 @@ fn run(
                 }
                 match end {
                     SessionEnd::Stop => return,
-                    SessionEnd::Reinit => shared.clear(),
+                    SessionEnd::Reinit | SessionEnd::Silent => shared.clear(),
                 }
             }
             Err(e) => {
@@ -583,12 +591,11 @@ fn session(
     shared: &SharedState,
     commands: &mpsc::Receiver<Command>,
     observer: &dyn Observer,
-    seq: &mut u64,
-    io_totals: &mut HashMap<String, IoTotals>,
+    carry: &mut Carry,
 ) -> SessionEnd {
     let opened = Instant::now();
     shared.begin(Activity::Listing);
-    let listed = read::Reader::open(nvml, &settings.devices, io_totals);
+    let listed = read::Reader::open(nvml, &settings.devices, &carry.io_totals);
     shared.end();
     let mut reader = match listed {
         Ok(mut r) => {
@@ -610,6 +617,23 @@ fn session(
         }
     };
     observer.group_sampled(SampleGroup::Static, opened.elapsed());
+    if let Some(before) = carry.relist {
+        if reader.device_count() < before {
+            // Still broken: sampling fewer GPUs would hide the others; not ready, try again.
+            shared.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
+                "NVML lists {} of the {before} devices it sampled before it stopped answering; re-initializing",
+                reader.device_count()
+            ))));
+            return match commands.recv_timeout(Duration::from_secs(2)) {
+                Ok(Command::FinalSampleAndStop) | Err(RecvTimeoutError::Disconnected) => {
+                    SessionEnd::Stop
+                }
+                Err(RecvTimeoutError::Timeout) => SessionEnd::Reinit,
+            };
+        }
+        tracing::info!(devices = reader.device_count(), "NVML answers again");
+        carry.relist = None;
+    }
     shared.set_status(NvmlStatus::Up {
         devices: reader.device_count(),
     });
@@ -636,9 +660,20 @@ fn session(
                 "cannot start the nvml-events thread: {e}; XID and ECC events are not watched"
             );
         }
-        let end = ticks(&mut reader, plan, settings, shared, commands, observer, seq);
+        let end = ticks(
+            &mut reader,
+            plan,
+            settings,
+            shared,
+            commands,
+            observer,
+            &mut carry.seq,
+        );
         stop_watcher.store(true, Ordering::Relaxed);
-        *io_totals = reader.io_totals();
+        carry.io_totals = reader.io_totals();
+        if matches!(end, SessionEnd::Silent) {
+            carry.relist = Some(reader.device_count());
+        }
         end
     })
 }
@@ -667,16 +702,40 @@ fn ticks(
         for (group, took) in &timings {
             observer.group_sampled(*group, *took);
         }
+        // Every answering device answered nothing: NVML itself has stopped working.
+        let silent = devices.iter().any(|d| d.state == DeviceState::Ok)
+            && devices
+                .iter()
+                .filter(|d| d.state == DeviceState::Ok)
+                .all(DeviceSample::answered_nothing);
         shared.publish(Snapshot {
             taken_at,
             taken_instant,
             seq: *seq,
             devices,
         });
+        silent
     };
     let mut next = Instant::now();
+    let mut silent_ticks = 0u32;
     loop {
-        sample(tick, seq);
+        silent_ticks = if sample(tick, seq) {
+            silent_ticks + 1
+        } else {
+            0
+        };
+        if silent_ticks >= SILENT_TICKS_BEFORE_REINIT {
+            // E.g. "Unknown Error" on every call after the container lost its device cgroup
+            // access: not ready, and NVML is initialized again (with backoff) until it answers.
+            tracing::error!(
+                ticks = silent_ticks,
+                "no GPU answered any NVML call for {silent_ticks} ticks: NVML has stopped working (the calls' errors are logged above); re-initializing NVML"
+            );
+            shared.set_status(NvmlStatus::Down(NvmlDown::Other(
+                "no GPU answered any NVML call; re-initializing".into(),
+            )));
+            return SessionEnd::Silent;
+        }
         tick += 1;
         next += settings.interval;
         let now = Instant::now();

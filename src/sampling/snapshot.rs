@@ -209,6 +209,22 @@ pub struct DeviceSample {
 }
 
 impl DeviceSample {
+    /// Whether NVML answered nothing for this device at this tick: lost, or every reading
+    /// absent. The slow groups (energy, GPM, PCIe bytes, per-process utilization) carry their
+    /// last reading between reads, so they are left out of the judgement.
+    pub fn answered_nothing(&self) -> bool {
+        if self.state == DeviceState::Lost {
+            return true;
+        }
+        let empty = DeviceSample::empty(self.info.clone(), self.state);
+        let mut now = self.clone();
+        now.energy_millijoules = None;
+        now.gpm = None;
+        now.io = empty.io;
+        now.processes = None;
+        now == empty
+    }
+
     /// A sample with no readings (every field `None`).
     pub fn empty(info: Arc<DeviceInfo>, state: DeviceState) -> Self {
         Self {

@@ -298,6 +298,10 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "`hw.state` = `ok` | `degraded` | `failed`; `hw.serial_number`, `hw.firmware_version` (VBIOS), `hw.driver_version`, `nvidia.gpu.pci.bus_id`, `nvidia.gpu.index` where known; on a MIG device `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
         source: "device state from error codes (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`); `nvmlDeviceGetCurrentClocksThrottleReasons`; `nvmlDeviceGetRemappedRows` (`isPending`, `failureOccurred`); static: `nvmlDeviceGetSerial`, `nvmlDeviceGetVbiosVersion`, `nvmlSystemGetDriverVersion`, `nvmlDeviceGetPciInfo_v3`, `nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId`",
         extract: |d, out| {
+            // NVML answered nothing for it at this tick: its state is unknown, not `ok`.
+            if d.state == DeviceState::Ok && d.answered_nothing() {
+                return;
+            }
             let state = device_state(d);
             let mut facts = vec![KeyValue::new("nvidia.gpu.index", i64::from(d.info.index))];
             let i = &d.info;
