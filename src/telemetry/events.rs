@@ -6,13 +6,11 @@
 //! an unreachable collector drops events, never grows memory), so whoever emits an event
 //! (the sampler, a rule) never waits on the network.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
@@ -111,45 +109,10 @@ fn otlp_log_exporter(
     let builder = opentelemetry_otlp::LogExporter::builder();
     match c.protocol {
         Protocol::Grpc => {
-            let mut metadata = tonic::metadata::MetadataMap::new();
-            for (k, v) in &c.headers {
-                if let (Ok(key), Ok(value)) = (
-                    tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
-                    v.expose().parse(),
-                ) {
-                    metadata.insert(key, value);
-                }
-            }
-            let mut b = builder
-                .with_tonic()
-                .with_endpoint(c.logs_endpoint.clone())
-                .with_timeout(c.timeout)
-                .with_metadata(metadata);
-            if let Some(tls) = super::tls::grpc(c, &c.logs_endpoint) {
-                b = b.with_tls_config(tls);
-            }
-            if c.gzip {
-                b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
-            }
-            b.build()
+            super::export::configure_tonic(builder.with_tonic(), c, &c.logs_endpoint).build()
         }
         Protocol::HttpProtobuf => {
-            let headers: HashMap<String, String> = c
-                .headers
-                .iter()
-                .map(|(k, v)| (k.clone(), v.expose().to_string()))
-                .collect();
-            let mut b = builder
-                .with_http()
-                .with_http_client(super::tls::http_client(c, &c.logs_endpoint)?)
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_endpoint(c.logs_endpoint.clone())
-                .with_timeout(c.timeout)
-                .with_headers(headers);
-            if c.gzip {
-                b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
-            }
-            b.build()
+            super::export::configure_http(builder.with_http(), c, &c.logs_endpoint)?.build()
         }
     }
 }

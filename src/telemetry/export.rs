@@ -198,6 +198,63 @@ impl PushMetricExporter for AgentExporter {
     }
 }
 
+/// Points an OTLP/gRPC exporter builder (metrics or logs) at `endpoint` with the validated
+/// settings: timeout, headers as metadata, TLS (for `https`), gzip.
+pub(crate) fn configure_tonic<B: WithExportConfig + WithTonicConfig>(
+    builder: B,
+    c: &OtlpConfig,
+    endpoint: &str,
+) -> B {
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    // Keys and values were validated in `config`.
+    for (k, v) in &c.headers {
+        if let (Ok(key), Ok(value)) = (
+            tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
+            v.expose().parse(),
+        ) {
+            metadata.insert(key, value);
+        }
+    }
+    let mut b = builder
+        .with_endpoint(endpoint)
+        .with_timeout(c.timeout)
+        .with_metadata(metadata);
+    if let Some(tls) = super::tls::grpc(c, endpoint) {
+        b = b.with_tls_config(tls);
+    }
+    if c.gzip {
+        b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
+    }
+    b
+}
+
+/// Points an OTLP/HTTP protobuf exporter builder (metrics or logs) at `endpoint` (a full
+/// URL) with the validated settings: our rustls HTTP client, timeout, headers, gzip.
+///
+/// # Errors
+/// The HTTP client cannot be built (TLS files).
+pub(crate) fn configure_http<B: WithExportConfig + WithHttpConfig>(
+    builder: B,
+    c: &OtlpConfig,
+    endpoint: &str,
+) -> Result<B, opentelemetry_otlp::ExporterBuildError> {
+    let headers: HashMap<String, String> = c
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.expose().to_string()))
+        .collect();
+    let mut b = builder
+        .with_http_client(super::tls::http_client(c, endpoint)?)
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(endpoint)
+        .with_timeout(c.timeout)
+        .with_headers(headers);
+    if c.gzip {
+        b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
+    }
+    Ok(b)
+}
+
 /// Builds the OTLP metric exporter from validated settings. Must run with a tokio runtime
 /// entered (tonic spawns its connection task there).
 ///
@@ -209,47 +266,9 @@ pub fn otlp_metric_exporter(
     let builder =
         opentelemetry_otlp::MetricExporter::builder().with_temporality(Temporality::Cumulative);
     match c.protocol {
-        Protocol::Grpc => {
-            let mut metadata = tonic::metadata::MetadataMap::new();
-            // Keys and values were validated in `config`.
-            for (k, v) in &c.headers {
-                if let (Ok(key), Ok(value)) = (
-                    tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
-                    v.expose().parse(),
-                ) {
-                    metadata.insert(key, value);
-                }
-            }
-            let mut b = builder
-                .with_tonic()
-                .with_endpoint(c.metrics_endpoint.clone())
-                .with_timeout(c.timeout)
-                .with_metadata(metadata);
-            if let Some(tls) = super::tls::grpc(c, &c.metrics_endpoint) {
-                b = b.with_tls_config(tls);
-            }
-            if c.gzip {
-                b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
-            }
-            b.build()
-        }
+        Protocol::Grpc => configure_tonic(builder.with_tonic(), c, &c.metrics_endpoint).build(),
         Protocol::HttpProtobuf => {
-            let headers: HashMap<String, String> = c
-                .headers
-                .iter()
-                .map(|(k, v)| (k.clone(), v.expose().to_string()))
-                .collect();
-            let mut b = builder
-                .with_http()
-                .with_http_client(super::tls::http_client(c, &c.metrics_endpoint)?)
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                .with_endpoint(c.metrics_endpoint.clone())
-                .with_timeout(c.timeout)
-                .with_headers(headers);
-            if c.gzip {
-                b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
-            }
-            b.build()
+            configure_http(builder.with_http(), c, &c.metrics_endpoint)?.build()
         }
     }
 }
