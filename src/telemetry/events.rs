@@ -190,14 +190,9 @@ impl Events {
         let Some(provider) = self.provider else {
             return true;
         };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("otel-logs-shutdown".into())
-            .spawn(move || {
-                // Shutdown exports what the batch processor holds.
-                let _ = provider.shutdown();
-                let _ = tx.send(());
-            });
-        spawned.is_ok() && rx.recv_timeout(timeout).is_ok()
+        super::run_bounded("otel-logs-shutdown", timeout, move || {
+            // Shutdown exports what the batch processor holds.
+            let _ = provider.shutdown();
+        })
     }
 }

@@ -89,16 +89,15 @@ impl Telemetry {
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
         );
-        let clock_shared = shared.clone();
         instruments::register(
             &meter,
             shared.clone(),
             max_snapshot_age(config.sample_interval),
         );
-        self_metrics::register(&meter, shared, status.clone());
+        self_metrics::register(&meter, shared.clone(), status.clone());
         let clock = clock::ExportClock::start(
             provider.clone(),
-            clock_shared,
+            shared,
             config.export_interval,
             config.sample_interval,
         );
@@ -135,19 +134,33 @@ impl Telemetry {
             return true;
         };
         let timeout = deadline.saturating_duration_since(std::time::Instant::now());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("otel-shutdown".into())
-            .spawn(move || {
-                // The reader's shutdown collects and exports once more (a force_flush
-                // first would send the same points twice).
-                if let Err(e) = provider.shutdown() {
-                    tracing::warn!("final export failed: {e}");
-                }
-                let _ = tx.send(());
-            });
-        spawned.is_ok() && rx.recv_timeout(timeout).is_ok()
+        run_bounded("otel-shutdown", timeout, move || {
+            // The reader's shutdown collects and exports once more (a force_flush first
+            // would send the same points twice).
+            if let Err(e) = provider.shutdown() {
+                tracing::warn!("final export failed: {e}");
+            }
+        })
     }
+}
+
+/// Runs `f` on a plain thread named `name` and waits at most `timeout` for it: SDK
+/// shutdowns block on the network, and from an async worker they can hang with tonic.
+/// Returns `false` if the bound was hit (the thread is then left to finish or die with the
+/// process).
+pub(crate) fn run_bounded(
+    name: &str,
+    timeout: Duration,
+    f: impl FnOnce() + Send + 'static,
+) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+    spawned.is_ok() && rx.recv_timeout(timeout).is_ok()
 }
 
 /// The `PeriodicReader`'s own interval: far beyond any run, so only the export clock
