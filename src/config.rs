@@ -446,7 +446,8 @@ struct RawOwn {
 }
 
 /// Every `GPU_SIDECAR_*` variable the agent knows (without the prefix); any other one is
-/// rejected as a probable typo.
+/// rejected as a probable typo, except the webhook's
+/// ([`crate::webhook::settings::SETTINGS`], which the `webhook` command reads).
 pub const KNOWN_SETTINGS: &[&str] = &[
     "SAMPLE_INTERVAL",
     "DEVICES",
@@ -524,7 +525,9 @@ impl Config {
         let vars: BTreeMap<String, String> = vars.into_iter().collect();
         for key in vars.keys() {
             if let Some(rest) = key.strip_prefix(PREFIX) {
-                if !KNOWN_SETTINGS.contains(&rest) {
+                if !KNOWN_SETTINGS.contains(&rest)
+                    && !crate::webhook::settings::is_webhook_setting(key)
+                {
                     return Err(ConfigError::new(
                         key,
                         &vars[key],
@@ -533,6 +536,11 @@ impl Config {
                             KNOWN_SETTINGS
                                 .iter()
                                 .map(|s| format!("{PREFIX}{s}"))
+                                .chain(
+                                    crate::webhook::settings::SETTINGS
+                                        .iter()
+                                        .map(|s| s.name.to_string())
+                                )
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         ),
@@ -1201,6 +1209,20 @@ mod tests {
         let e = cfg(&[("GPU_SIDECAR_SAMPEL_INTERVAL", "5s")]).unwrap_err();
         assert_eq!(e.var, "GPU_SIDECAR_SAMPEL_INTERVAL");
         assert!(e.expected.contains("GPU_SIDECAR_SAMPLE_INTERVAL"));
+        assert!(e.expected.contains("GPU_SIDECAR_WEBHOOK_ADDR"));
+    }
+
+    /// The `webhook` command reads the agent's configuration too (logging, OTLP): its own
+    /// names are accepted, a typo of them is not.
+    #[test]
+    fn webhook_settings_are_known() {
+        let mut vars: Vec<(&str, &str)> = crate::webhook::settings::SETTINGS
+            .iter()
+            .map(|s| (s.name, "x"))
+            .collect();
+        assert!(cfg(&vars).is_ok());
+        vars.push(("GPU_SIDECAR_WEBHOOK_TLS_CRT", "/tls/tls.crt"));
+        assert_eq!(cfg(&vars).unwrap_err().var, "GPU_SIDECAR_WEBHOOK_TLS_CRT");
     }
 
     #[test]

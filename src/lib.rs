@@ -6,7 +6,8 @@
 //! instruments, OTel SDK, OTLP/console exporters), with [`attribution`] giving the resource
 //! (pod, container, node), and [`health`] (the `/healthz` and `/readyz` endpoints, the
 //! sampler watchdog). [`rules`] judges every sample and reports alerts and diagnoses as
-//! events; [`report`] writes the run report and the sample log.
+//! events; [`report`] writes the run report and the sample log. [`webhook`] is the
+//! `webhook` command: the admission webhook that injects the sidecar into GPU pods.
 
 #![warn(missing_docs)]
 
@@ -19,3 +20,4 @@ pub mod report;
 pub mod rules;
 pub mod sampling;
 pub mod telemetry;
+pub mod webhook;

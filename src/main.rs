@@ -6,6 +6,8 @@
 //!
 //! `gpu-otel-sidecar health` asks the local agent's `/readyz` (for a Docker `HEALTHCHECK`
 //! in an image without curl): exit 0 when ready, 1 otherwise.
+//!
+//! `gpu-otel-sidecar webhook` serves the admission webhook ([`gpu_otel_sidecar::webhook`]).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -29,6 +31,8 @@ gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metric
 Usage: gpu-otel-sidecar [--help | --version]
        gpu-otel-sidecar health    ask the running agent's /readyz (GPU_SIDECAR_HEALTH_ADDR);
                                   exit 0 if ready, 1 if not
+       gpu-otel-sidecar webhook   serve the admission webhook that injects the sidecar into
+                                  GPU pods (GPU_SIDECAR_WEBHOOK_*; installed by the Helm chart)
 
 Configured by environment variables (OTEL_* and GPU_SIDECAR_*); see the README.";
 
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         None => {}
         Some("health") => return health_command(),
+        Some("webhook") => return gpu_otel_sidecar::webhook::command(),
         Some("--help" | "-h") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
