@@ -1,15 +1,16 @@
 //! The serving certificate, re-read when its files change: a rustls
-//! [`ResolvesServerCert`] that looks at the two files at each TLS handshake (two `stat`s) and
-//! loads them again when either changed (size, modification time or inode; a Kubernetes
-//! Secret volume swaps a symlink, which changes the inode). A renewed certificate (Helm
-//! upgrade, cert-manager renewal) is so served from the next handshake on, without a
-//! restart. A pair that cannot be used (half written, key not matching) is logged once and
-//! the previous certificate is served until the files change again.
+//! [`ResolvesServerCert`] that reads the two files at each TLS handshake (a few KiB; the API
+//! server keeps its connections open, so handshakes are rare) and parses them again when
+//! their contents differ from the last read. Contents, not modification times: two updates
+//! within one tick of the file system's clock, with the same sizes and a reused inode, look
+//! the same to `stat`. A renewed certificate (Helm upgrade, cert-manager renewal, a Secret
+//! volume's symlink swap) is so served from the next handshake on, without a restart. A pair
+//! that cannot be used (half written, key not matching) is logged once and the previous
+//! certificate is served until the files change again.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -19,24 +20,11 @@ use rustls::sign::CertifiedKey;
 
 use super::settings::{Setting, TLS_CERT, TLS_KEY};
 
-/// What identifies one version of a file: length, modification time, device and inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    len: u64,
-    modified: Option<SystemTime>,
-    dev: u64,
-    ino: u64,
-}
+/// The two files' contents (`None`: unreadable).
+type Contents = (Option<Vec<u8>>, Option<Vec<u8>>);
 
-fn stamp(path: &Path) -> Option<Stamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some(Stamp {
-        len: m.len(),
-        modified: m.modified().ok(),
-        dev: m.dev(),
-        ino: m.ino(),
-    })
+fn contents(cert: &Path, key: &Path) -> Contents {
+    (std::fs::read(cert).ok(), std::fs::read(key).ok())
 }
 
 /// A certificate file pair that cannot be served.
@@ -96,9 +84,9 @@ pub fn load(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<Certif
 struct State {
     /// What is served.
     current: Arc<CertifiedKey>,
-    /// The files' stamps when `current` was loaded, or when a load last failed (so that a
+    /// The files' contents when `current` was loaded, or when a load last failed (so that a
     /// broken pair is tried again only once the files change).
-    seen: (Option<Stamp>, Option<Stamp>),
+    seen: Contents,
 }
 
 /// The serving certificate, reloaded when its files change.
@@ -128,7 +116,7 @@ impl ReloadingCert {
         key: PathBuf,
         provider: Arc<CryptoProvider>,
     ) -> Result<Self, CertError> {
-        let seen = (stamp(&cert), stamp(&key));
+        let seen = contents(&cert, &key);
         let current = Arc::new(load(&cert, &key, &provider)?);
         Ok(Self {
             cert,
@@ -140,7 +128,7 @@ impl ReloadingCert {
 
     /// The certificate to serve now: reloaded first if a file changed since it was read.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        let now = (stamp(&self.cert), stamp(&self.key));
+        let now = contents(&self.cert, &self.key);
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if now != state.seen {
             state.seen = now;

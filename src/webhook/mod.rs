@@ -100,6 +100,11 @@ pub fn command() -> ExitCode {
         Ok(b) => {
             let mut c = b.with_no_client_auth().with_cert_resolver(certificate);
             c.alpn_protocols = vec![b"http/1.1".to_vec()];
+            // No session resumption: every new connection gets a full handshake, so a
+            // renewed certificate is presented from the next connection on (the API server
+            // keeps its connections open; full handshakes are rare).
+            c.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            c.send_tls13_tickets = 0;
             Arc::new(c)
         }
         Err(e) => {
