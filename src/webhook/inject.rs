@@ -22,7 +22,8 @@ use std::path::Path;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
-use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -40,6 +41,18 @@ pub const CONTAINER_ANNOTATION: &str = "gpu-otel-sidecar.io/container";
 pub const STATUS_ANNOTATION: &str = "gpu-otel-sidecar.io/status";
 /// The environment variable that names the GPU container in the sidecar.
 pub const TARGET_ENV: &str = "K8S_CONTAINER_NAME";
+
+/// What the webhook reads of a pod: k8s-openapi's `metadata` and `spec` (its `status`, empty
+/// at creation, is not parsed).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PodView {
+    /// `metadata`.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// `spec`.
+    #[serde(default)]
+    pub spec: Option<PodSpec>,
+}
 
 /// How the sidecar sees the pod's GPUs (`gpuVisibility.mode` of the chart's values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -64,24 +77,38 @@ pub struct PodFields {
 }
 
 /// The sidecar as the chart renders it (`GPU_SIDECAR_WEBHOOK_SIDECAR`, JSON): each list is
-/// what one named template renders for the chart's values.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// what one named template renders for the chart's values. Made by [`SidecarTemplate::load`]
+/// or [`SidecarTemplate::from_json`], which check it.
+#[derive(Debug, Clone)]
 pub struct SidecarTemplate {
     /// `gpuVisibility.mode`.
     pub gpu_visibility: GpuVisibility,
     /// `gpu-otel-sidecar.podSpec`.
-    #[serde(default)]
     pub pod_spec: PodFields,
     /// `gpu-otel-sidecar.initContainers` (native mode: the sidecar, `restartPolicy: Always`).
-    #[serde(default)]
     pub init_containers: Vec<Container>,
     /// `gpu-otel-sidecar.containers` (classic mode: the sidecar).
-    #[serde(default)]
     pub containers: Vec<Container>,
     /// `gpu-otel-sidecar.volumes`.
-    #[serde(default)]
     pub volumes: Vec<Volume>,
+    /// The file as read: what is added to pods is taken from here, as the chart wrote it
+    /// (the typed fields above check it).
+    json: Value,
+}
+
+/// The file's shape, for parsing.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Shape {
+    gpu_visibility: GpuVisibility,
+    #[serde(default)]
+    pod_spec: PodFields,
+    #[serde(default)]
+    init_containers: Vec<Container>,
+    #[serde(default)]
+    containers: Vec<Container>,
+    #[serde(default)]
+    volumes: Vec<Volume>,
 }
 
 /// A sidecar file that cannot be used.
@@ -106,20 +133,40 @@ impl SidecarTemplate {
             reason,
         };
         let text = std::fs::read(path).map_err(|e| err(format!("cannot read it ({e})")))?;
-        let template: Self = serde_json::from_slice(&text).map_err(|e| {
-            err(format!(
-                "not a sidecar file as the chart renders it ({e}); expected {{\"gpuVisibility\": …, \"podSpec\": {{…}}, \"initContainers\": […], \"containers\": […], \"volumes\": […]}}"
-            ))
-        })?;
-        template.check().map_err(err)?;
-        Ok(template)
+        let json: Value =
+            serde_json::from_slice(&text).map_err(|e| err(format!("not JSON ({e})")))?;
+        Self::from_json(json).map_err(err)
     }
 
-    /// Checks the shape (see [`SidecarTemplate::load`]).
+    /// The template in `json` (the file's contents), checked (see [`SidecarTemplate::check`]).
     ///
     /// # Errors
     /// What is wrong, in words.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn from_json(json: Value) -> Result<Self, String> {
+        // Parsed from a `Value`, as the pods are: one copy of the k8s-openapi parsers.
+        let shape: Shape = serde_json::from_value(json.clone()).map_err(|e| {
+            format!(
+                "not a sidecar file as the chart renders it ({e}); expected {{\"gpuVisibility\": …, \"podSpec\": {{…}}, \"initContainers\": […], \"containers\": […], \"volumes\": […]}}"
+            )
+        })?;
+        let template = Self {
+            gpu_visibility: shape.gpu_visibility,
+            pod_spec: shape.pod_spec,
+            init_containers: shape.init_containers,
+            containers: shape.containers,
+            volumes: shape.volumes,
+            json,
+        };
+        template.check()?;
+        Ok(template)
+    }
+
+    /// Checks the shape: exactly one sidecar container (in `initContainers` or `containers`)
+    /// with a `K8S_CONTAINER_NAME` variable.
+    ///
+    /// # Errors
+    /// What is wrong, in words.
+    fn check(&self) -> Result<(), String> {
         let all: Vec<&Container> = self
             .init_containers
             .iter()
@@ -263,27 +310,18 @@ pub struct Injector {
 }
 
 impl Injector {
-    /// An injector for `template` (checked with [`SidecarTemplate::check`]).
-    ///
-    /// # Errors
-    /// The template's shape is wrong.
-    pub fn new(template: SidecarTemplate) -> Result<Self, String> {
-        template.check()?;
-        let json = |v: &[_]| -> Result<Vec<Value>, String> {
-            v.iter()
-                .map(|c| serde_json::to_value(c).map_err(|e| e.to_string()))
-                .collect()
+    /// An injector for `template` (made by [`SidecarTemplate::load`] or
+    /// [`SidecarTemplate::from_json`], so checked).
+    pub fn new(template: SidecarTemplate) -> Self {
+        let list = |key: &str| -> Vec<Value> {
+            template.json[key].as_array().cloned().unwrap_or_default()
         };
-        Ok(Self {
-            init_containers: json(&template.init_containers)?,
-            containers: json(&template.containers)?,
-            volumes: template
-                .volumes
-                .iter()
-                .map(|v| serde_json::to_value(v).map_err(|e| e.to_string()))
-                .collect::<Result<_, _>>()?,
+        Self {
+            init_containers: list("initContainers"),
+            containers: list("containers"),
+            volumes: list("volumes"),
             template,
-        })
+        }
     }
 
     /// The template this injector adds.
@@ -294,7 +332,7 @@ impl Injector {
     /// The decision for `pod` (as typed) whose spec is `spec` (the same pod's `spec`, as
     /// the request carried it: the GPU container's claims are copied from there, so that
     /// fields this build does not know are kept).
-    pub fn admit(&self, scope: Scope, pod: &Pod, spec: &Value) -> Admission {
+    pub fn admit(&self, scope: Scope, pod: &PodView, spec: &Value) -> Admission {
         let annotations = pod.metadata.annotations.as_ref();
         let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
         let requested = match (annotation(INJECT_ANNOTATION), scope) {

@@ -66,13 +66,8 @@ pub fn command() -> ExitCode {
         &config.log_level,
         config.log_format == crate::config::LogFormat::Json,
     );
-    let injector = match SidecarTemplate::load(&settings.sidecar).and_then(|t| {
-        Injector::new(t).map_err(|reason| inject::TemplateError {
-            path: settings.sidecar.display().to_string(),
-            reason,
-        })
-    }) {
-        Ok(i) => i,
+    let injector = match SidecarTemplate::load(&settings.sidecar) {
+        Ok(t) => Injector::new(t),
         Err(e) => {
             eprintln!(
                 "gpu-otel-sidecar webhook: invalid {}: {e}",

@@ -52,8 +52,7 @@ fn dra() -> Value {
 }
 
 fn injector(template: Value) -> Injector {
-    let t: SidecarTemplate = serde_json::from_value(template).unwrap();
-    Injector::new(t).unwrap()
+    Injector::new(SidecarTemplate::from_json(template).unwrap())
 }
 
 fn container(name: &str, resources: Value) -> Value {
@@ -338,18 +337,20 @@ fn sidecar_files_of_the_wrong_shape_are_refused() {
     none["initContainers"] = json!([]);
     let mut no_target = native();
     no_target["initContainers"][0]["env"] = json!([]);
+    let mut unknown = native();
+    unknown["podSpec"] = json!({"hostNetwork": true});
+    let mut bad_container = native();
+    bad_container["initContainers"][0]["ports"] = json!("13134");
     for (t, why) in [
         (two, "found 2"),
         (none, "found 0"),
         (no_target, "no K8S_CONTAINER_NAME"),
+        (unknown, "unknown field `hostNetwork`"),
+        (bad_container, "not a sidecar file as the chart renders it"),
     ] {
-        let t: SidecarTemplate = serde_json::from_value(t).unwrap();
-        let e = Injector::new(t).unwrap_err();
+        let e = SidecarTemplate::from_json(t).unwrap_err();
         assert!(e.contains(why), "{e}");
     }
-    let mut unknown = native();
-    unknown["podSpec"] = json!({"hostNetwork": true});
-    assert!(serde_json::from_value::<SidecarTemplate>(unknown).is_err());
 }
 
 // --- answer: the review around the decision ------------------------------------------------
