@@ -22,7 +22,7 @@ use std::path::Path;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
-use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
+use k8s_openapi::api::core::v1::{Container, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
@@ -42,8 +42,11 @@ pub const STATUS_ANNOTATION: &str = "gpu-otel-sidecar.io/status";
 /// The environment variable that names the GPU container in the sidecar.
 pub const TARGET_ENV: &str = "K8S_CONTAINER_NAME";
 
-/// What the webhook reads of a pod: k8s-openapi's `metadata` and `spec` (its `status`, empty
-/// at creation, is not parsed).
+/// What the webhook reads of a pod, as k8s-openapi types: its `metadata`, and of its `spec`
+/// the containers, init containers and volumes. The rest of the spec (affinity, security
+/// context, …) and the `status` are not parsed: the decision does not need them, and their
+/// parsers would add about 100 KiB to the binary. They are kept in the pod, as the patch
+/// only adds.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct PodView {
     /// `metadata`.
@@ -51,7 +54,22 @@ pub struct PodView {
     pub metadata: ObjectMeta,
     /// `spec`.
     #[serde(default)]
-    pub spec: Option<PodSpec>,
+    pub spec: Option<PodSpecView>,
+}
+
+/// The parts of a `PodSpec` the webhook reads (k8s-openapi's field types).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpecView {
+    /// `containers`.
+    #[serde(default)]
+    pub containers: Vec<Container>,
+    /// `initContainers`.
+    #[serde(default)]
+    pub init_containers: Option<Vec<Container>>,
+    /// `volumes`.
+    #[serde(default)]
+    pub volumes: Option<Vec<Volume>>,
 }
 
 /// How the sidecar sees the pod's GPUs (`gpuVisibility.mode` of the chart's values).
