@@ -22,7 +22,7 @@ use std::path::Path;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
-use k8s_openapi::api::core::v1::{Container, Volume};
+use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
@@ -67,9 +67,19 @@ pub struct PodSpecView {
     /// `initContainers`.
     #[serde(default)]
     pub init_containers: Option<Vec<Container>>,
-    /// `volumes`.
+    /// `volumes`, by name.
     #[serde(default)]
-    pub volumes: Option<Vec<Volume>>,
+    pub volumes: Option<Vec<Named>>,
+}
+
+/// A list item of which only the name matters here (a pod's or the sidecar's volume). Not
+/// k8s-openapi's `Volume`: the webhook needs only the names, and that type's parser (thirty
+/// volume sources) weighs about 95 KiB in the binary. The volumes are added as the chart
+/// rendered them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Named {
+    /// `name`.
+    pub name: String,
 }
 
 /// How the sidecar sees the pod's GPUs (`gpuVisibility.mode` of the chart's values).
@@ -107,8 +117,8 @@ pub struct SidecarTemplate {
     pub init_containers: Vec<Container>,
     /// `gpu-otel-sidecar.containers` (classic mode: the sidecar).
     pub containers: Vec<Container>,
-    /// `gpu-otel-sidecar.volumes`.
-    pub volumes: Vec<Volume>,
+    /// `gpu-otel-sidecar.volumes`, by name.
+    pub volumes: Vec<Named>,
     /// The file as read: what is added to pods is taken from here, as the chart wrote it
     /// (the typed fields above check it).
     json: Value,
@@ -126,7 +136,7 @@ struct Shape {
     #[serde(default)]
     containers: Vec<Container>,
     #[serde(default)]
-    volumes: Vec<Volume>,
+    volumes: Vec<Named>,
 }
 
 /// A sidecar file that cannot be used.
