@@ -326,9 +326,14 @@ fn fixtures_through_the_binary_over_tls() {
             "opted_out",
             "opts out",
         ),
-        // The DRA pod asks, but this webhook's sidecar is not in dra mode: it is injected
-        // (its claim makes it a GPU pod); in dra mode see the test below.
-        ("/mutate", "review-dra.json", "injected", "injected"),
+        // The DRA pod asks, but this webhook's sidecar (pod-resources mode) would not see
+        // its GPUs; in dra mode see the test below.
+        (
+            "/mutate",
+            "review-dra.json",
+            "visibility_mismatch",
+            "gpuVisibility is pod-resources",
+        ),
     ] {
         let (response, pod) = admit(&client, &addr, path, file);
         let before = read_json(&fixture(file))["request"]["object"].clone();
@@ -391,7 +396,8 @@ fn fixtures_through_the_binary_over_tls() {
 
     // The admissions counter, by outcome, on the webhook's own resource.
     let want = [
-        ("injected", 3.0),
+        ("injected", 2.0),
+        ("visibility_mismatch", 1.0),
         ("already_injected", 1.0),
         ("no_gpu", 2.0),
         ("opted_out", 1.0),
@@ -463,7 +469,10 @@ fn dra_sidecar_joins_the_pods_claim() {
     assert!(pod["spec"].get("volumes").is_none());
     // A device-plugin pod has no claim to share.
     let (response, _) = admit(&client, &addr, "/mutate", "review-tfjob-worker.json");
-    assert_eq!(response["auditAnnotations"]["outcome"], "no_claim");
+    assert_eq!(
+        response["auditAnnotations"]["outcome"],
+        "visibility_mismatch"
+    );
     agent.sigterm();
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
     std::fs::remove_dir_all(&pki.dir).unwrap();

@@ -244,8 +244,10 @@ pub enum Outcome {
     AmbiguousContainer,
     /// [`CONTAINER_ANNOTATION`] names no GPU-requesting container of the pod.
     UnknownContainer,
-    /// `gpuVisibility: dra`, but the GPU container holds no resource claim to share.
-    NoClaim,
+    /// The GPU container's GPUs are not of the kind the sidecar's `gpuVisibility` sees:
+    /// `dra` and no resource claim to share, or `pod-resources` (which lists device-plugin
+    /// GPUs) and only DRA claims.
+    VisibilityMismatch,
     /// The pod already has a volume named like one the sidecar needs: unchanged.
     VolumeConflict,
     /// Not a pod being created (another kind or operation): unchanged.
@@ -264,7 +266,7 @@ impl Outcome {
         Outcome::NoGpu,
         Outcome::AmbiguousContainer,
         Outcome::UnknownContainer,
-        Outcome::NoClaim,
+        Outcome::VisibilityMismatch,
         Outcome::VolumeConflict,
         Outcome::Ignored,
         Outcome::Invalid,
@@ -280,7 +282,7 @@ impl Outcome {
             Outcome::NoGpu => "no_gpu",
             Outcome::AmbiguousContainer => "ambiguous_container",
             Outcome::UnknownContainer => "unknown_container",
-            Outcome::NoClaim => "no_claim",
+            Outcome::VisibilityMismatch => "visibility_mismatch",
             Outcome::VolumeConflict => "volume_conflict",
             Outcome::Ignored => "ignored",
             Outcome::Invalid => "invalid",
@@ -446,14 +448,20 @@ impl Injector {
             .pointer(&format!("/containers/{index}/resources/claims"))
             .filter(|c| c.as_array().is_some_and(|a| !a.is_empty()))
             .cloned();
-        if self.template.gpu_visibility == GpuVisibility::Dra && claims.is_none() {
+        let mismatch = match self.template.gpu_visibility {
+            GpuVisibility::Dra if claims.is_none() => Some(
+                "gpuVisibility is dra, but container {} holds no resource claim for the sidecar to share",
+            ),
+            GpuVisibility::PodResources if !requests_device_plugin_gpu(target) => Some(
+                "gpuVisibility is pod-resources, which sees device-plugin GPUs (nvidia.com/gpu, nvidia.com/mig-*), but container {} holds only DRA claims: install the chart with gpuVisibility.mode=dra for such pods",
+            ),
+            _ => None,
+        };
+        if let Some(why) = mismatch {
             return Admission::skip(
-                Outcome::NoClaim,
+                Outcome::VisibilityMismatch,
                 true,
-                format!(
-                    "gpuVisibility is dra but container {:?} holds no resource claim for the sidecar to share",
-                    target.name
-                ),
+                why.replace("{}", &format!("{:?}", target.name)),
             );
         }
         if let Some(clash) = self.template.volumes.iter().find(|v| {
@@ -556,6 +564,16 @@ impl Injector {
 /// requests ([`is_nvidia_gpu_resource`], the same test the pod-resources client applies), or
 /// a DRA resource claim.
 pub fn requests_gpu(c: &Container) -> bool {
+    requests_device_plugin_gpu(c)
+        || c.resources
+            .as_ref()
+            .and_then(|r| r.claims.as_ref())
+            .is_some_and(|c| !c.is_empty())
+}
+
+/// Whether `c` requests a GPU or MIG extended resource of the NVIDIA device plugin (the
+/// devices the kubelet's pod-resources API lists).
+pub fn requests_device_plugin_gpu(c: &Container) -> bool {
     let Some(r) = c.resources.as_ref() else {
         return false;
     };
@@ -564,7 +582,7 @@ pub fn requests_gpu(c: &Container) -> bool {
             .flatten()
             .any(|(name, _)| is_nvidia_gpu_resource(name))
     };
-    listed(&r.limits) || listed(&r.requests) || r.claims.as_ref().is_some_and(|c| !c.is_empty())
+    listed(&r.limits) || listed(&r.requests)
 }
 
 fn names(containers: &[(usize, &Container)]) -> String {

@@ -29,7 +29,7 @@ pub static ADMISSIONS: RecordedDef = RecordedDef {
     instrument: RecordedInstrument::Counter,
     unit: "{admission}",
     description: "AdmissionReviews the admission webhook answered since it started, by what it did with the pod (exported by the `webhook` command's own process, not by sidecars).",
-    attributes: "`gpu_sidecar.webhook.outcome` = `injected` | `already_injected` | `opted_out` | `not_requested` | `no_gpu` | `ambiguous_container` | `unknown_container` | `no_claim` | `volume_conflict` | `ignored` | `invalid`",
+    attributes: "`gpu_sidecar.webhook.outcome` = `injected` | `already_injected` | `opted_out` | `not_requested` | `no_gpu` | `ambiguous_container` | `unknown_container` | `visibility_mismatch` | `volume_conflict` | `ignored` | `invalid`",
     source: "the `webhook` command (`src/webhook/`), one per `POST /mutate` or `/mutate/namespace` answered",
 };
 

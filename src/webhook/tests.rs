@@ -211,7 +211,6 @@ fn gpu_resources_are_recognized_as_the_pod_resources_client_does() {
         json!({"requests": {"nvidia.com/gpu": "1"}}),
         json!({"limits": {"nvidia.com/gpu.shared": "1"}}),
         json!({"limits": {"nvidia.com/mig-1g.18gb": "2"}}),
-        json!({"claims": [{"name": "gpu"}]}),
     ] {
         let p = opted_in(vec![container("trainer", resources.clone())]);
         assert_eq!(
@@ -220,6 +219,12 @@ fn gpu_resources_are_recognized_as_the_pod_resources_client_does() {
             "{resources}"
         );
     }
+    // A DRA claim (its GPUs are for a sidecar in dra mode).
+    let p = opted_in(vec![container(
+        "trainer",
+        json!({"claims": [{"name": "gpu"}]}),
+    )]);
+    assert_eq!(run(&injector(dra()), Scope::Pod, &p).0, Outcome::Injected);
     for resources in [
         json!({"limits": {"amd.com/gpu": "1", "cpu": "2"}}),
         json!({"limits": {"nvidia.com/gpus": "1"}}),
@@ -304,7 +309,21 @@ fn dra_sidecar_joins_the_gpu_containers_claims_as_the_pod_has_them() {
 
     // A device-plugin GPU container has no claim to share.
     let plugin = opted_in(vec![gpu("trainer")]);
-    assert_eq!(run(&inj, Scope::Pod, &plugin).0, Outcome::NoClaim);
+    let typed = serde_json::from_value(plugin.clone()).unwrap();
+    let a = inj.admit(Scope::Pod, &typed, &plugin["spec"]);
+    assert_eq!(a.outcome, Outcome::VisibilityMismatch);
+    assert!(a.reason.contains("no resource claim"), "{}", a.reason);
+
+    // The other way round: pod-resources mode sees device-plugin GPUs only.
+    let inj = injector(native());
+    let claimed = opted_in(vec![container(
+        "finetune",
+        json!({"claims": [{"name": "gpus"}]}),
+    )]);
+    let typed = serde_json::from_value(claimed.clone()).unwrap();
+    let a = inj.admit(Scope::Pod, &typed, &claimed["spec"]);
+    assert_eq!(a.outcome, Outcome::VisibilityMismatch);
+    assert!(a.reason.contains("gpuVisibility.mode=dra"), "{}", a.reason);
 }
 
 #[test]

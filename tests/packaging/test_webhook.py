@@ -379,7 +379,7 @@ FIXTURE_OUTCOMES = {
     # file: (webhook entry, outcome, Kubernetes versions)
     "review-tfjob-worker.json": ("pod", "injected", ["1.29", "1.33"]),
     "review-gpu-and-data-loader.json": ("namespace", "injected", ["1.29", "1.33"]),
-    "review-dra.json": ("pod", "injected", ["1.33"]),
+    "review-dra.json": ("pod", "injected", ["1.33"]),  # in dra mode
     "review-already-injected.json": ("pod", "already_injected", ["1.29", "1.33"]),
     "review-no-gpu.json": ("pod", "no_gpu", ["1.29", "1.33"]),
     "review-opted-out.json": ("namespace", "opted_out", ["1.29", "1.33"]),
@@ -397,8 +397,10 @@ def test_fixture_pods_are_valid_after_the_patch(helm, binary, tmp_path):
             for name, (entry, outcome, versions) in FIXTURE_OUTCOMES.items():
                 review = json.loads((FIXTURES / name).read_text(encoding="utf-8"))
                 response, pod = webhook.admit(entry, review)
-                if variant.endswith("-dra") and outcome == "injected" and name != "review-dra.json":
-                    outcome = "no_claim"  # device-plugin GPUs have no claim to share
+                if outcome == "injected" and variant.endswith("-dra") != (name == "review-dra.json"):
+                    # dra mode and device-plugin GPUs (no claim to share), or pod-resources
+                    # mode and DRA GPUs (not listed by the kubelet's pod-resources API)
+                    outcome = "visibility_mismatch"
                 assert response["auditAnnotations"] == {"outcome": outcome}, (variant, name, response)
                 validate_pod(pod, versions)
         finally:
