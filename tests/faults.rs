@@ -287,6 +287,48 @@ fn a_stuck_event_watcher_does_not_hold_nvml_reinitialization() {
     stop_ok(&mut agent);
 }
 
+/// Every wait hangs 30 s and NVML stops answering twice, so each new NVML session leaves its
+/// watcher behind: at most two watcher threads are kept (the third session starts none),
+/// said once, and `/readyz` says events are not watched, instead of stuck threads piling up.
+#[test]
+fn stuck_event_watchers_do_not_pile_up() {
+    let path = watcher_hang("watcher-pile", |v| {
+        v["faults"] = json!([
+            { "call": "nvmlEventSetWait_v2", "from_s": 0.0, "to_s": 10.0, "block_s": 30.0 },
+            { "call": "*", "device": 0, "from_s": 0.5, "to_s": 1.0, "code": 999 },
+            { "call": "*", "device": 0, "from_s": 3.5, "to_s": 4.0, "code": 999 }
+        ]);
+    });
+    let rx = Receiver::start(Protocol::Grpc);
+    let mut agent = agent(&rx, "100ms").env_mock_path(&path).spawn();
+    assert!(
+        agent.wait_for_stderr(
+            "XID and ECC events are not watched: 2 event watchers of earlier NVML sessions",
+            WAIT
+        ),
+        "{}",
+        agent.dump()
+    );
+    let body = wait_ready(&agent, 503, WAIT);
+    let events = &body["checks"]["events"];
+    assert_eq!(events["ok"], false, "{body:#}");
+    assert_eq!(events["earlier_still_running"], 2, "{body:#}");
+    assert_eq!(count_lines(&agent, "re-initializing NVML"), 2);
+    assert_eq!(count_lines(&agent, "XID and ECC events are not watched"), 1);
+    let threads = std::fs::read_dir(format!("/proc/{}/task", agent.pid()))
+        .unwrap()
+        .filter(|t| {
+            let comm = t.as_ref().unwrap().path().join("comm");
+            std::fs::read_to_string(comm).is_ok_and(|c| c.trim() == "nvml-events")
+        })
+        .count();
+    assert_eq!(threads, 2, "two stuck watchers, no third");
+    // Shutdown does not wait for them.
+    let t = Instant::now();
+    stop_ok(&mut agent);
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+}
+
 // ---------------------------------------------------------------------------------------------
 // MIG: tenants and lost GPUs
 

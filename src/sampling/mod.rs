@@ -717,14 +717,16 @@ struct Watcher {
 }
 
 /// Starts the session's event watcher (`nvml-events`) on `targets`, unless there is nothing
-/// to watch or [`MAX_EVENT_WATCHERS`] are still running (earlier ones stuck in the driver).
-/// Publishes its heartbeat for the health checks.
+/// to watch or [`MAX_EVENT_WATCHERS`] are still running (earlier ones stuck in the driver;
+/// said when `say`: the previous session's watcher may simply not have noticed its stop yet,
+/// which takes up to one wait). Publishes its heartbeat for the health checks.
 fn start_watcher(
     nvml: &Arc<Nvml>,
     targets: &[watch::Target],
     wait: Duration,
     shared: &Arc<SharedState>,
     observer: &Arc<dyn Observer>,
+    say: bool,
 ) -> Option<Watcher> {
     if targets.is_empty() {
         shared.set_watcher(WatcherSlot::None);
@@ -732,7 +734,7 @@ fn start_watcher(
     }
     let running = shared.watchers_running.load(Ordering::SeqCst);
     if running >= MAX_EVENT_WATCHERS {
-        if !shared.watcher_refused() {
+        if say {
             tracing::error!(
                 stuck = running,
                 "XID and ECC events are not watched: {running} event watchers of earlier NVML sessions are still inside a driver call that does not return; a new one starts when one returns"
@@ -869,7 +871,8 @@ fn session(
     // One wait per sample interval at most when nothing happens (an event ends a wait at
     // once, whatever its bound).
     let wait = settings.interval;
-    let mut watcher = start_watcher(nvml, &targets, wait, shared, observer);
+    let mut watcher = start_watcher(nvml, &targets, wait, shared, observer, false);
+    let mut refused = 0u32;
     let end = ticks(
         &mut reader,
         plan,
@@ -879,9 +882,12 @@ fn session(
         observer.as_ref(),
         &mut carry.seq,
         &mut || {
-            // Refused at the start (earlier watchers stuck): try again once one returned.
+            // Refused at the start (earlier watchers stuck): try again once one returned;
+            // said once it has lasted more than a wait (not a watcher finishing its last one).
             if watcher.is_none() && shared.watcher_refused() {
-                watcher = start_watcher(nvml, &targets, wait, shared, observer);
+                refused += 1;
+                let say = refused == 2;
+                watcher = start_watcher(nvml, &targets, wait, shared, observer, say);
             }
         },
     );
