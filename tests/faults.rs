@@ -224,12 +224,19 @@ fn a_stuck_event_watcher_is_not_ready_logged_once_counted_and_its_xids_arrive_la
 /// The same hang, and NVML answering nothing from 2 s to 6 s: the sampler re-initializes
 /// NVML without waiting for the stuck watcher and is ready again after NVML recovers, while
 /// the old watcher is still inside its wait (it returns at ~13 s), with a new one watching.
+/// An XID at 10 s reaches both event sets: counted once (by the new watcher); the old one
+/// says how many queued events it does not report.
 #[test]
 fn a_stuck_event_watcher_does_not_hold_nvml_reinitialization() {
     let path = watcher_hang("watcher-hang-silent", |v| {
         v["faults"].as_array_mut().unwrap().push(json!({
             "call": "*", "from_s": 2.0, "to_s": 6.0, "code": 999
         }));
+        v["events"] = json!([
+            { "t": 3.0, "device": 0, "type": "xid", "data": 13 },
+            { "t": 7.0, "device": 0, "type": "xid", "data": 13 },
+            { "t": 10.0, "device": 0, "type": "xid", "data": 31 }
+        ]);
     });
     let rx = Receiver::start(Protocol::Grpc);
     common::mock_library(); // built before the clock starts
@@ -284,6 +291,22 @@ fn a_stuck_event_watcher_does_not_hold_nvml_reinitialization() {
     // The values flow again.
     let n = rx.points("hw.power").len();
     assert!(rx.wait_until(WAIT, |r| r.points("hw.power").len() > n));
+    // XID 31 (10 s) from the new watcher; the old one returns at ~13 s with all three queued
+    // and reports none of them.
+    let once = vec![(H200.to_string(), "31".to_string(), 1.0)];
+    assert!(rx.wait_until(WAIT, |r| xids(r) == once), "{:?}", xids(&rx));
+    assert!(
+        agent.wait_for_stderr("returned with XID/ECC events still queued", WAIT),
+        "{}",
+        agent.dump()
+    );
+    assert!(agent
+        .stderr_lines()
+        .iter()
+        .any(|l| l.contains("still queued") && l.contains("dropped=3")));
+    let n = rx.metrics_requests().len();
+    assert!(rx.wait_until(WAIT, |r| r.metrics_requests().len() > n + 2));
+    assert_eq!(xids(&rx), once, "not counted twice");
     stop_ok(&mut agent);
 }
 

@@ -459,6 +459,14 @@ impl SharedState {
         *self.watcher.lock().unwrap_or_else(|p| p.into_inner()) = slot;
     }
 
+    /// Whether another watcher than the one with `beat` is the current one.
+    fn watcher_superseded(&self, beat: &Arc<watch::Heartbeat>) -> bool {
+        matches!(
+            &*self.watcher.lock().unwrap_or_else(|p| p.into_inner()),
+            WatcherSlot::Started(other) if !Arc::ptr_eq(other, beat)
+        )
+    }
+
     fn watcher_refused(&self) -> bool {
         matches!(
             *self.watcher.lock().unwrap_or_else(|p| p.into_inner()),
@@ -771,6 +779,7 @@ fn start_watcher(
                     beat: &thread_beat,
                     count_error: &count_error,
                     wait,
+                    superseded: &|| shared.watcher_superseded(&thread_beat),
                 },
             );
             thread_beat.end();

@@ -221,6 +221,8 @@ pub(crate) struct Context<'a> {
     pub count_error: &'a dyn Fn(&'static str, &NvmlError),
     /// The bound of one wait (one sample interval).
     pub wait: Duration,
+    /// Whether a newer watcher (of a later NVML session) has started.
+    pub superseded: &'a dyn Fn() -> bool,
 }
 
 enum Registration {
@@ -356,37 +358,13 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], cx: &Context<'_>) {
             raw::wait_event(nvml, s, wait_ms)
         });
         match waited {
-            Ok(ev) => {
-                let Some(kind) = kind(ev.event_type, ev.data) else {
-                    continue;
-                };
-                // SAFETY: comparing handles only; nothing is dereferenced.
-                let target = registered
-                    .iter()
-                    .find(|(_, d)| unsafe { d.handle() } == ev.device)
-                    .map(|(i, _)| &targets[*i]);
-                let Some(target) = target else {
-                    tracing::debug!(?kind, "event from a GPU that is not watched");
-                    continue;
-                };
-                let Some(device) = attribute(
-                    &target.info,
-                    target.reported,
-                    &target.mig_devices,
-                    ev.gpu_instance_id,
-                    ev.compute_instance_id,
-                ) else {
-                    tracing::debug!(
-                        ?kind,
-                        gpu = %target.info.uuid,
-                        gpu_instance_id = ev.gpu_instance_id,
-                        compute_instance_id = ev.compute_instance_id,
-                        "event of a MIG device this agent does not report (another tenant's); not reported"
-                    );
-                    continue;
-                };
-                observer_event(cx.observer, device, kind);
+            Ok(ev) if cx.stop.requested() => {
+                // The session ended while this wait ran (a stuck one, typically): what is
+                // queued is handed over, or dropped if a newer watcher may have it too.
+                drain(nvml, s, Some(ev), targets, &registered, cx);
+                return;
             }
+            Ok(ev) => deliver(ev, targets, &registered, cx.observer),
             Err(NvmlError::Timeout) => {}
             Err(e) => {
                 (cx.count_error)("nvmlEventSetWait_v2", &e);
@@ -405,12 +383,88 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], cx: &Context<'_>) {
     }
 }
 
-fn observer_event(observer: &dyn Observer, device: Arc<DeviceInfo>, kind: DeviceEventKind) {
+/// Hands one event to the observer, on the device [`attribute`] names (none: dropped).
+fn deliver(
+    ev: raw::RawEvent,
+    targets: &[Target],
+    registered: &[(usize, Device<'_>)],
+    observer: &dyn Observer,
+) {
+    let Some(kind) = kind(ev.event_type, ev.data) else {
+        return;
+    };
+    // SAFETY: comparing handles only; nothing is dereferenced.
+    let target = registered
+        .iter()
+        .find(|(_, d)| unsafe { d.handle() } == ev.device)
+        .map(|(i, _)| &targets[*i]);
+    let Some(target) = target else {
+        tracing::debug!(?kind, "event from a GPU that is not watched");
+        return;
+    };
+    let Some(device) = attribute(
+        &target.info,
+        target.reported,
+        &target.mig_devices,
+        ev.gpu_instance_id,
+        ev.compute_instance_id,
+    ) else {
+        tracing::debug!(
+            ?kind,
+            gpu = %target.info.uuid,
+            gpu_instance_id = ev.gpu_instance_id,
+            compute_instance_id = ev.compute_instance_id,
+            "event of a MIG device this agent does not report (another tenant's); not reported"
+        );
+        return;
+    };
     observer.device_event(DeviceEvent {
         time: SystemTime::now(),
         device,
         kind,
     });
+}
+
+/// Most queued events a stopping watcher takes from its set.
+const MAX_DRAINED: usize = 1024;
+
+/// A watcher whose session has ended takes what its set still holds (waits with a zero
+/// timeout, `first` included). If no newer watcher has registered since (the agent is
+/// stopping, or the next session has not started one yet), the events go to the observer:
+/// they happened while it was stuck and nobody else saw them. If one has, they are dropped
+/// and counted in one line: NVML events carry no time, so those that reached both sets
+/// cannot be told from those only this one holds, and counting an XID twice would be false.
+fn drain(
+    nvml: &Nvml,
+    set: &EventSet<'_>,
+    first: Option<raw::RawEvent>,
+    targets: &[Target],
+    registered: &[(usize, Device<'_>)],
+    cx: &Context<'_>,
+) {
+    let superseded = (cx.superseded)();
+    let mut dropped = 0usize;
+    let mut next = first;
+    for _ in 0..MAX_DRAINED {
+        let ev = match next.take() {
+            Some(ev) => ev,
+            None => match raw::wait_event(nvml, set, 0) {
+                Ok(ev) => ev,
+                Err(_) => break,
+            },
+        };
+        if superseded {
+            dropped += usize::from(kind(ev.event_type, ev.data).is_some());
+        } else {
+            deliver(ev, targets, registered, cx.observer);
+        }
+    }
+    if dropped > 0 {
+        tracing::warn!(
+            dropped,
+            "the event watcher of an ended NVML session returned with XID/ECC events still queued; they are not reported, because the new session's watcher may have reported the same ones (NVML events carry no time)"
+        );
+    }
 }
 
 #[cfg(test)]
