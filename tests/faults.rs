@@ -310,6 +310,41 @@ fn a_stuck_event_watcher_does_not_hold_nvml_reinitialization() {
     stop_ok(&mut agent);
 }
 
+/// With 5 s sampling each wait of the watcher lasts up to 5 s, yet an XID is seen when NVML
+/// reports it (its event's time is the XID's, give or take the agent's start-up; not the
+/// watcher's next wake-up at ~5 s), and it reaches the collector within the logs batch
+/// processor's 1 s.
+#[test]
+fn an_xid_is_seen_when_nvml_reports_it_not_at_the_next_wake_up() {
+    let path = scenario_with("h200-event-watcher-hang.json", "xid-latency", |v| {
+        v["faults"] = json!([]);
+        v["events"] = json!([{ "t": 2.0, "device": 0, "type": "xid", "data": 79 }]);
+    });
+    let rx = Receiver::start(Protocol::Grpc);
+    common::mock_library(); // built before the clock starts
+    let spawned = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let mut agent = agent(&rx, "5s").env_mock_path(&path).spawn();
+    assert!(rx.wait_until(WAIT, |r| !r.log_events("nvidia.gpu.xid").is_empty()));
+    let arrived = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let e = &rx.log_events("nvidia.gpu.xid")[0];
+    // The mock's clock starts at the agent's first nvmlInit, a little after the spawn.
+    let seen_after_s = (e.time_unix_nano - spawned) as f64 / 1e9;
+    // The next wake-up of an idle watcher would be at ~5 s.
+    assert!(
+        (2.0..4.0).contains(&seen_after_s),
+        "XID at 2 s seen at {seen_after_s:.3} s"
+    );
+    let sent_after_s = (arrived - e.time_unix_nano) as f64 / 1e9;
+    assert!(sent_after_s < 1.5, "sent {sent_after_s:.3} s after");
+    stop_ok(&mut agent);
+}
+
 /// Every wait hangs 30 s and NVML stops answering twice, so each new NVML session leaves its
 /// watcher behind: at most two watcher threads are kept (the third session starts none),
 /// said once, and `/readyz` says events are not watched, instead of stuck threads piling up.
