@@ -142,7 +142,7 @@ install_compose() {
     fi
     printf '%s' "$want" > "$COMPOSE_VENV/.stamp"
   fi
-  "$COMPOSE_VENV/bin/docker-compose" version | head -n 1
+  "$COMPOSE_VENV/bin/docker-compose" version | sed -n 1p
 }
 
 install_helm() {
@@ -192,7 +192,7 @@ find_promtool() {
       (cd "$dl" && apt-get download -q prometheus >>"$WORK/apt.log" 2>&1) || true
     fi
   fi
-  local deb; deb="$(find "$dl" -maxdepth 1 -name 'prometheus_*.deb' | head -n 1)"
+  local deb; deb="$(find "$dl" -maxdepth 1 -name 'prometheus_*.deb' | sed -n 1p)"
   if [ -z "$deb" ]; then
     PROMTOOL_NOTE="promtool not obtainable (apt-get download prometheus: $(grep -E '^(E|W):' "$WORK/apt.log" | tail -n 1)): rule checks skipped"
     return 0
@@ -283,7 +283,7 @@ check_promtool_available() {
     echo "SKIP: $PROMTOOL_NOTE"
     return 3
   fi
-  "$PROMTOOL" --version 2>&1 | head -n 1
+  "$PROMTOOL" --version 2>&1 | sed -n 1p
 }
 
 check_pytest() {
