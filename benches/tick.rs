@@ -16,6 +16,12 @@
 //! ns per device per tick = time / devices. Before the benches, one line per setup says how
 //! many devices a tick really sampled and how many bytes one export encodes to.
 //!
+//! `rules_1s` and `rules_100ms` time the rules (`Engine::observe`, every rule at its default)
+//! on the 64 devices of `bench-8gpu-mig7.json` (8 GPUs and their 56 MIG devices) at a given
+//! run length: the engine is fed that many minutes of ticks outside the timing, then one more
+//! minute is timed (60 ticks at 1 s, 600 at 100 ms); time per tick = time / ticks. Read
+//! together, the rows are the rules' cost per tick against the run's length.
+//!
 //! Mock library: `$NVML_MOCK_LIB`, else `target/release/libnvml_mock.so` (built if missing).
 //! Scenarios:
 //! `tests/scenarios/bench-8gpu.json` (1 device = its GPU 0, 8 = all) and
@@ -32,6 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 use divan::counter::ItemsCount;
 use divan::{AllocProfiler, Bencher};
 use gpu_otel_sidecar::config::{Config, DeviceId, DeviceSelection};
+use gpu_otel_sidecar::rules::Engine;
 use gpu_otel_sidecar::sampling::{self, DeviceInfo, DeviceSample, SamplerSettings, Snapshot};
 use gpu_otel_sidecar::telemetry::catalogue::{device_points, CATALOGUE};
 use gpu_otel_sidecar::telemetry::{instruments, SCOPE};
@@ -158,6 +165,56 @@ fn export_total(bencher: Bencher, devices: usize) {
     bencher
         .counter(ItemsCount::new(snap.devices.len()))
         .bench_local(|| p.encode(&p.collect()).len());
+}
+
+/// Run lengths (minutes) at which the rules' cost per tick is measured.
+const RUN_MINUTES_1S: &[u64] = &[0, 1, 2, 3, 5, 10, 20, 30, 60];
+const RUN_MINUTES_100MS: &[u64] = &[0, 1, 2, 3, 5, 10, 20];
+
+/// The rules on 64 devices sampled every second: the minute after `minutes` of run.
+#[divan::bench(args = RUN_MINUTES_1S, sample_count = 5, sample_size = 1)]
+fn rules_1s(bencher: Bencher, minutes: u64) {
+    bench_rules(bencher, minutes, Duration::from_secs(1));
+}
+
+/// The same at 100 ms sampling.
+#[divan::bench(args = RUN_MINUTES_100MS, sample_count = 3, sample_size = 1)]
+fn rules_100ms(bencher: Bencher, minutes: u64) {
+    bench_rules(bencher, minutes, Duration::from_millis(100));
+}
+
+fn bench_rules(bencher: Bencher, minutes: u64, step: Duration) {
+    let base = snapshot(56);
+    let per_minute = (Duration::from_secs(60).as_nanos() / step.as_nanos()) as u64;
+    let config = Config::from_vars(std::iter::empty::<(String, String)>())
+        .expect("default configuration")
+        .rules;
+    let start = Instant::now();
+    let tick = move |engine: &mut Engine, k: u64| {
+        let mut snap = base.clone();
+        snap.seq = k + 1;
+        snap.taken_instant = start + step * k as u32;
+        snap.taken_at = base.taken_at + step * k as u32;
+        engine.observe(&snap).len()
+    };
+    let tick2 = tick.clone();
+    bencher
+        .counter(ItemsCount::new(per_minute as usize))
+        .with_inputs(move || {
+            let mut engine = Engine::new(&config);
+            for k in 0..minutes * per_minute {
+                tick(&mut engine, k);
+            }
+            engine
+        })
+        .bench_local_values(move |mut engine| {
+            let from = minutes * per_minute;
+            let mut alerts = 0;
+            for k in from..from + per_minute {
+                alerts += tick2(&mut engine, k);
+            }
+            (engine, alerts)
+        });
 }
 
 // ---- setup ----------------------------------------------------------------------------
