@@ -1,6 +1,7 @@
-//! Memory rules: `memory_near_full` (used at or above a fraction of total) and
-//! `memory_leak` (used rising without coming back, with a robust slope and the projected
-//! time until full).
+//! Memory rules: `memory_near_full` (used at or above a fraction of total, unless the
+//! memory is a framework's preallocated pool), `memory_preallocated` (that pool, reported
+//! once) and `memory_leak` (used rising without coming back, with a robust slope and the
+//! projected time until full).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use opentelemetry::KeyValue;
 
 use super::catalogue::RuleId;
 use super::engine::{Rule, Verdict};
+use super::preallocation::{MemoryState, PoolEnd, PoolParams, PoolTracker};
 use super::{gib, mib};
 use crate::sampling::{DeviceSample, DeviceState, Snapshot};
 
@@ -26,15 +28,22 @@ fn memory_values(used: u64, total: u64) -> Vec<KeyValue> {
     ]
 }
 
-/// `memory_near_full`: `used / total >= threshold` (`nvmlDeviceGetMemoryInfo_v2`).
+/// `memory_near_full`: `used / total >= threshold` (`nvmlDeviceGetMemoryInfo_v2`), not
+/// judged while the memory is a preallocated pool ([`PoolTracker`], when `memory_preallocated`
+/// is enabled): NVML sees the pool, not how full it is.
 pub(crate) struct NearFull {
     percent: f64,
+    pools: Option<PoolTracker>,
 }
 
 impl NearFull {
-    /// `percent`: of total memory, e.g. 95.
-    pub(crate) fn new(percent: f64) -> Self {
-        Self { percent }
+    /// `percent`: of total memory, e.g. 95; `pools`: the `memory_preallocated` rule's
+    /// recognition, when it is enabled.
+    pub(crate) fn new(percent: f64, pools: Option<PoolParams>) -> Self {
+        Self {
+            percent,
+            pools: pools.map(PoolTracker::new),
+        }
     }
 }
 
@@ -44,8 +53,14 @@ impl Rule for NearFull {
     }
 
     fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
+        if let Some(p) = &mut self.pools {
+            p.retain(|uuid| snapshot.devices.iter().any(|d| d.info.uuid == uuid));
+        }
         for d in &snapshot.devices {
-            let Some((used, total)) = memory(d) else {
+            let pooled = self.pools.as_mut().is_some_and(|p| {
+                matches!(p.observe(d, snapshot.taken_instant), MemoryState::Pool(_))
+            });
+            let Some((used, total)) = memory(d).filter(|_| !pooled) else {
                 out.push(Verdict::unknown(d));
                 continue;
             };
@@ -63,6 +78,88 @@ impl Rule for NearFull {
                     gib(total as f64),
                     self.percent
                 ),
+            ));
+        }
+    }
+}
+
+/// `memory_preallocated`: the memory is a framework's pool ([`PoolTracker`]): a process
+/// appeared and the memory jumped to most of the GPU, then stayed flat.
+pub(crate) struct Preallocated {
+    pools: PoolTracker,
+}
+
+impl Preallocated {
+    pub(crate) fn new(params: PoolParams) -> Self {
+        Self {
+            pools: PoolTracker::new(params),
+        }
+    }
+}
+
+impl Rule for Preallocated {
+    fn id(&self) -> RuleId {
+        RuleId::MemoryPreallocated
+    }
+
+    fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
+        self.pools
+            .retain(|uuid| snapshot.devices.iter().any(|d| d.info.uuid == uuid));
+        for d in &snapshot.devices {
+            let state = self.pools.observe(d, snapshot.taken_instant);
+            let (MemoryState::Pool(_) | MemoryState::Plain { .. }, Some((used, total))) =
+                (state, memory(d))
+            else {
+                out.push(Verdict::unknown(d));
+                continue;
+            };
+            let ratio = used as f64 / total as f64;
+            let mut values = Vec::new();
+            let summary = match state {
+                MemoryState::Pool(p) => {
+                    let jump = p.since.saturating_duration_since(p.appeared);
+                    values.push(KeyValue::new("process.pid", i64::from(p.pid)));
+                    values.push(KeyValue::new(
+                        "nvidia.gpu.alert.memory.jump_time",
+                        jump.as_secs_f64(),
+                    ));
+                    format!(
+                        "memory preallocated: {:.1}% of it ({} of {}) taken within {} of process {} appearing, and held flat: a framework's pool (TensorFlow maps nearly all GPU memory at start unless memory growth is on, JAX 75 %). NVML sees the pool, not how full it is, so near-full and leak judgements are not possible from outside: memory_near_full waits for memory that grows past the pool",
+                        ratio * 100.0,
+                        gib(used as f64),
+                        gib(total as f64),
+                        humantime::format_duration(Duration::from_millis(jump.as_millis() as u64)),
+                        p.pid
+                    )
+                }
+                MemoryState::Plain {
+                    ended: Some((p, PoolEnd::Grew { .. })),
+                } => format!(
+                    "memory grew past the pool of process {} ({} used of {}): judged as growing memory again",
+                    p.pid,
+                    gib(used as f64),
+                    gib(total as f64)
+                ),
+                MemoryState::Plain {
+                    ended: Some((p, PoolEnd::Released { .. })),
+                } => format!(
+                    "the pool of process {} was released ({} used of {})",
+                    p.pid,
+                    gib(used as f64),
+                    gib(total as f64)
+                ),
+                _ => format!(
+                    "memory {:.1}% used, not a preallocated pool",
+                    ratio * 100.0
+                ),
+            };
+            values.push(KeyValue::new("hw.gpu.memory.utilization", ratio));
+            values.extend(memory_values(used, total));
+            out.push(Verdict::device(
+                d,
+                Some(matches!(state, MemoryState::Pool(_))),
+                values,
+                summary,
             ));
         }
     }
