@@ -707,9 +707,10 @@ fn h200_recording_fires_only_the_power_cap() {
     assert_eq!(to_event(a).severity, Severity::Info);
 }
 
-/// Cost of judging one snapshot: 8 GPUs, all leaking (both leak slopes computed every
-/// sample), 1 s samples for 20 minutes. A measurement, not an assertion:
-/// `cargo test --release --lib rules::tests::observe_cost -- --ignored --nocapture`.
+/// Cost of judging one snapshot: 8 GPUs, all leaking (both leak slopes fitted at each 5 s
+/// bucket), 1 s samples for 20 minutes. A measurement, not an assertion:
+/// `cargo test --release --lib rules::tests::observe_cost -- --ignored --nocapture`; the
+/// curve over a run's length is `GPU_SIDECAR_BENCH_RULES_CURVE=1 cargo bench --bench tick`.
 #[test]
 #[ignore]
 fn observe_cost() {
