@@ -225,6 +225,8 @@ fn h200_end_to_end(protocol: Protocol, extra: &[(&str, &str)]) -> (Receiver, Age
         ("k8s.node.name", "from-otel"),
         ("k8s.container.name", "trainer"),
         ("deployment.environment.name", "test"),
+        // The semantic conventions' Kubernetes recommendation: namespace.pod.container.
+        ("service.instance.id", "ml.resnet-train-0.trainer"),
     ]
     .into();
     for (k, v) in expect {
@@ -388,6 +390,51 @@ fn device_selection_by_index_and_uuid() {
         .collect();
     let uuid1 = scen["devices"][1]["uuid"].as_str().unwrap().to_string();
     assert_eq!(ids, BTreeSet::from([uuid1, uuid3]));
+}
+
+/// Two sidecars outside Kubernetes reporting the same GPU to one collector: each has its own
+/// `service.instance.id`, so the collector's Prometheus exporter (which makes it the
+/// `instance` label) keeps their series apart, the agent's own `gpu_sidecar.*` ones included.
+#[test]
+fn two_sidecars_behind_one_collector_keep_distinct_identities() {
+    let rx = Receiver::start(Protocol::Grpc);
+    let spawn = || {
+        Agent::builder()
+            .otlp(&rx)
+            .env_mock("h200-under-load.json")
+            .env("GPU_SIDECAR_SAMPLE_INTERVAL", "200ms")
+            .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+            .spawn()
+    };
+    let (a, b) = (spawn(), spawn());
+    let instances = |name: &str| -> BTreeSet<String> {
+        rx.points(name)
+            .iter()
+            .filter_map(|p| p.resource.get("service.instance.id").cloned())
+            .collect()
+    };
+    assert!(
+        rx.wait_until(WAIT, |_| instances("hw.power").len() == 2
+            && instances("gpu_sidecar.export.last_success").len() == 2),
+        "{}\n{}",
+        a.dump(),
+        b.dump()
+    );
+    for id in instances("hw.power") {
+        assert_eq!(uuid_version(&id), Some(4), "{id}");
+    }
+    // Every point of one export carries the same identity as its resource.
+    for p in rx.points("hw.power") {
+        assert!(p.resource.contains_key("service.instance.id"), "{p:?}");
+    }
+}
+
+/// The version digit of a UUID in its text form, `None` if it is not one.
+fn uuid_version(s: &str) -> Option<u32> {
+    let groups: Vec<&str> = s.split('-').collect();
+    let ok = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && s.chars().all(|c| c == '-' || c.is_ascii_hexdigit());
+    ok.then(|| groups[2].chars().next()?.to_digit(16)).flatten()
 }
 
 #[test]
