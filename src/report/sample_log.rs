@@ -11,7 +11,7 @@
 //! | `gpu_index` | | NVML index |
 //! | `gpu_uuid` | | `nvmlDeviceGetUUID` |
 //! | `utilization_gpu_percent` | % | `nvmlDeviceGetUtilizationRates.gpu` |
-//! | `memory_used_mib` | MiB (floor) | `nvmlDeviceGetMemoryInfo_v2.used` (reserved memory not included) |
+//! | `memory_used_mib` | MiB (floor) | `nvmlDeviceGetMemoryInfo_v2.used` (reserved memory not included; v1 on older drivers, reserved included) |
 //! | `memory_total_mib` | MiB (floor) | `nvmlDeviceGetMemoryInfo_v2.total` |
 //! | `temperature_gpu_c` | °C | `nvmlDeviceGetTemperature(GPU)` |
 //! | `power_w` | W (mW resolution) | `nvmlDeviceGetPowerUsage` |

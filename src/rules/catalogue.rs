@@ -241,7 +241,7 @@ pub static RULES: &[RuleSpec] = &[
         severity: AlertSeverity::Info,
         threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(30)),
-        condition: "Clock-event reason `sw_power_cap` (`nvmlDeviceGetCurrentClocksThrottleReasons` bit 0x4) set for DURATION. Resolves once it has been clear for DURATION.",
+        condition: "Clock-event reason `sw_power_cap` (`nvmlDeviceGetCurrentClocksEventReasons` bit 0x4) set for DURATION. Resolves once it has been clear for DURATION.",
         attributes: "`nvidia.gpu.alert.clocks_event.reasons` (the active reasons), `hw.power`, `nvidia.gpu.power.limit` (W)",
         hint: "The card is working at its power limit, which is normal under full load; it only costs speed if the limit was lowered (compare with the board's default limit).",
     },

@@ -40,6 +40,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use crate::config::{Config, DeviceSelection, SlowIntervals};
+pub use raw::{refused_version, Versioned, VERSIONED};
 pub use snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
     ProcessUtilization, RemappedRows, Snapshot,

@@ -24,7 +24,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use super::gpm::{GpmState, MIB};
 use super::processes;
-use super::raw::{self, ProcessInfoLayout, RawProcess};
+use super::raw::{self, ProcessInfoLayout, ProcessList, RawProcess, Versioned};
 use super::snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
     ProcessUtilization,
@@ -78,7 +78,7 @@ impl Field {
             Field::ClockGraphics => "nvmlDeviceGetClockInfo(NVML_CLOCK_GRAPHICS)",
             Field::ClockSm => "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)",
             Field::ClockMemory => "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)",
-            Field::ClocksEventReasons => "nvmlDeviceGetCurrentClocksThrottleReasons",
+            Field::ClocksEventReasons => "nvmlDeviceGetCurrentClocksEventReasons",
             Field::PerformanceState => "nvmlDeviceGetPerformanceState",
             Field::EccCorrected => "nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE)",
             Field::EccUncorrected => "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)",
@@ -136,6 +136,60 @@ pub(crate) struct Gate {
     unsupported: HashSet<(usize, Field)>,
     failing: HashSet<(usize, Field)>,
     errors: ErrorCounts,
+    /// The version in use of each versioned call, by device slot (index into
+    /// [`Versioned::versions`]; absent: the newest).
+    versions: HashMap<(usize, Versioned), usize>,
+}
+
+/// Calls version `*chosen` of `v` (`call(k)` makes version `k`), then the older ones while a
+/// version is missing or refused ([`raw::refused_version`]). The first older version that
+/// answers becomes `*chosen` for the next calls, and one line says so (`index`, `uuid` name
+/// the device; `None` for a library-wide call).
+///
+/// Returns the answer or the error to judge (the newest version's, unless an older one
+/// failed for another reason, such as a lost GPU), and, when it switched, the newer
+/// version's refusal (to be counted under its name).
+pub(crate) fn call_versioned<T>(
+    chosen: &mut usize,
+    v: Versioned,
+    index: Option<u32>,
+    uuid: &str,
+    mut call: impl FnMut(usize) -> Result<T, NvmlError>,
+) -> (Result<T, NvmlError>, Option<NvmlError>) {
+    let names = v.versions();
+    let start = (*chosen).min(names.len() - 1);
+    let mut error: Option<NvmlError> = None;
+    for k in start..names.len() {
+        match call(k) {
+            Ok(t) => {
+                if k == start {
+                    return (Ok(t), None);
+                }
+                let refused = error.take();
+                *chosen = k;
+                tracing::info!(
+                    gpu = index,
+                    uuid,
+                    call = names[start],
+                    error = %refused.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+                    instead = names[k],
+                    "this driver does not answer the newer NVML call; the older one answers and is used from now on. It gives {}",
+                    v.older_lacks()
+                );
+                return (Ok(t), refused);
+            }
+            Err(e) => {
+                let go_on = raw::refused_version(&e);
+                if error.is_none() || !go_on {
+                    error = Some(e);
+                }
+                if !go_on {
+                    break;
+                }
+            }
+        }
+    }
+    (Err(error.expect("at least one version was called")), None)
 }
 
 /// What one call's error means for the field and the device.
@@ -188,6 +242,44 @@ impl Gate {
         lost: &mut bool,
         call: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
+        self.read_named(slot, info, field, field.nvml_call(), lost, call)
+    }
+
+    /// As [`Gate::read`] for a field read through a versioned call `v`: `call(k)` makes
+    /// version `k` ([`Versioned::versions`]); see [`call_versioned`]. The version chosen is
+    /// kept for the device in `slot` for the rest of the NVML session.
+    pub(crate) fn read_versioned<T>(
+        &mut self,
+        slot: usize,
+        info: &DeviceInfo,
+        field: Field,
+        v: Versioned,
+        lost: &mut bool,
+        call: impl FnMut(usize) -> Result<T, NvmlError>,
+    ) -> Option<T> {
+        if *lost || self.unsupported.contains(&(slot, field)) {
+            return None;
+        }
+        let start = self.versions.get(&(slot, v)).copied().unwrap_or(0);
+        let mut chosen = start;
+        let (result, refused) = call_versioned(&mut chosen, v, Some(info.index), &info.uuid, call);
+        if let Some(e) = refused {
+            self.count(v.versions()[start], &e);
+            self.versions.insert((slot, v), chosen);
+        }
+        self.read_named(slot, info, field, v.versions()[chosen], lost, || result)
+    }
+
+    /// [`Gate::read`], with the C name `call_name` in logs and counts.
+    fn read_named<T>(
+        &mut self,
+        slot: usize,
+        info: &DeviceInfo,
+        field: Field,
+        call_name: &'static str,
+        lost: &mut bool,
+        call: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
         if *lost || self.unsupported.contains(&(slot, field)) {
             return None;
         }
@@ -197,19 +289,19 @@ impl Gate {
         match call() {
             Ok(v) => {
                 if self.failing.remove(&key) {
-                    tracing::info!(gpu = index, uuid, call = field.nvml_call(), "answers again");
+                    tracing::info!(gpu = index, uuid, call = call_name, "answers again");
                 }
                 Some(v)
             }
             Err(e) => {
-                self.count(field.nvml_call(), &e);
+                self.count(call_name, &e);
                 match verdict(&e) {
                     Verdict::Unsupported => {
                         self.unsupported.insert(key);
                         tracing::info!(
                             gpu = index,
                             uuid,
-                            call = field.nvml_call(),
+                            call = call_name,
                             error = %e,
                             "not supported on this device; the value will be absent and not asked again"
                         );
@@ -222,7 +314,7 @@ impl Gate {
                             tracing::warn!(
                                 gpu = index,
                                 uuid,
-                                call = field.nvml_call(),
+                                call = call_name,
                                 error = %e,
                                 "failed; the value is absent until it answers again"
                             );
@@ -348,17 +440,26 @@ pub(crate) struct Reader<'n> {
     proc_root: Option<PathBuf>,
 }
 
+/// The static facts of a device. `pci_version` is the version of `nvmlDeviceGetPciInfo`
+/// in use for this listing (see [`call_versioned`]).
 fn static_info(
+    nvml: &Nvml,
     device: &Device<'_>,
     index: u32,
     uuid: String,
     driver: &Option<String>,
+    pci_version: &mut usize,
 ) -> DeviceInfo {
+    let pci_bus_id = call_versioned(pci_version, Versioned::PciInfo, Some(index), &uuid, |k| {
+        raw::pci_bus_id(nvml, device, k)
+    })
+    .0
+    .ok();
     DeviceInfo {
         index,
         name: device.name().ok(),
         serial: device.serial().ok(),
-        pci_bus_id: device.pci_info().ok().map(|p| p.bus_id),
+        pci_bus_id,
         vbios_version: device.vbios_version().ok(),
         driver_version: driver.clone(),
         uuid,
@@ -389,6 +490,7 @@ impl<'n> Reader<'n> {
         let mut devices = Vec::new();
         let mut unselected_parents = Vec::new();
         let mut matched = HashSet::new();
+        let mut pci_version = 0;
         let mut wanted = |id_matches: &dyn Fn(&DeviceId) -> bool| match selection {
             DeviceSelection::All => true,
             DeviceSelection::List(ids) => {
@@ -445,7 +547,14 @@ impl<'n> Reader<'n> {
                     if !(gpu_selected || selected) {
                         continue;
                     }
-                    let mut info = static_info(&md, index, mig_uuid, &driver_version);
+                    let mut info = static_info(
+                        nvml,
+                        &md,
+                        index,
+                        mig_uuid,
+                        &driver_version,
+                        &mut pci_version,
+                    );
                     info.mig = Some(MigPlacement {
                         parent_uuid: uuid.clone(),
                         mig_index,
@@ -458,7 +567,14 @@ impl<'n> Reader<'n> {
             if !gpu_selected && migs.is_empty() {
                 continue;
             }
-            let info = static_info(&device, index, uuid, &driver_version);
+            let info = static_info(
+                nvml,
+                &device,
+                index,
+                uuid,
+                &driver_version,
+                &mut pci_version,
+            );
             tracing::info!(
                 gpu = index,
                 uuid = %info.uuid,
@@ -676,7 +792,14 @@ fn sample_fast(
     let uuid = info.uuid.as_str();
     let was_lost = sel.lost;
     let mut lost = false;
-    let memory = gate.read(slot, &info, Field::Memory, &mut lost, || dev.memory_info());
+    let memory = gate.read_versioned(
+        slot,
+        &info,
+        Field::Memory,
+        Versioned::MemoryInfo,
+        &mut lost,
+        |k| raw::memory_info(nvml, dev, k),
+    );
     if lost {
         if !was_lost {
             tracing::error!(gpu = index, uuid, "GPU is lost (fallen off the bus or needs a reset); it is reported as failed, the other GPUs go on");
@@ -694,7 +817,7 @@ fn sample_fast(
         s.memory_total_bytes = Some(m.total);
         s.memory_used_bytes = Some(m.used);
         s.memory_free_bytes = Some(m.free);
-        s.memory_reserved_bytes = Some(m.reserved);
+        s.memory_reserved_bytes = m.reserved;
     }
     macro_rules! read {
         ($field:expr, $call:expr) => {
@@ -720,8 +843,14 @@ fn sample_fast(
         s.clock_graphics_mhz = read!(Field::ClockGraphics, dev.clock_info(Clock::Graphics));
         s.clock_sm_mhz = read!(Field::ClockSm, dev.clock_info(Clock::SM));
         s.clock_memory_mhz = read!(Field::ClockMemory, dev.clock_info(Clock::Memory));
-        s.clocks_event_reasons =
-            read!(Field::ClocksEventReasons, dev.current_throttle_reasons()).map(|r| r.bits());
+        s.clocks_event_reasons = gate.read_versioned(
+            slot,
+            &info,
+            Field::ClocksEventReasons,
+            Versioned::ClocksEventReasons,
+            &mut lost,
+            |k| raw::clocks_event_reasons(nvml, dev, k),
+        );
         s.performance_state = read!(Field::PerformanceState, dev.performance_state())
             .map(|p| p.as_c())
             // NVML_PSTATE_UNKNOWN (32) is no state: absent, not 32.
@@ -737,7 +866,14 @@ fn sample_fast(
         s.remapped_rows = read!(Field::RemappedRows, raw::remapped_rows(nvml, dev));
     }
     if sel.reports_processes() {
-        sel.processes = read!(Field::Processes, raw::compute_processes(nvml, dev, layout));
+        sel.processes = gate.read_versioned(
+            slot,
+            &info,
+            Field::Processes,
+            Versioned::ComputeProcesses,
+            &mut lost,
+            |k| raw::process_list(nvml, dev, ProcessList::Compute, k, layout),
+        );
         let current: HashSet<u32> = sel.processes.iter().flatten().map(|p| p.pid).collect();
         sel.names.retain(|pid, _| current.contains(pid));
         for pid in current {

@@ -20,7 +20,7 @@ pub struct DeviceInfo {
     pub name: Option<String>,
     /// Board serial number (`nvmlDeviceGetSerial`); `hw.serial_number`.
     pub serial: Option<String>,
-    /// PCI bus id (`nvmlDeviceGetPciInfo_v3`), e.g. `00000000:19:00.0`.
+    /// PCI bus id (`nvmlDeviceGetPciInfo_v3`, or the older versions), e.g. `00000000:19:00.0`.
     pub pci_bus_id: Option<String>,
     /// VBIOS version (`nvmlDeviceGetVbiosVersion`); `hw.firmware_version`.
     pub vbios_version: Option<String>,
@@ -162,13 +162,16 @@ pub struct DeviceSample {
     pub utilization_encoder_percent: Option<u32>,
     /// Decoder busy, percent (`nvmlDeviceGetDecoderUtilization`).
     pub utilization_decoder_percent: Option<u32>,
-    /// Total framebuffer memory, bytes (`nvmlDeviceGetMemoryInfo_v2.total`).
+    /// Total framebuffer memory, bytes (`nvmlDeviceGetMemoryInfo_v2.total`, or v1's on
+    /// drivers without `_v2`).
     pub memory_total_bytes: Option<u64>,
-    /// Used memory, bytes (`nvmlDeviceGetMemoryInfo_v2.used`).
+    /// Used memory, bytes (`nvmlDeviceGetMemoryInfo_v2.used`; on drivers without `_v2`,
+    /// `nvmlDeviceGetMemoryInfo.used`, which includes the reserved memory).
     pub memory_used_bytes: Option<u64>,
-    /// Free memory, bytes (`nvmlDeviceGetMemoryInfo_v2.free`).
+    /// Free memory, bytes (`nvmlDeviceGetMemoryInfo_v2.free`, or v1's).
     pub memory_free_bytes: Option<u64>,
-    /// Memory reserved by the driver and firmware, bytes (`nvmlDeviceGetMemoryInfo_v2.reserved`).
+    /// Memory reserved by the driver and firmware, bytes (`nvmlDeviceGetMemoryInfo_v2.reserved`;
+    /// `None` where only v1 answers).
     pub memory_reserved_bytes: Option<u64>,
     /// GPU die temperature, °C (`nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`).
     pub temperature_gpu_celsius: Option<u32>,
@@ -186,7 +189,8 @@ pub struct DeviceSample {
     pub clock_sm_mhz: Option<u32>,
     /// Memory clock, MHz (`nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)`).
     pub clock_memory_mhz: Option<u32>,
-    /// Clock-event (throttle) reasons bitmask (`nvmlDeviceGetCurrentClocksThrottleReasons`);
+    /// Clock-event (throttle) reasons bitmask (`nvmlDeviceGetCurrentClocksEventReasons`, or
+    /// `nvmlDeviceGetCurrentClocksThrottleReasons` on drivers before R535);
     /// see [`crate::sampling::CLOCKS_EVENT_REASONS`].
     pub clocks_event_reasons: Option<u64>,
     /// Performance state, 0 (P0, maximum) to 15 (`nvmlDeviceGetPerformanceState`).

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant, SystemTime};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, EventSet, Nvml};
 
-use super::raw;
-use super::read::{verdict, Verdict};
+use super::raw::{self, Versioned};
+use super::read::{self, verdict, Verdict};
 use super::snapshot::DeviceInfo;
 use super::Observer;
 
@@ -187,6 +187,8 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], stop: &AtomicBool, observer: 
     let mut backoff = Duration::from_secs(1);
     let mut first_try = true;
     let mut last_error: Option<String> = None;
+    // Version of nvmlEventSetWait in use (0 = _v2); see read::call_versioned.
+    let mut wait_version = 0;
     while !stop.load(Ordering::Relaxed) {
         if !pending.is_empty() && Instant::now() >= next_try {
             if set.is_none() {
@@ -221,7 +223,15 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], stop: &AtomicBool, observer: 
             }
             continue;
         };
-        match raw::wait_event(nvml, s, WAIT_MS) {
+        let (waited, _refused) =
+            read::call_versioned(&mut wait_version, Versioned::EventSetWait, None, "", |k| {
+                match raw::wait_event(nvml, s, WAIT_MS, k) {
+                    // No event within the wait is an answer: this version works.
+                    Err(NvmlError::Timeout) => Ok(None),
+                    other => other.map(Some),
+                }
+            });
+        match waited.and_then(|ev| ev.ok_or(NvmlError::Timeout)) {
             Ok(ev) => {
                 last_error = None;
                 let Some(kind) = kind(ev.event_type, ev.data) else {
@@ -251,7 +261,7 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], stop: &AtomicBool, observer: 
             Err(e) => {
                 let text = e.to_string();
                 if last_error.as_deref() != Some(text.as_str()) {
-                    tracing::warn!(error = %e, "nvmlEventSetWait_v2 failed; waiting again");
+                    tracing::warn!(error = %e, call = Versioned::EventSetWait.versions()[wait_version], "waiting for events failed; waiting again");
                     last_error = Some(text);
                 }
                 if pause(stop, Duration::from_millis(u64::from(WAIT_MS))) {

@@ -142,7 +142,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "By",
         description: "GPU memory used.",
         attributes: "",
-        source: "`nvmlDeviceGetMemoryInfo_v2` (`.used`), bytes",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.used`), bytes; on drivers without it `nvmlDeviceGetMemoryInfo` (v1: `.used` includes the reserved memory; see README, Older drivers)",
         extract: |d, out| push(out, d.memory_used_bytes.map(|b| b as f64), vec![]),
     },
     MetricDef {
@@ -152,7 +152,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "By",
         description: "Size of the GPU memory.",
         attributes: "",
-        source: "`nvmlDeviceGetMemoryInfo_v2` (`.total`), bytes",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.total`), bytes (or v1, as above)",
         extract: |d, out| push(out, d.memory_total_bytes.map(|b| b as f64), vec![]),
     },
     MetricDef {
@@ -162,7 +162,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "1",
         description: "Fraction of GPU memory used (used / total).",
         attributes: "",
-        source: "`nvmlDeviceGetMemoryInfo_v2`, `.used / .total`",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (or v1, as above), `.used / .total`",
         extract: |d, out| {
             let v = match (d.memory_used_bytes, d.memory_total_bytes) {
                 (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
@@ -178,7 +178,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "By",
         description: "GPU memory reserved by the driver and firmware (not usable by applications).",
         attributes: "",
-        source: "`nvmlDeviceGetMemoryInfo_v2` (`.reserved`), bytes",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.reserved`), bytes; absent where only v1 answers",
         extract: |d, out| push(out, d.memory_reserved_bytes.map(|b| b as f64), vec![]),
     },
     MetricDef {
@@ -256,7 +256,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "1",
         description: "1 while the reason is holding the clocks back (clock-event or throttle reason), else 0.",
         attributes: "`nvidia.gpu.clocks_event.reason` = `gpu_idle` | `applications_clocks_setting` | `sw_power_cap` | `hw_slowdown` | `sync_boost` | `sw_thermal_slowdown` | `hw_thermal_slowdown` | `hw_power_brake_slowdown` | `display_clock_setting`",
-        source: "`nvmlDeviceGetCurrentClocksThrottleReasons` (`nvmlClocksEventReasons` bitmask), one point per bit",
+        source: "`nvmlDeviceGetCurrentClocksEventReasons` (older drivers: `nvmlDeviceGetCurrentClocksThrottleReasons`; `nvmlClocksEventReasons` bitmask), one point per bit",
         extract: |d, out| {
             if let Some(bits) = d.clocks_event_reasons {
                 for (bit, reason) in CLOCKS_EVENT_REASONS {
@@ -296,7 +296,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "1",
         description: "1 for the device's current state, 0 for the others: `failed` when NVML reports it lost, `degraded` while thermal or hardware slowdown holds its clocks back or a row remapping is pending or failed, else `ok` (running at the power cap is normal). Carries the static facts.",
         attributes: "`hw.state` = `ok` | `degraded` | `failed`; `hw.serial_number`, `hw.firmware_version` (VBIOS), `hw.driver_version`, `nvidia.gpu.pci.bus_id`, `nvidia.gpu.index` where known; on a MIG device `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
-        source: "device state from error codes (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`); `nvmlDeviceGetCurrentClocksThrottleReasons`; `nvmlDeviceGetRemappedRows` (`isPending`, `failureOccurred`); static: `nvmlDeviceGetSerial`, `nvmlDeviceGetVbiosVersion`, `nvmlSystemGetDriverVersion`, `nvmlDeviceGetPciInfo_v3`, `nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId`",
+        source: "device state from error codes (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`); `nvmlDeviceGetCurrentClocksEventReasons`; `nvmlDeviceGetRemappedRows` (`isPending`, `failureOccurred`); static: `nvmlDeviceGetSerial`, `nvmlDeviceGetVbiosVersion`, `nvmlSystemGetDriverVersion`, `nvmlDeviceGetPciInfo_v3` (or `_v2`, v1), `nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId`",
         extract: |d, out| {
             // NVML answered nothing for it at this tick: its state is unknown, not `ok`.
             if d.state == DeviceState::Ok && d.answered_nothing() {
@@ -354,7 +354,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "By",
         description: "GPU memory held by one compute process. A process that has ended is no longer reported (no stale series).",
         attributes: "`process.pid` (host PID, as NVML reports it); `process.executable.name` where `/proc` shows the host PID namespace (see README)",
-        source: "`nvmlDeviceGetComputeRunningProcesses_v3` (`usedGpuMemory`; entry layout chosen for the driver, R535's 32-byte struct included), every tick; a GPU in MIG mode reports its processes on its MIG devices; name from `/proc/<pid>/comm`",
+        source: "`nvmlDeviceGetComputeRunningProcesses_v3` (or `_v2`, v1 on older drivers; `usedGpuMemory`; entry layout chosen for the driver, R535's 32-byte struct included), every tick; a GPU in MIG mode reports its processes on its MIG devices; name from `/proc/<pid>/comm`",
         extract: |d, out| per_process(d, out, |p| p.used_memory_bytes.map(|b| b as f64), &[]),
     },
     MetricDef {
@@ -539,7 +539,7 @@ pub static XID_ERRORS: RecordedDef = RecordedDef {
     unit: "{error}",
     description: "XID critical errors reported by the driver since the agent started; each also emits an `nvidia.gpu.xid` event naming the error.",
     attributes: "the device attributes (the MIG device when NVML names its GPU instance); `nvidia.gpu.xid.code` (int)",
-    source: "`nvmlEventSetWait_v2` on an event set registered for `nvmlEventTypeXidCriticalError` (`eventData` = the XID), thread `nvml-events`",
+    source: "`nvmlEventSetWait_v2` (drivers before R450: `nvmlEventSetWait`, no MIG attribution) on an event set registered for `nvmlEventTypeXidCriticalError` (`eventData` = the XID), thread `nvml-events`",
 };
 
 /// `gpu_sidecar.sample.duration`: the agent's own cost.
