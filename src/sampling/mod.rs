@@ -21,6 +21,7 @@
 //! when) so that a call wedged in the driver, which cannot be interrupted, is seen by the
 //! health checks, and it counts every error NVML answers ([`SharedState::nvml_errors`]).
 
+pub mod bounds;
 mod gpm;
 mod processes;
 mod raw;

@@ -22,6 +22,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
+use super::bounds::{self, Reading};
 use super::gpm::{GpmState, MIB};
 use super::processes;
 use super::raw::{self, ProcessInfoLayout, ProcessList, RawProcess, Versioned};
@@ -139,6 +140,8 @@ pub(crate) struct Gate {
     /// The version in use of each versioned call, by device slot (index into
     /// [`Versioned::versions`]; absent: the newest).
     versions: HashMap<(usize, Versioned), usize>,
+    /// Readings that answered an impossible value, by device slot (said once).
+    rejected: HashSet<(usize, Reading)>,
 }
 
 /// Calls version `*chosen` of `v` (`call(k)` makes version `k`), then the older ones while a
@@ -224,6 +227,38 @@ impl Gate {
     /// The errors counted since the last call.
     pub(crate) fn take_errors(&mut self) -> ErrorCounts {
         std::mem::take(&mut self.errors)
+    }
+
+    /// An impossible `value` of `reading` on the device in `slot` was dropped
+    /// ([`bounds`]): one warning per device and reading.
+    pub(crate) fn reject(&mut self, slot: usize, info: &DeviceInfo, reading: Reading, value: f64) {
+        if self.rejected.insert((slot, reading)) {
+            let b = bounds::bound(reading);
+            tracing::warn!(
+                gpu = info.index,
+                uuid = %info.uuid,
+                reading = b.name,
+                value,
+                valid = %format!("{} to {} {}", b.min, b.max, b.unit),
+                "NVML answered an impossible value (a sentinel or a corrupt reading): it is left out (absent), as is every impossible value of this reading on this GPU"
+            );
+        }
+    }
+
+    /// `value` of `reading` if it is possible, else `None` (and [`Gate::reject`]).
+    pub(crate) fn admit(
+        &mut self,
+        slot: usize,
+        info: &DeviceInfo,
+        reading: Reading,
+        value: f64,
+    ) -> Option<f64> {
+        if bounds::admits(reading, value) {
+            Some(value)
+        } else {
+            self.reject(slot, info, reading, value);
+            None
+        }
     }
 
     /// Whether `field` of the device in `slot` is known unsupported.
@@ -772,6 +807,13 @@ impl<'n> Reader<'n> {
                     .collect()
             });
         }
+        // Impossible values (NVML's sentinels answered with SUCCESS) go before anyone sees
+        // the sample: absent, not exported, judged or kept as peaks.
+        let gate = &mut self.gate;
+        for (slot, s) in out.iter_mut().enumerate() {
+            let info = s.info.clone();
+            bounds::enforce(s, |reading, value| gate.reject(slot, &info, reading, value));
+        }
         out
     }
 }
@@ -837,7 +879,9 @@ fn sample_fast(
             Field::TemperatureGpu,
             dev.temperature(TemperatureSensor::Gpu)
         );
-        s.temperature_memory_celsius = read!(Field::TemperatureMemory, memory_temperature(dev));
+        s.temperature_memory_celsius = read!(Field::TemperatureMemory, memory_temperature(dev))
+            .and_then(|c| gate.admit(slot, &info, Reading::TemperatureMemory, c))
+            .map(|c| c.round() as u32);
         s.power_milliwatts = read!(Field::Power, dev.power_usage());
         s.power_limit_milliwatts = read!(Field::PowerLimit, dev.enforced_power_limit());
         s.clock_graphics_mhz = read!(Field::ClockGraphics, dev.clock_info(Clock::Graphics));
@@ -958,15 +1002,25 @@ fn read_slow<'n>(
             match reading {
                 Some(Some(r)) => {
                     let window = r.metrics.window_seconds;
+                    // An impossible rate is left out, not added to the byte totals.
+                    let mut rate = |reading: Reading, mib_s: Option<f64>| {
+                        mib_s.and_then(|v| gate.admit(slot, &info, reading, v))
+                    };
+                    let (pcie_tx, pcie_rx, nvlink_tx, nvlink_rx) = (
+                        rate(Reading::GpmPcie, r.pcie_tx_mib_s),
+                        rate(Reading::GpmPcie, r.pcie_rx_mib_s),
+                        rate(Reading::GpmNvlink, r.nvlink_tx_mib_s),
+                        rate(Reading::GpmNvlink, r.nvlink_rx_mib_s),
+                    );
                     let add = |total: &mut Option<f64>, mib_s: Option<f64>| {
                         if let Some(rate) = mib_s {
                             *total = Some(total.unwrap_or(0.0) + rate * MIB * window);
                         }
                     };
-                    add(&mut d.io.pcie_transmit_bytes, r.pcie_tx_mib_s);
-                    add(&mut d.io.pcie_receive_bytes, r.pcie_rx_mib_s);
-                    add(&mut d.io.nvlink_transmit_bytes, r.nvlink_tx_mib_s);
-                    add(&mut d.io.nvlink_receive_bytes, r.nvlink_rx_mib_s);
+                    add(&mut d.io.pcie_transmit_bytes, pcie_tx);
+                    add(&mut d.io.pcie_receive_bytes, pcie_rx);
+                    add(&mut d.io.nvlink_transmit_bytes, nvlink_tx);
+                    add(&mut d.io.nvlink_receive_bytes, nvlink_rx);
                     d.gpm_pcie = Some(r.pcie_tx_mib_s.is_some() || r.pcie_rx_mib_s.is_some());
                     if !r.unanswered.is_empty() && !d.gpm_unanswered_said {
                         d.gpm_unanswered_said = true;
@@ -992,6 +1046,12 @@ fn read_slow<'n>(
                     dev.pcie_throughput(PcieUtilCounter::Send)?,
                     dev.pcie_throughput(PcieUtilCounter::Receive)?,
                 ))
+            });
+            let rates = rates.filter(|(tx, rx)| {
+                // Both or neither: an interval needs both ends of both directions.
+                let tx_ok = gate.admit(slot, &info, Reading::PcieThroughput, f64::from(*tx));
+                let rx_ok = gate.admit(slot, &info, Reading::PcieThroughput, f64::from(*rx));
+                tx_ok.is_some() && rx_ok.is_some()
             });
             if let Some((tx, rx)) = rates {
                 let now = Instant::now();
@@ -1028,15 +1088,17 @@ fn log_unlisted(index: u32, call: &str, e: &NvmlError) {
     }
 }
 
-/// HBM temperature through the field-values API; the per-field return code is the answer.
-fn memory_temperature(dev: &Device<'_>) -> Result<u32, NvmlError> {
+/// HBM temperature (°C) through the field-values API, as the driver gave it (a sentinel
+/// such as -1 or 255 included: [`bounds`] judges it); the per-field return code is the
+/// answer.
+#[allow(clippy::cast_precision_loss)]
+fn memory_temperature(dev: &Device<'_>) -> Result<f64, NvmlError> {
     let mut values = dev.field_values_for(&[FieldId(NVML_FI_DEV_MEMORY_TEMP)])?;
     let sample = values.pop().ok_or(NvmlError::NotSupported)??;
-    match sample.value? {
-        SampleValue::U32(v) => Ok(v),
-        SampleValue::U64(v) => u32::try_from(v).map_err(|_| NvmlError::Unknown),
-        SampleValue::I64(v) => u32::try_from(v).map_err(|_| NvmlError::Unknown),
-        SampleValue::F64(v) if v >= 0.0 => Ok(v.round() as u32),
-        SampleValue::F64(_) => Err(NvmlError::Unknown),
-    }
+    Ok(match sample.value? {
+        SampleValue::U32(v) => f64::from(v),
+        SampleValue::U64(v) => v as f64,
+        SampleValue::I64(v) => v as f64,
+        SampleValue::F64(v) => v,
+    })
 }

@@ -6,6 +6,7 @@
 
 use opentelemetry::KeyValue;
 
+use crate::sampling::bounds::{self, Reading};
 use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, ProcessSample, CLOCKS_EVENT_REASONS};
 
 /// OpenTelemetry instrument kind of a metric.
@@ -495,6 +496,69 @@ pub static CATALOGUE: &[MetricDef] = &[
     },
 ];
 
+/// The metrics each reading's bounds ([`bounds::BOUNDS`]) hold: a value outside them is
+/// dropped by the sampler, so none of these metrics carries it. Rendered as "Valid ranges"
+/// in `docs/metrics.md`; a test checks every reading and every metric above is here.
+pub static VALID_RANGES: &[(Reading, &[&str])] = &[
+    (Reading::UtilizationGpu, &["hw.gpu.utilization"]),
+    (
+        Reading::UtilizationMemoryController,
+        &["nvidia.gpu.memory_controller.utilization"],
+    ),
+    (Reading::UtilizationEncoder, &["hw.gpu.utilization"]),
+    (Reading::UtilizationDecoder, &["hw.gpu.utilization"]),
+    (
+        Reading::MemoryTotal,
+        &["hw.gpu.memory.limit", "hw.gpu.memory.utilization"],
+    ),
+    (
+        Reading::MemoryPart,
+        &[
+            "hw.gpu.memory.usage",
+            "hw.gpu.memory.utilization",
+            "nvidia.gpu.memory.reserved",
+        ],
+    ),
+    (Reading::TemperatureGpu, &["hw.temperature"]),
+    (Reading::TemperatureMemory, &["hw.temperature"]),
+    (Reading::Power, &["hw.power"]),
+    (Reading::PowerLimit, &["nvidia.gpu.power.limit"]),
+    (Reading::Energy, &["hw.energy"]),
+    (Reading::Clock, &["nvidia.gpu.clock.frequency"]),
+    (
+        Reading::ClocksEventReasons,
+        &["nvidia.gpu.clocks_event.active", "hw.status"],
+    ),
+    (Reading::PerformanceState, &["nvidia.gpu.performance_state"]),
+    (Reading::EccErrors, &["hw.errors"]),
+    (
+        Reading::RemappedRows,
+        &["nvidia.gpu.memory.remapped_rows", "hw.status"],
+    ),
+    (Reading::ProcessMemory, &["nvidia.gpu.process.memory.usage"]),
+    (
+        Reading::ProcessUtilization,
+        &[
+            "nvidia.gpu.process.utilization",
+            "nvidia.gpu.process.memory_controller.utilization",
+        ],
+    ),
+    (
+        Reading::GpmActivity,
+        &[
+            "nvidia.gpu.graphics_engine.activity",
+            "nvidia.gpu.sm.activity",
+            "nvidia.gpu.sm.occupancy",
+            "nvidia.gpu.tensor.activity",
+            "nvidia.gpu.pipe.activity",
+            "nvidia.gpu.dram.activity",
+        ],
+    ),
+    (Reading::GpmPcie, &["hw.gpu.io"]),
+    (Reading::GpmNvlink, &["nvidia.gpu.nvlink.io"]),
+    (Reading::PcieThroughput, &["hw.gpu.io"]),
+];
+
 /// Kind of a recorded (synchronous) metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordedInstrument {
@@ -646,6 +710,33 @@ pub fn markdown() -> String {
         ));
     }
     s.push_str(
+        "\n## Valid ranges\n\n\
+         NVML answers some values it does not have with `NVML_SUCCESS` and a sentinel \
+         (`0xFFFFFFFF` for a temperature or power, 255 or 0 for the HBM temperature of a GPU \
+         without that sensor, -1 as a signed field value, all-ones counters). A reading outside \
+         its range below is dropped by the sampler before anything sees the sample: the value \
+         is absent (not exported, not judged by the rules, not a run-report peak, an empty \
+         sample-log field), and one warning per GPU and reading names the value and the range \
+         (`src/sampling/bounds.rs`).\n\n",
+    );
+    s.push_str("| reading | valid (NVML unit) | metrics | why |\n| --- | --- | --- | --- |\n");
+    for b in bounds::BOUNDS {
+        let metrics: Vec<String> = VALID_RANGES
+            .iter()
+            .filter(|(r, _)| *r == b.reading)
+            .flat_map(|(_, m)| m.iter().map(|n| format!("`{n}`")))
+            .collect();
+        s.push_str(&format!(
+            "| {} | {} to {} {} | {} | {} |\n",
+            b.name,
+            b.min,
+            b.max,
+            b.unit,
+            metrics.join(", "),
+            cell(b.why)
+        ));
+    }
+    s.push_str(
         "\n## Recorded as they happen\n\n\
          Synchronous instruments: a series appears with its first event.\n\n",
     );
@@ -774,6 +865,34 @@ mod tests {
             attr(&status[0], "hw.driver_version").as_deref(),
             Some("580.159.04")
         );
+    }
+
+    #[test]
+    fn every_reading_and_metric_has_a_valid_range() {
+        for b in bounds::BOUNDS {
+            assert!(
+                VALID_RANGES.iter().any(|(r, _)| *r == b.reading),
+                "{:?} holds no metric",
+                b.reading
+            );
+        }
+        for (r, names) in VALID_RANGES {
+            for n in *names {
+                assert!(
+                    CATALOGUE.iter().any(|d| d.name == *n),
+                    "{r:?}: no metric {n}"
+                );
+            }
+        }
+        for d in CATALOGUE {
+            assert!(
+                VALID_RANGES
+                    .iter()
+                    .any(|(_, names)| names.contains(&d.name)),
+                "{} has no valid range",
+                d.name
+            );
+        }
     }
 
     #[test]
