@@ -18,6 +18,8 @@ Python 3 standard library only; deterministic. tests/old_drivers.rs runs the age
                                  answers; GPU 1: _v3 and _v2 refused, v1 answers
   fallback-event-wait.json       nvmlEventSetWait_v2 FUNCTION_NOT_FOUND (before R450),
                                  nvmlEventSetWait answers; XID 79 at 1 s, XID 13 at 2 s
+  fallback-mps-processes.json    MPS clients on both GPUs; GPU 0: ..._v3 FUNCTION_NOT_FOUND
+                                 (_v2 answers); GPU 1: _v3 and _v2 refused (v1 answers)
 """
 
 import json
@@ -163,6 +165,26 @@ SCENARIOS = {
             {"t": 2.0, "device": 0, "type": "xid", "data": 13},
         ],
         faults=[{"call": "nvmlEventSetWait_v2", "code": FUNCTION_NOT_FOUND}],
+    ),
+    "fallback-mps-processes.json": scenario(
+        "MPS clients through older versions: both GPUs run MPS clients; GPU 0's "
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3 answers FUNCTION_NOT_FOUND (_v2 answers), "
+        "GPU 1's _v3 and _v2 answer FUNCTION_NOT_FOUND (v1 answers).",
+        [
+            device(
+                0,
+                {"nvmlDeviceGetMPSComputeRunningProcesses_v3": FUNCTION_NOT_FOUND},
+                mps_processes=[[3000, 256 * MIB]],
+            ),
+            device(
+                1,
+                {
+                    "nvmlDeviceGetMPSComputeRunningProcesses_v3": FUNCTION_NOT_FOUND,
+                    "nvmlDeviceGetMPSComputeRunningProcesses_v2": FUNCTION_NOT_FOUND,
+                },
+                mps_processes=[[3001, 256 * MIB]],
+            ),
+        ],
     ),
 }
 

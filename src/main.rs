@@ -152,7 +152,7 @@ fn run(config: Config) -> ExitCode {
                 }
             });
             match resolved {
-                Some(ids) => settings.devices = DeviceSelection::List(ids),
+                Some(ids) => settings.devices = DeviceSelection::Allocated(ids),
                 None => {
                     tracing::info!("stopped before the pod's GPUs were known");
                     return ExitCode::SUCCESS;

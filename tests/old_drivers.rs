@@ -314,3 +314,33 @@ fn every_fallback_is_documented() {
         assert!(readme.contains(&row), "README lacks {row}");
     }
 }
+
+/// MPS clients seen through `_v2` and v1 of `nvmlDeviceGetMPSComputeRunningProcesses`: both
+/// GPUs are marked shared (`nvidia.gpu.sharing=mps`).
+#[test]
+fn mps_clients_from_older_versions() {
+    let rx = Receiver::start(Protocol::Grpc);
+    let agent = agent(&rx, "fallback-mps-processes.json").spawn();
+    settle(&rx, &agent);
+    for i in 0..2 {
+        let status = rx.last_points("hw.status");
+        let p = status
+            .iter()
+            .find(|p| p.attr("hw.id") == Some(gpu(i).as_str()))
+            .unwrap_or_else(|| panic!("GPU {i}: {}", agent.dump()));
+        assert_eq!(p.attr("nvidia.gpu.sharing"), Some("mps"), "GPU {i}: {p:?}");
+    }
+    let agent = stop(agent);
+    assert_eq!(
+        switches(&agent, "nvmlDeviceGetMPSComputeRunningProcesses_v2"),
+        1,
+        "{}",
+        agent.dump()
+    );
+    assert_eq!(
+        switches(&agent, "nvmlDeviceGetMPSComputeRunningProcesses"),
+        1,
+        "{}",
+        agent.dump()
+    );
+}

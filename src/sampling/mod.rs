@@ -44,7 +44,7 @@ use crate::config::{Config, DeviceSelection, SlowIntervals};
 pub use raw::{refused_version, Versioned, VERSIONED};
 pub use snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
-    ProcessUtilization, RemappedRows, Snapshot,
+    ProcessUtilization, RemappedRows, Sharing, Snapshot,
 };
 pub use watch::{DeviceEvent, DeviceEventKind};
 

@@ -321,7 +321,6 @@ pub(crate) enum ProcessList {
     Compute,
     /// MPS client processes (`nvmlDeviceGetMPSComputeRunningProcesses*`): non-empty only
     /// while the GPU runs an MPS server with clients.
-    #[allow(dead_code)] // TEMP: read by the sharing detection
     Mps,
 }
 

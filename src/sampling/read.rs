@@ -28,11 +28,11 @@ use super::processes;
 use super::raw::{self, ProcessInfoLayout, ProcessList, RawProcess, Versioned};
 use super::snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
-    ProcessUtilization,
+    ProcessUtilization, Sharing,
 };
 use super::watch::Target;
 use super::SampleGroup;
-use crate::config::{DeviceId, DeviceSelection};
+use crate::config::{DeviceId, DeviceSelection, POD_RESOURCES_MODE};
 
 /// NVML field id of the HBM temperature (`NVML_FI_DEV_MEMORY_TEMP`).
 const NVML_FI_DEV_MEMORY_TEMP: u32 = 82;
@@ -57,6 +57,7 @@ pub(crate) enum Field {
     EccCorrected,
     EccUncorrected,
     Processes,
+    MpsProcesses,
     RemappedRows,
     ProcessUtilization,
     PcieThroughput,
@@ -84,6 +85,7 @@ impl Field {
             Field::EccCorrected => "nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE)",
             Field::EccUncorrected => "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)",
             Field::Processes => "nvmlDeviceGetComputeRunningProcesses_v3",
+            Field::MpsProcesses => "nvmlDeviceGetMPSComputeRunningProcesses_v3",
             Field::RemappedRows => "nvmlDeviceGetRemappedRows",
             Field::ProcessUtilization => "nvmlDeviceGetProcessUtilization",
             Field::PcieThroughput => "nvmlDeviceGetPcieThroughput",
@@ -401,6 +403,12 @@ struct Selected<'n> {
     info: Arc<DeviceInfo>,
     role: Role<'n>,
     lost: bool,
+    /// The kubelet lists this device as one replica of a shared GPU (time-slicing).
+    kubelet_shared: bool,
+    /// MPS clients were seen on this device in this NVML session.
+    mps_seen: bool,
+    /// The sharing warning was given for this device.
+    sharing_said: bool,
     /// `None` where GPM is unsupported.
     gpm: Option<GpmState<'n>>,
     /// Whether the last GPM window answered PCIe bytes (`None` before the first window):
@@ -427,6 +435,9 @@ impl<'n> Selected<'n> {
             info: Arc::new(info),
             role,
             lost: false,
+            kubelet_shared: false,
+            mps_seen: false,
+            sharing_said: false,
             gpm: None,
             gpm_pcie: None,
             gpm_unanswered_said: false,
@@ -526,15 +537,28 @@ impl<'n> Reader<'n> {
         let mut unselected_parents = Vec::new();
         let mut matched = HashSet::new();
         let mut pci_version = 0;
-        let mut wanted = |id_matches: &dyn Fn(&DeviceId) -> bool| match selection {
-            DeviceSelection::All => true,
-            DeviceSelection::List(ids) => {
-                let hits: Vec<usize> = (0..ids.len()).filter(|&p| id_matches(&ids[p])).collect();
-                matched.extend(hits.iter().copied());
-                !hits.is_empty()
+        // The ids to match (a user's list, or the kubelet's), with the kubelet's "shared".
+        let (ids, shared): (Vec<&DeviceId>, Vec<bool>) = match selection {
+            DeviceSelection::List(ids) => (ids.iter().collect(), vec![false; ids.len()]),
+            DeviceSelection::Allocated(a) => (
+                a.iter().map(|d| &d.id).collect(),
+                a.iter().map(|d| d.shared).collect(),
+            ),
+            // Resolved into Allocated before sampling starts; never "all".
+            DeviceSelection::All | DeviceSelection::PodResources => (Vec::new(), Vec::new()),
+        };
+        let all = *selection == DeviceSelection::All;
+        let needs_minor = ids
+            .iter()
+            .any(|id| matches!(id, DeviceId::Minor(_) | DeviceId::GpuInstance { .. }));
+        // Some(shared) when selected.
+        let mut wanted = |id_matches: &dyn Fn(&DeviceId) -> bool| -> Option<bool> {
+            if all {
+                return Some(false);
             }
-            // Resolved into a list before sampling starts; never "all".
-            DeviceSelection::PodResources => false,
+            let hits: Vec<usize> = (0..ids.len()).filter(|&p| id_matches(ids[p])).collect();
+            matched.extend(hits.iter().copied());
+            (!hits.is_empty()).then(|| hits.iter().any(|&p| shared[p]))
         };
         for index in 0..count {
             let device = match nvml.device_by_index(index) {
@@ -553,10 +577,19 @@ impl<'n> Reader<'n> {
                     continue;
                 }
             };
-            let gpu_selected = wanted(&|id| match id {
+            // The device file's minor number, for device plugins that name GPUs by it.
+            let minor = if needs_minor {
+                device.minor_number().ok()
+            } else {
+                None
+            };
+            let gpu_wanted = wanted(&|id| match id {
                 DeviceId::Index(i) => *i == index,
                 DeviceId::Uuid(u) => *u == uuid,
+                DeviceId::Minor(m) => Some(*m) == minor,
+                DeviceId::MigIndex { .. } | DeviceId::GpuInstance { .. } => false,
             });
+            let gpu_selected = gpu_wanted.is_some();
             let mig_enabled = device.mig_mode().is_ok_and(|m| m.current == 1);
             let mut migs = Vec::new();
             if mig_enabled {
@@ -578,10 +611,19 @@ impl<'n> Reader<'n> {
                         );
                         continue;
                     };
-                    let selected = wanted(&|id| matches!(id, DeviceId::Uuid(u) if *u == mig_uuid));
-                    if !(gpu_selected || selected) {
+                    let gpu_instance_id = raw::gpu_instance_id(nvml, &md).ok();
+                    let mig_wanted = wanted(&|id| match id {
+                        DeviceId::Uuid(u) => *u == mig_uuid,
+                        DeviceId::MigIndex { gpu, mig } => *gpu == index && *mig == mig_index,
+                        DeviceId::GpuInstance {
+                            minor: m,
+                            gpu_instance_id: g,
+                        } => Some(*m) == minor && Some(*g) == gpu_instance_id,
+                        DeviceId::Index(_) | DeviceId::Minor(_) => false,
+                    });
+                    let Some(mig_shared) = mig_wanted.or(gpu_wanted) else {
                         continue;
-                    }
+                    };
                     let mut info = static_info(
                         nvml,
                         &md,
@@ -593,10 +635,10 @@ impl<'n> Reader<'n> {
                     info.mig = Some(MigPlacement {
                         parent_uuid: uuid.clone(),
                         mig_index,
-                        gpu_instance_id: raw::gpu_instance_id(nvml, &md).ok(),
+                        gpu_instance_id,
                         compute_instance_id: raw::compute_instance_id(nvml, &md).ok(),
                     });
-                    migs.push((md, info));
+                    migs.push((md, info, mig_shared || gpu_wanted == Some(true)));
                 }
             }
             if !gpu_selected && migs.is_empty() {
@@ -628,15 +670,16 @@ impl<'n> Reader<'n> {
                 }
             };
             let parent_uuid = info.uuid.clone();
-            if gpu_selected {
+            if let Some(shared) = gpu_wanted {
                 let io0 = io.get(&info.uuid).copied().unwrap_or_default();
                 let mut sel = Selected::new(device, info, Role::Gpu { mig_enabled }, io0);
                 sel.gpm = gpm_supported.then(GpmState::default);
+                sel.kubelet_shared = shared;
                 devices.push(sel);
             } else {
                 unselected_parents.push(Arc::new(info));
             }
-            for (md, info) in migs {
+            for (md, info, shared) in migs {
                 tracing::info!(
                     gpu = index,
                     uuid = %info.uuid,
@@ -664,22 +707,41 @@ impl<'n> Reader<'n> {
                     io0,
                 );
                 sel.gpm = (gpm_supported && gpu_instance_id.is_some()).then(GpmState::default);
+                sel.kubelet_shared = shared;
                 devices.push(sel);
             }
         }
-        if let DeviceSelection::List(ids) = selection {
-            for (pos, id) in ids.iter().enumerate() {
-                if !matched.contains(&pos) {
-                    tracing::warn!(device = ?id, "GPU_SIDECAR_DEVICES names a device NVML does not show");
+        match selection {
+            DeviceSelection::List(ids) => {
+                for (pos, id) in ids.iter().enumerate() {
+                    if !matched.contains(&pos) {
+                        tracing::warn!(device = ?id, "GPU_SIDECAR_DEVICES names a device NVML does not show");
+                    }
                 }
             }
+            DeviceSelection::Allocated(a) => {
+                for (pos, d) in a.iter().enumerate() {
+                    if !matched.contains(&pos) {
+                        tracing::warn!(
+                            device = %d.plugin_id,
+                            means = ?d.id,
+                            "{POD_RESOURCES_MODE}: the kubelet allocated this device to the pod, and no GPU or MIG device NVML shows matches it; it is not reported"
+                        );
+                    }
+                }
+            }
+            DeviceSelection::All | DeviceSelection::PodResources => {}
         }
         if devices.is_empty() {
+            let mode = match selection {
+                DeviceSelection::Allocated(_) => POD_RESOURCES_MODE,
+                _ => "GPU_SIDECAR_DEVICES",
+            };
             if count == 0 {
                 tracing::warn!("NVML shows no GPU: nothing to report");
             } else {
                 tracing::warn!(
-                    "GPU_SIDECAR_DEVICES selects none of the {count} GPUs NVML shows (indices 0 to {}): nothing to report",
+                    "{mode} selects none of the {count} GPUs NVML shows (indices 0 to {}): nothing to report",
                     count - 1
                 );
             }
@@ -926,11 +988,45 @@ fn sample_fast(
             });
         }
     }
+    if sel.reports_processes() && !sel.mps_seen {
+        // MPS clients on the device: it is shared (until NVML is initialized again).
+        sel.mps_seen = gate
+            .read_versioned(
+                slot,
+                &info,
+                Field::MpsProcesses,
+                Versioned::MpsComputeProcesses,
+                &mut lost,
+                |k| raw::process_list(nvml, dev, ProcessList::Mps, k, layout),
+            )
+            .is_some_and(|clients| !clients.is_empty());
+    }
     if lost {
         tracing::error!(gpu = index, uuid, "GPU is lost (fallen off the bus or needs a reset); it is reported as failed, the other GPUs go on");
         sel.lost = true;
         sel.drop_carried();
         return DeviceSample::empty(info, DeviceState::Lost);
+    }
+    s.sharing = if sel.mps_seen {
+        Some(Sharing::Mps)
+    } else if sel.kubelet_shared {
+        Some(Sharing::TimeSlicing)
+    } else {
+        None
+    };
+    if let Some(mode) = s.sharing.filter(|_| !sel.sharing_said) {
+        sel.sharing_said = true;
+        let why = match mode {
+            Sharing::TimeSlicing => "the kubelet lists it as one replica of a time-sliced GPU",
+            Sharing::Mps => "MPS clients run on it",
+        };
+        tracing::warn!(
+            gpu = index,
+            uuid,
+            sharing = mode.as_str(),
+            "this GPU is shared with other pods ({why}): its readings are the whole GPU's, every process on it included, other pods' too; they are reported under this pod's attributes, marked nvidia.gpu.sharing={}",
+            mode.as_str()
+        );
     }
     s
 }

@@ -54,6 +54,29 @@ pub enum DeviceState {
     Lost,
 }
 
+/// How a GPU is shared with other pods or jobs, the `nvidia.gpu.sharing` attribute. A
+/// shared GPU's readings are the whole GPU's (every process on it, other pods' included),
+/// not this pod's share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sharing {
+    /// Time-slicing: the kubelet lists the device as one replica of a GPU that other pods
+    /// get replicas of too (NVIDIA plugin `<id>::<n>`, GKE `nvidia<N>/vgpu<M>`).
+    TimeSlicing,
+    /// Multi-Process Service: `nvmlDeviceGetMPSComputeRunningProcesses_v3` lists MPS
+    /// clients on the device (seen once, it stays marked for the NVML session).
+    Mps,
+}
+
+impl Sharing {
+    /// The attribute value: `time_slicing` or `mps`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sharing::TimeSlicing => "time_slicing",
+            Sharing::Mps => "mps",
+        }
+    }
+}
+
 /// One compute process on a device (`nvmlDeviceGetComputeRunningProcesses_v3`), with its
 /// share of the engines from `nvmlDeviceGetProcessUtilization`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -210,6 +233,8 @@ pub struct DeviceSample {
     pub io: IoTotals,
     /// Row remapping state; `None` where unsupported.
     pub remapped_rows: Option<RemappedRows>,
+    /// Whether and how the device is shared with other pods; `None`: not known to be.
+    pub sharing: Option<Sharing>,
 }
 
 impl DeviceSample {
@@ -226,6 +251,7 @@ impl DeviceSample {
         now.gpm = None;
         now.io = empty.io;
         now.processes = None;
+        now.sharing = None;
         now == empty
     }
 
@@ -258,6 +284,7 @@ impl DeviceSample {
             gpm: None,
             io: IoTotals::default(),
             remapped_rows: None,
+            sharing: None,
         }
     }
 }

@@ -75,7 +75,10 @@ pub struct MetricDef {
 }
 
 /// Attributes on every GPU data point.
-pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), and on a MIG device `hw.parent` (its GPU's UUID)";
+pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), on a MIG device `hw.parent` (its GPU's UUID), and on a GPU shared with other pods `nvidia.gpu.sharing` = `time_slicing` | `mps` (its values are the whole GPU's; see the README, Shared GPUs)";
+
+/// The attribute that marks a shared GPU ([`crate::sampling::Sharing`]).
+pub const SHARING: &str = "nvidia.gpu.sharing";
 
 fn kv(k: &'static str, v: &'static str) -> KeyValue {
     KeyValue::new(k, v)
@@ -649,7 +652,11 @@ pub fn device_state(d: &DeviceSample) -> &'static str {
 
 /// The attributes every data point of this device carries (see [`COMMON_ATTRIBUTES`]).
 pub fn device_attributes(d: &DeviceSample) -> Vec<KeyValue> {
-    info_attributes(&d.info)
+    let mut v = info_attributes(&d.info);
+    if let Some(mode) = d.sharing {
+        v.push(KeyValue::new(SHARING, mode.as_str()));
+    }
+    v
 }
 
 /// [`device_attributes`] from the static facts alone (for events and recorded metrics).
