@@ -11,7 +11,7 @@ use opentelemetry::KeyValue;
 use super::catalogue::{xid_hint, Hold, RuleId};
 use super::{clocks, health, memory, workload};
 use crate::config::RulesConfig;
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, Snapshot};
 use crate::telemetry::catalogue::{device_attributes, Number, CATALOGUE};
 
 /// What a rule judged about one subject (a GPU, or the pod's GPUs together) at one sample.
@@ -93,7 +93,7 @@ pub struct Alert {
     pub hw_id: Option<String>,
     /// `hw.id`, `hw.type`, `hw.vendor`, `hw.model` of that GPU, as on its metrics.
     pub device: Vec<KeyValue>,
-    /// `GPU <index> (<uuid>)`, for the body.
+    /// The device as the body names it ([`label`]: UUID, nvidia-smi index, PCI bus id).
     pub label: String,
     /// The sample's wall-clock time (`Snapshot::taken_at`), or the XID's.
     pub time: SystemTime,
@@ -542,9 +542,24 @@ impl Engine {
     }
 }
 
-/// `GPU <index> (<uuid>)`.
+/// How an alert text names a device: its UUID (the `hw.id`, what `nvidia-smi -L` and
+/// `torch.cuda.get_device_properties(i).uuid` show), then NVML's node-wide index as
+/// `nvidia-smi` numbers GPUs (not the training process's `cuda:N`) and the PCI bus id:
+/// `GPU-8f6c… (nvidia-smi GPU 2, PCI 00000000:19:00.0)`; a MIG device
+/// `MIG-… (on nvidia-smi GPU 2)`.
 pub fn label(d: &DeviceSample) -> String {
-    format!("GPU {} ({})", d.info.index, d.info.uuid)
+    device_label(&d.info)
+}
+
+/// [`label`] from the static facts.
+pub fn device_label(info: &DeviceInfo) -> String {
+    if info.mig.is_some() {
+        return format!("{} (on nvidia-smi GPU {})", info.uuid, info.index);
+    }
+    match &info.pci_bus_id {
+        Some(pci) => format!("{} (nvidia-smi GPU {}, PCI {pci})", info.uuid, info.index),
+        None => format!("{} (nvidia-smi GPU {})", info.uuid, info.index),
+    }
 }
 
 /// Every reading of a GPU as attributes `nvidia.gpu.reading.<metric>[.<attribute value>]`,

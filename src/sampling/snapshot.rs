@@ -11,8 +11,10 @@ use std::time::{Instant, SystemTime};
 /// instance) of a GPU: then [`DeviceInfo::mig`] names its parent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceInfo {
-    /// NVML index (`nvmlDeviceGetHandleByIndex_v2`), as `nvidia-smi` numbers GPUs; for a MIG
-    /// device, its parent GPU's index.
+    /// NVML index (`nvmlDeviceGetHandleByIndex_v2`), node-wide, as `nvidia-smi` numbers GPUs;
+    /// for a MIG device, its parent GPU's index. Not the training process's `cuda:N` (CUDA
+    /// numbers the GPUs visible to it from 0, in `CUDA_DEVICE_ORDER`): the UUID and the PCI
+    /// bus id identify a GPU.
     pub index: u32,
     /// GPU UUID (`nvmlDeviceGetUUID`), e.g. `GPU-8f6c…`; the `hw.id` attribute.
     pub uuid: String,

@@ -299,7 +299,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         number: Number::Int,
         unit: "1",
         description: "1 for the device's current state, 0 for the others: `failed` when NVML reports it lost, `degraded` while thermal or hardware slowdown holds its clocks back or a row remapping is pending or failed, else `ok` (running at the power cap is normal). Carries the static facts.",
-        attributes: "`hw.state` = `ok` | `degraded` | `failed`; `hw.serial_number`, `hw.firmware_version` (VBIOS), `hw.driver_version`, `nvidia.gpu.pci.bus_id`, `nvidia.gpu.index` where known; on a MIG device `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
+        attributes: "`hw.state` = `ok` | `degraded` | `failed`; `hw.serial_number`, `hw.firmware_version` (VBIOS), `hw.driver_version`, `nvidia.gpu.pci.bus_id`, `nvidia.gpu.index` (NVML's node-wide index as `nvidia-smi` numbers GPUs, not the training process's `cuda:N`: match GPUs by `hw.id` (UUID) or `nvidia.gpu.pci.bus_id`) where known; on a MIG device `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
         source: "device state from error codes (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`); `nvmlDeviceGetCurrentClocksEventReasons`; `nvmlDeviceGetRemappedRows` (`isPending`, `failureOccurred`); static: `nvmlDeviceGetSerial`, `nvmlDeviceGetVbiosVersion`, `nvmlSystemGetDriverVersion`, `nvmlDeviceGetPciInfo_v3` (or `_v2`, v1), `nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId`",
         extract: |d, out| {
             // NVML answered nothing for it at this tick: its state is unknown, not `ok`.
