@@ -487,6 +487,58 @@ fn console_exporter_prints_otlp_json_lines_on_stdout() {
     );
 }
 
+/// `check-config`: the settings as the agent understood them (resource attributes decoded),
+/// without NVML; a bad setting exits 2 with the agent's own line.
+#[test]
+fn check_config_prints_what_the_agent_understood() {
+    let mut agent = Agent::builder()
+        .arg("check-config")
+        .env("K8S_POD_NAME", "train-0")
+        .env("K8S_NAMESPACE_NAME", "ml")
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "team=vision%2C%20research,run.id=12345678,city=Z%C3%BCrich",
+        )
+        .env(
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "authorization=Bearer%20secret",
+        )
+        // No NVML library here: check-config must not need one.
+        .env("GPU_SIDECAR_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")
+        .spawn();
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits at once");
+    assert_eq!(status.code(), Some(0), "{}", agent.dump());
+    let out: Value = serde_json::from_str(&agent.stdout_lines().join("\n")).unwrap();
+    let res = &out["resource"];
+    assert_eq!(res["team"], "vision, research");
+    assert_eq!(res["run.id"], "12345678");
+    assert_eq!(res["city"], "Zürich");
+    assert_eq!(res["service.instance.id"], "ml.train-0");
+    assert_eq!(
+        out["otlp"]["header_names"],
+        serde_json::json!(["authorization"])
+    );
+    assert!(
+        !agent.dump().contains("secret"),
+        "header values never shown"
+    );
+
+    let mut agent = Agent::builder()
+        .arg("check-config")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "team=vision, research")
+        .spawn();
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits at once");
+    assert_eq!(status.code(), Some(2), "{}", agent.dump());
+    assert!(agent.stdout_lines().is_empty());
+    let err = agent.stderr_lines();
+    assert_eq!(err.len(), 1, "{err:?}");
+    assert!(err[0].contains("OTEL_RESOURCE_ATTRIBUTES"), "{}", err[0]);
+}
+
 #[test]
 fn bad_setting_exits_2_naming_the_variable() {
     for (var, value, accepts) in [

@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from conftest import DOCKER, ROOT, load_yaml
+from conftest import DOCKER, ROOT, check_config, load_yaml
 
 COMPOSE = DOCKER / "compose.yaml"
 COLLECTOR = DOCKER / "otel-collector.yaml"
@@ -106,6 +106,14 @@ def test_sidecar_exports_to_the_collector(compose, collector):
     attrs = dict(kv.split("=", 1) for kv in env["OTEL_RESOURCE_ATTRIBUTES"].split(","))
     assert attrs.get("container.name") == "trainer"
     assert env["OTEL_METRIC_EXPORT_INTERVAL"].isdigit()
+
+
+def test_sidecar_environment_passes_the_agents_config_check(compose, agent_binary):
+    env = {k: str(v) for k, v in compose["services"]["gpu-sidecar"]["environment"].items()}
+    rc, out, err = check_config(agent_binary, env)
+    assert rc == 0, f"the agent refuses the compose environment: {err}"
+    assert out["resource"]["container.name"] == "trainer"
+    assert out["otlp"]["metrics_endpoint"] == env["OTEL_EXPORTER_OTLP_ENDPOINT"]
 
 
 def test_collector_mounted_with_its_config(compose):
