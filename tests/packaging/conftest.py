@@ -395,12 +395,34 @@ def promql_refs(expr):
     return metrics, labels
 
 
+README = ROOT / "README.md"
+
+
+def parse_self_metrics(path=README):
+    """[(name, instrument, unit)] of the agent's own metrics, from the README's table rows
+    `| `gpu_sidecar.…` | instrument | `unit` | …`, and their attribute names."""
+    metrics, attributes = [], set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cells = _cells(line)
+        if not cells or len(cells) < 4:
+            continue
+        m = re.fullmatch(r"`(gpu_sidecar\.[a-z0-9_.]+)`", cells[0])
+        unit = re.fullmatch(r"`([^`]*)`", cells[2])
+        if m and unit:
+            metrics.append((m.group(1), cells[1], unit.group(1)))
+            attributes |= set(re.findall(r"`([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+)`", cells[3]))
+    return metrics, attributes
+
+
 @pytest.fixture(scope="session")
 def metrics_catalogue():
     metrics, attributes = parse_metrics_doc()
     assert metrics, "docs/metrics.md has no metric rows"
+    own, own_attributes = parse_self_metrics()
+    assert own, "README lists no gpu_sidecar.* self-metric"
+    attributes = attributes | own_attributes
     prom = {}
-    for name, instrument, unit in metrics:
+    for name, instrument, unit in metrics + own:
         for p in prometheus_names(name, unit, instrument):
             prom[p] = name
     labels = {prometheus_label(a) for a in attributes | RESOURCE_ATTRIBUTES} | PROMETHEUS_LABELS
