@@ -835,7 +835,7 @@ impl<'n> Reader<'n> {
                     continue;
                 }
                 let mut lost = false;
-                asked |= read_slow(group, &mut self.gate, nvml, slot, d, &mut lost);
+                asked |= read_slow(group, &mut self.gate, nvml, self.layout, slot, d, &mut lost);
                 if lost {
                     tracing::error!(gpu = d.info.index, uuid = %d.info.uuid, "GPU is lost (fallen off the bus or needs a reset); it is reported as failed, the other GPUs go on");
                     d.lost = true;
@@ -848,10 +848,11 @@ impl<'n> Reader<'n> {
             }
         }
 
-        for (d, s) in self.devices.iter().zip(out.iter_mut()) {
+        for (d, s) in self.devices.iter_mut().zip(out.iter_mut()) {
             if d.lost {
                 continue;
             }
+            s.sharing = sharing(d);
             s.energy_millijoules = d.energy_millijoules;
             s.gpm = d.gpm_metrics;
             s.io = d.io;
@@ -988,47 +989,40 @@ fn sample_fast(
             });
         }
     }
-    if sel.reports_processes() && !sel.mps_seen {
-        // MPS clients on the device: it is shared (until NVML is initialized again).
-        sel.mps_seen = gate
-            .read_versioned(
-                slot,
-                &info,
-                Field::MpsProcesses,
-                Versioned::MpsComputeProcesses,
-                &mut lost,
-                |k| raw::process_list(nvml, dev, ProcessList::Mps, k, layout),
-            )
-            .is_some_and(|clients| !clients.is_empty());
-    }
     if lost {
         tracing::error!(gpu = index, uuid, "GPU is lost (fallen off the bus or needs a reset); it is reported as failed, the other GPUs go on");
         sel.lost = true;
         sel.drop_carried();
         return DeviceSample::empty(info, DeviceState::Lost);
     }
-    s.sharing = if sel.mps_seen {
-        Some(Sharing::Mps)
+    s
+}
+
+/// Whether and how the device is shared, from the kubelet's listing and the MPS clients
+/// seen so far; the first time it is, one warning says so.
+fn sharing(sel: &mut Selected<'_>) -> Option<Sharing> {
+    let mode = if sel.mps_seen {
+        Sharing::Mps
     } else if sel.kubelet_shared {
-        Some(Sharing::TimeSlicing)
+        Sharing::TimeSlicing
     } else {
-        None
+        return None;
     };
-    if let Some(mode) = s.sharing.filter(|_| !sel.sharing_said) {
+    if !sel.sharing_said {
         sel.sharing_said = true;
         let why = match mode {
             Sharing::TimeSlicing => "the kubelet lists it as one replica of a time-sliced GPU",
             Sharing::Mps => "MPS clients run on it",
         };
         tracing::warn!(
-            gpu = index,
-            uuid,
+            gpu = sel.info.index,
+            uuid = %sel.info.uuid,
             sharing = mode.as_str(),
             "this GPU is shared with other pods ({why}): its readings are the whole GPU's, every process on it included, other pods' too; they are reported under this pod's attributes, marked nvidia.gpu.sharing={}",
             mode.as_str()
         );
     }
-    s
+    Some(mode)
 }
 
 /// Reads one slow group for one device; returns whether an NVML call was made.
@@ -1036,6 +1030,7 @@ fn read_slow<'n>(
     group: SampleGroup,
     gate: &mut Gate,
     nvml: &'n Nvml,
+    layout: ProcessInfoLayout,
     slot: usize,
     d: &mut Selected<'n>,
     lost: &mut bool,
@@ -1067,6 +1062,20 @@ fn read_slow<'n>(
             } else {
                 // A failed read leaves no window: absent, not the last one carried as fresh.
                 d.process_utilization = None;
+            }
+            if !d.mps_seen {
+                // MPS clients on the device: it is shared (until NVML is initialized again).
+                let dev = &d.device;
+                d.mps_seen = gate
+                    .read_versioned(
+                        slot,
+                        &info,
+                        Field::MpsProcesses,
+                        Versioned::MpsComputeProcesses,
+                        lost,
+                        |k| raw::process_list(nvml, dev, ProcessList::Mps, k, layout),
+                    )
+                    .is_some_and(|clients| !clients.is_empty());
             }
             true
         }
