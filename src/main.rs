@@ -6,6 +6,10 @@
 //!
 //! `gpu-otel-sidecar health` asks the local agent's `/readyz` (for a Docker `HEALTHCHECK`
 //! in an image without curl): exit 0 when ready, 1 otherwise.
+//!
+//! `gpu-otel-sidecar check-config` reads the settings as the agent would and prints what it
+//! understood (one JSON object), without loading NVML or connecting anywhere: exit 0, or 2
+//! with the line the agent would print for a bad setting.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -29,6 +33,11 @@ gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metric
 Usage: gpu-otel-sidecar [--help | --version]
        gpu-otel-sidecar health    ask the running agent's /readyz (GPU_SIDECAR_HEALTH_ADDR);
                                   exit 0 if ready, 1 if not
+       gpu-otel-sidecar check-config
+                                  read the settings from the environment as the agent
+                                  would and print what it understood as one JSON object
+                                  (resource attributes decoded); exit 0, or 2 naming the
+                                  bad setting. Loads no NVML, connects nowhere.
 
 Configured by environment variables (OTEL_* and GPU_SIDECAR_*); see the README.";
 
@@ -36,6 +45,7 @@ fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         None => {}
         Some("health") => return health_command(),
+        Some("check-config") => return check_config_command(),
         Some("--help" | "-h") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -58,6 +68,55 @@ fn main() -> ExitCode {
     };
     logging::init(&config.log_level, config.log_format == LogFormat::Json);
     run(config)
+}
+
+/// `gpu-otel-sidecar check-config`: the settings as the agent understands them, as one JSON
+/// object on stdout (header values never shown); exit 2 with the agent's own message for a
+/// bad setting.
+fn check_config_command() -> ExitCode {
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gpu-otel-sidecar: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("{}", config_summary(&config));
+    ExitCode::SUCCESS
+}
+
+/// What `check-config` prints.
+fn config_summary(config: &Config) -> serde_json::Value {
+    let resource: std::collections::BTreeMap<String, String> = attribution::resource(config)
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let devices = match &config.devices {
+        DeviceSelection::All => "all".to_string(),
+        DeviceSelection::PodResources | DeviceSelection::Allocated(_) => {
+            "pod-resources".to_string()
+        }
+        DeviceSelection::List(ids) => format!("{ids:?}"),
+    };
+    serde_json::json!({
+        "resource": resource,
+        "metrics_exporter": format!("{:?}", config.metrics_exporter).to_lowercase(),
+        "logs_exporter": format!("{:?}", config.logs_exporter).to_lowercase(),
+        "otlp": {
+            "protocol": match config.otlp.protocol {
+                gpu_otel_sidecar::config::Protocol::Grpc => "grpc",
+                gpu_otel_sidecar::config::Protocol::HttpProtobuf => "http/protobuf",
+            },
+            "metrics_endpoint": config.otlp.metrics_endpoint,
+            "logs_endpoint": config.otlp.logs_endpoint,
+            "header_names": config.otlp.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            "timeout_ms": config.otlp.timeout.as_millis() as u64,
+        },
+        "export_interval_ms": config.export_interval.as_millis() as u64,
+        "sample_interval_ms": config.sample_interval.as_millis() as u64,
+        "devices": devices,
+        "health_addr": config.health_addr.map(|a| a.to_string()),
+    })
 }
 
 /// `gpu-otel-sidecar health`: prints the `/readyz` body; exit 0 when ready.
@@ -129,6 +188,26 @@ fn run(config: Config) -> ExitCode {
             config.export_interval
         );
     }
+    gpu_otel_sidecar::telemetry::tls::install_crypto_provider();
+    // The health endpoint first: it answers while the agent waits for the kubelet, and a
+    // failure to serve it stops the agent before anything else has started.
+    let shared = Arc::new(SharedState::default());
+    let checks = Arc::new(health::Health::new(
+        shared.clone(),
+        health::Limits::from_config(&config),
+    ));
+    if let Some(addr) = config.health_addr {
+        match health::start(&runtime, addr, checks.clone()) {
+            Ok(bound) => {
+                tracing::info!("health endpoint listening on http://{bound} (/healthz, /readyz)")
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    runtime.spawn(health::watchdog(shared.clone(), config.watchdog_timeout));
     let mut settings = SamplerSettings::from(&config);
     match &config.devices {
         DeviceSelection::PodResources => {
@@ -145,6 +224,10 @@ fn run(config: Config) -> ExitCode {
                     .unwrap_or_default(),
             );
             let socket = config.pod_resources_socket.clone();
+            checks.set_starting(Some(format!(
+                "waiting for the kubelet's pod-resources answer (GPU_SIDECAR_DEVICES=pod-resources, socket {}): which GPUs this pod holds",
+                socket.display()
+            )));
             let resolved = runtime.block_on(async {
                 tokio::select! {
                     ids = pod_resources::wait_for_pod_gpus(&socket, &ns, &pod) => Some(ids),
@@ -152,12 +235,14 @@ fn run(config: Config) -> ExitCode {
                 }
             });
             match resolved {
-                Some(ids) => settings.devices = DeviceSelection::List(ids),
+                Some(ids) => settings.devices = DeviceSelection::Allocated(ids),
                 None => {
                     tracing::info!("stopped before the pod's GPUs were known");
+                    runtime.shutdown_background();
                     return ExitCode::SUCCESS;
                 }
             }
+            checks.set_starting(None);
         }
         DeviceSelection::All
             if config.sees_all_node_gpus
@@ -170,19 +255,28 @@ fn run(config: Config) -> ExitCode {
         }
         _ => {}
     }
-    gpu_otel_sidecar::telemetry::tls::install_crypto_provider();
-    let health_listener = match config.health_addr.map(std::net::TcpListener::bind) {
-        None => None,
-        Some(Ok(l)) => Some(l),
-        Some(Err(e)) => {
-            tracing::error!(
-                "cannot listen on GPU_SIDECAR_HEALTH_ADDR={}: {e}; choose another address or set it to off",
-                config.health_addr.map(|a| a.to_string()).unwrap_or_default()
-            );
+    let resource = attribution::resource(&config);
+    // Everything that can fail to start is started before the sampler: past this point the
+    // only way out is the shutdown sequence below.
+    let started = {
+        let _guard = runtime.enter();
+        Events::start(&config, resource.clone())
+            .map_err(TelemetryError::Exporter)
+            .and_then(|e| {
+                Ok((
+                    Telemetry::start(&config, resource.clone(), shared.clone())?,
+                    e,
+                ))
+            })
+    };
+    let (mut telemetry, events) = match started {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    let shared = Arc::new(SharedState::default());
+    checks.exports_started(telemetry.status.clone());
     // Subscribed before the sampler starts, so that they see every tick.
     let run_report = RunReporter::start_with(
         &shared,
@@ -198,23 +292,6 @@ fn run(config: Config) -> ExitCode {
         .sample_log
         .clone()
         .map(|c| SampleLogger::start(c, &shared));
-    let resource = attribution::resource(&config);
-    let started = {
-        let _guard = runtime.enter();
-        Telemetry::start(&config, resource.clone(), shared.clone()).and_then(|t| {
-            Ok((
-                t,
-                Events::start(&config, resource.clone()).map_err(TelemetryError::Exporter)?,
-            ))
-        })
-    };
-    let (mut telemetry, events) = match started {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::error!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
     // Before the sampler, so that the rules see every tick too.
     let rules = Rules::start(&config.rules, &shared, events.clone(), &telemetry.meter());
     // After the pipelines: the sampler reports group durations and XID/ECC events into them,
@@ -225,33 +302,6 @@ fn run(config: Config) -> ExitCode {
         report: run_report.xid_recorder(),
     });
     let sampler = Sampler::start_observed(settings, shared.clone(), observer);
-
-    let checks = Arc::new(health::Health::new(
-        shared.clone(),
-        telemetry.status.clone(),
-        health::Limits::from_config(&config),
-    ));
-    runtime.spawn(health::watchdog(shared.clone(), config.watchdog_timeout));
-    if let Some(listener) = health_listener {
-        let served = listener.set_nonblocking(true).and_then(|()| {
-            let _guard = runtime.enter();
-            tokio::net::TcpListener::from_std(listener)
-        });
-        match served {
-            Ok(listener) => {
-                if let Ok(addr) = listener.local_addr() {
-                    tracing::info!(
-                        "health endpoint listening on http://{addr} (/healthz, /readyz)"
-                    );
-                }
-                runtime.spawn(health::serve(listener, checks));
-            }
-            Err(e) => {
-                tracing::error!("cannot serve the health endpoint: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
 
     let signal = runtime.block_on(async {
         match &config.exit_with_process {

@@ -26,9 +26,13 @@
 //!   `sw_thermal_slowdown` or `hw_thermal_slowdown`; `hw_slowdown_s` = `hw_slowdown` or
 //!   `hw_power_brake_slowdown`. `clocks_event_s` gives each reason seen on its own.
 //! - **Pod**: sums over GPUs for GPU-seconds, energy and samples; per-tick sums for memory and
-//!   power (a tick counts for power only when every physical GPU answered); maxima for
-//!   temperatures. MIG instances (`MIG-…` UUIDs) are left out of the pod's memory, power and
-//!   energy, which belong to their parent GPU.
+//!   power; maxima for temperatures. A tick counts for the pod's memory (or power) only when
+//!   every device it sums answered it, so a peak or mean always covers the same devices as
+//!   the total beside it; when one never answers, the pod's figure is absent (its own
+//!   summary says which). Memory sums the physical GPUs, plus the MIG devices whose GPU is
+//!   not sampled (a pod holding MIG devices only: its share of the GPUs); a MIG device of a
+//!   sampled GPU is in its GPU's memory already. Power and energy belong to physical GPUs
+//!   only: absent for a pod that holds only MIG devices (the GPU is shared with others).
 //!
 //! Absent stays absent: a value NVML never gave is `null` in JSON, never 0.
 
@@ -47,7 +51,9 @@ use serde::Serialize;
 use super::efficiency::{self, Efficiency, EfficiencyAcc, MemoryPattern};
 use crate::config::OutputTarget;
 use crate::rules::preallocation::PoolParams;
-use crate::sampling::{DeviceInfo, DeviceSample, SharedState, Snapshot, CLOCKS_EVENT_REASONS};
+use crate::sampling::{
+    DeviceInfo, DeviceSample, SharedState, Sharing, Snapshot, CLOCKS_EVENT_REASONS,
+};
 use crate::telemetry::events::{Event, Events};
 
 /// `event.name` of the report's log record, and the value of the `event.name` key that
@@ -132,12 +138,19 @@ pub struct Summary {
 /// One GPU's summary with its identity.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuSummary {
-    /// NVML index.
+    /// NVML index: the node-wide number `nvidia-smi` shows, not the training process's
+    /// `cuda:N` (which counts the GPUs visible to it from 0, in `CUDA_DEVICE_ORDER`); match
+    /// GPUs by `uuid` or `pci_bus_id`.
     pub index: u32,
     /// GPU (or MIG) UUID, the metrics' `hw.id`.
     pub uuid: String,
+    /// PCI bus id (`nvmlDeviceGetPciInfo_v3`), as `nvidia-smi` and `/sys/bus/pci` show it.
+    pub pci_bus_id: Option<String>,
     /// Product name, the metrics' `hw.model`.
     pub name: Option<String>,
+    /// `time_slicing` or `mps` when the GPU was shared with other pods during the run (its
+    /// figures are then the whole GPU's); `null` otherwise.
+    pub sharing: Option<&'static str>,
     /// How its memory was used: `preallocated`, `growing` or `steady`; `null` when memory
     /// was never read.
     pub memory_pattern: Option<MemoryPattern>,
@@ -299,6 +312,8 @@ struct GpuAcc {
     reasons_known_s: f64,
     reason_s: [f64; CLOCKS_EVENT_REASONS.len()],
     held_back_s: [f64; HELD_BACK.len()],
+    /// How the GPU was shared, when it was (the last mode seen).
+    sharing: Option<Sharing>,
 }
 
 /// The report's held-back categories and the clock-event reasons each one covers (a sample
@@ -318,6 +333,18 @@ fn held_back_mask(i: usize) -> u64 {
 
 fn is_mig(info: &DeviceInfo) -> bool {
     info.uuid.starts_with("MIG-")
+}
+
+/// Whether a device's memory is part of the pod's: a physical GPU, or a MIG device whose GPU
+/// is not among `devices` (a MIG device of a sampled GPU is in that GPU's memory already; one
+/// whose GPU is not known is left out).
+fn counts_for_pod_memory(info: &DeviceInfo, sampled: impl Fn(&str) -> bool) -> bool {
+    if !is_mig(info) {
+        return true;
+    }
+    info.mig
+        .as_ref()
+        .is_some_and(|m| !sampled(m.parent_uuid.as_str()))
 }
 
 fn max_opt(a: Option<u32>, b: Option<u32>) -> Option<u32> {
@@ -365,6 +392,7 @@ impl GpuAcc {
             reasons_known_s: 0.0,
             reason_s: [0.0; CLOCKS_EVENT_REASONS.len()],
             held_back_s: [0.0; HELD_BACK.len()],
+            sharing: None,
         }
     }
 
@@ -401,6 +429,9 @@ impl GpuAcc {
         self.efficiency.add(s, at, cap);
         self.first.get_or_insert(at);
         self.last = Some(at);
+        if s.sharing.is_some() {
+            self.sharing = s.sharing;
+        }
         if s.answered_nothing() {
             self.missed += 1;
             // The energy counter may still have been read at this tick (its own cadence);
@@ -580,7 +611,9 @@ impl RunAccumulator {
             .get_or_insert((snap.taken_at, snap.taken_instant));
         self.last = Some((snap.taken_at, snap.taken_instant));
         let cap = self.hold_cap();
-        let mut memory_sum: Option<u64> = None;
+        // Summed only when every device it covers answered (`None` otherwise).
+        let mut memory_sum: Option<u64> = Some(0);
+        let mut memory_units = 0;
         let mut power_sum: Option<u64> = Some(0);
         let mut physical = 0;
         for s in &snap.devices {
@@ -596,18 +629,21 @@ impl RunAccumulator {
             let gpu = &mut self.gpus[i];
             gpu.missed += gap;
             gpu.add(s, snap.taken_instant, cap);
+            if counts_for_pod_memory(&s.info, |u| snap.devices.iter().any(|d| d.info.uuid == u)) {
+                memory_units += 1;
+                memory_sum = memory_sum
+                    .zip(s.memory_used_bytes)
+                    .map(|(a, used)| a + used);
+            }
             if is_mig(&s.info) {
                 continue;
             }
             physical += 1;
-            if let Some(used) = s.memory_used_bytes {
-                memory_sum = Some(memory_sum.unwrap_or(0) + used);
-            }
             power_sum = power_sum
                 .zip(s.power_milliwatts)
                 .map(|(a, p)| a + u64::from(p));
         }
-        if let Some(m) = memory_sum {
+        if let Some(m) = memory_sum.filter(|_| memory_units > 0) {
             self.pod_memory_used.add(m);
         }
         if let Some(p) = power_sum.filter(|_| physical > 0) {
@@ -641,7 +677,9 @@ impl RunAccumulator {
             .map(|g| GpuSummary {
                 index: g.info.index,
                 uuid: g.info.uuid.clone(),
+                pci_bus_id: g.info.pci_bus_id.clone(),
                 name: g.info.name.clone(),
+                sharing: g.sharing.map(Sharing::as_str),
                 memory_pattern: g.efficiency.pattern(),
                 summary: g.summary(self.xids.get(&g.info.uuid), price),
             })
@@ -662,8 +700,8 @@ impl RunAccumulator {
             .filter(|g| !g.efficiency.has_gpm())
             .map(|g| {
                 format!(
-                    "GPU {} ({}) gave no GPM reading (GPM needs Hopper or newer, nvmlGpmQueryDeviceSupport): its profiling figures (sm_activity, tensor_activity, dram_activity, tensor_active_share_of_busy, ...) are null",
-                    g.info.index, g.info.uuid
+                    "{} gave no GPM reading (GPM needs Hopper or newer, nvmlGpmQueryDeviceSupport): its profiling figures (sm_activity, tensor_activity, dram_activity, tensor_active_share_of_busy, ...) are null",
+                    crate::rules::engine::device_label(&g.info)
                 )
             })
             .collect();
@@ -712,11 +750,17 @@ impl RunAccumulator {
             };
             Some((j, source))
         };
-        let memory_total = physical
+        // The same devices as the per-tick memory sums.
+        let memory_units: Vec<&GpuAcc> = self
+            .gpus
+            .iter()
+            .filter(|g| counts_for_pod_memory(&g.info, |u| self.by_uuid.contains_key(u)))
+            .collect();
+        let memory_total = memory_units
             .iter()
             .map(|g| g.memory_total)
             .try_fold(0u64, |a, t| t.map(|t| a + t))
-            .filter(|_| !physical.is_empty());
+            .filter(|_| !memory_units.is_empty());
         let held = |i: usize| {
             sum_known(&|g: &GpuAcc| g.reasons_known().then_some(g.held_back_s[i]))
                 .map(|s| round(s, 3))
@@ -1278,6 +1322,104 @@ mod tests {
         assert_eq!(p.power_capped_s, Some(2.0));
         assert_eq!(p.utilization_mean, Some(0.6));
         assert_eq!(p.wall_time_s, 2.0);
+    }
+
+    fn mig_info(index: u32, uuid: &str, parent: &str, gi: u32) -> Arc<DeviceInfo> {
+        Arc::new(DeviceInfo {
+            index,
+            uuid: uuid.into(),
+            name: Some("NVIDIA H200 MIG 3g.71gb".into()),
+            mig: Some(crate::sampling::MigPlacement {
+                parent_uuid: parent.into(),
+                mig_index: gi,
+                gpu_instance_id: Some(gi),
+                compute_instance_id: Some(0),
+            }),
+            ..DeviceInfo::default()
+        })
+    }
+
+    #[test]
+    fn a_pod_holding_only_mig_devices_gets_their_memory_not_the_gpus_power() {
+        // Two MIG devices of GPU-p, which this pod does not hold (another tenant has the rest).
+        let m1 = mig_info(0, "MIG-1", "GPU-p", 1);
+        let m2 = mig_info(0, "MIG-2", "GPU-p", 2);
+        let c = Clock::new();
+        let mut acc = RunAccumulator::new(Duration::from_secs(1));
+        for k in 0..3u64 {
+            acc.add(&c.snap(
+                k + 1,
+                k as f64,
+                vec![
+                    sample(&m1, None, Some(10 + k), Some(70), None, None, None, None),
+                    sample(&m2, None, Some(5), Some(30), None, None, None, None),
+                ],
+            ));
+        }
+        let p = acc.report(BTreeMap::new()).pod;
+        assert_eq!(p.memory_used_peak_bytes, Some(17));
+        assert_eq!(p.memory_used_mean_bytes, Some(16));
+        assert_eq!(p.memory_total_bytes, Some(100));
+        assert_eq!(p.memory_used_peak_ratio, Some(0.17));
+        assert_eq!(
+            (p.power_mean_w, p.energy_j),
+            (None, None),
+            "the GPU's power is not this pod's"
+        );
+        assert_eq!(p.samples_taken, 6);
+    }
+
+    #[test]
+    fn pod_memory_covers_the_same_gpus_as_its_total_or_is_absent() {
+        let a = info(0, "GPU-a");
+        let b = info(1, "GPU-b");
+        let c = Clock::new();
+        // GPU b does not answer memory at tick 2, while GPU a peaks there: a sum over GPU a
+        // alone is not the pod's.
+        let mut acc = RunAccumulator::new(Duration::from_secs(1));
+        for (k, (ua, ub)) in [(10, Some(10)), (40, None), (10, Some(10))]
+            .into_iter()
+            .enumerate()
+        {
+            acc.add(&c.snap(
+                k as u64 + 1,
+                k as f64,
+                vec![
+                    sample(&a, Some(50), Some(ua), Some(100), None, None, None, None),
+                    sample(&b, Some(50), ub, Some(100), None, None, None, None),
+                ],
+            ));
+        }
+        let p = acc.report(BTreeMap::new()).pod;
+        assert_eq!(p.memory_used_peak_bytes, Some(20));
+        assert_eq!(p.memory_used_mean_bytes, Some(20));
+        assert_eq!(p.memory_total_bytes, Some(200));
+        assert_eq!(p.memory_used_peak_ratio, Some(0.1));
+        // GPU b never answers memory: the pod's figures are absent, not GPU a's alone.
+        let mut acc = RunAccumulator::new(Duration::from_secs(1));
+        for k in 0..3u64 {
+            acc.add(&c.snap(
+                k + 1,
+                k as f64,
+                vec![
+                    sample(&a, Some(50), Some(30), Some(100), None, None, None, None),
+                    sample(&b, Some(50), None, None, None, None, None, None),
+                ],
+            ));
+        }
+        let r = acc.report(BTreeMap::new());
+        let p = &r.pod;
+        assert_eq!(
+            (
+                p.memory_used_peak_bytes,
+                p.memory_used_mean_bytes,
+                p.memory_total_bytes,
+                p.memory_used_peak_ratio
+            ),
+            (None, None, None, None)
+        );
+        // GPU a's own summary still has its memory.
+        assert_eq!(r.gpus[0].summary.memory_used_peak_bytes, Some(30));
     }
 
     #[test]

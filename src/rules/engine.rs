@@ -12,8 +12,8 @@ use super::catalogue::{xid_hint, Hold, RuleId};
 use super::preallocation::PoolParams;
 use super::{clocks, health, memory, profiling, workload};
 use crate::config::RulesConfig;
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
-use crate::telemetry::catalogue::{device_attributes, Number, CATALOGUE};
+use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, Snapshot};
+use crate::telemetry::catalogue::{device_attributes, info_attributes, Number, CATALOGUE};
 
 /// What a rule judged about one subject (a GPU, or the pod's GPUs together) at one sample.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +43,30 @@ impl Verdict {
         Self {
             key: d.info.uuid.clone(),
             hw_id: Some(d.info.uuid.clone()),
+            holds,
+            values,
+            summary,
+        }
+    }
+
+    /// A verdict about the physical GPU of MIG device `d` when the GPU itself is not sampled
+    /// (only some of its MIG devices belong to this pod): keyed and named by the GPU's UUID
+    /// (`hw.id`), so that one fault of the GPU is one alert, not one per MIG device.
+    pub fn parent_of(
+        d: &DeviceSample,
+        holds: Option<bool>,
+        values: Vec<KeyValue>,
+        summary: String,
+    ) -> Self {
+        let uuid = d
+            .info
+            .mig
+            .as_ref()
+            .map_or(&d.info.uuid, |m| &m.parent_uuid)
+            .clone();
+        Self {
+            key: uuid.clone(),
+            hw_id: Some(uuid),
             holds,
             values,
             summary,
@@ -94,7 +118,7 @@ pub struct Alert {
     pub hw_id: Option<String>,
     /// `hw.id`, `hw.type`, `hw.vendor`, `hw.model` of that GPU, as on its metrics.
     pub device: Vec<KeyValue>,
-    /// `GPU <index> (<uuid>)`, for the body.
+    /// The device as the body names it ([`label`]: UUID, nvidia-smi index, PCI bus id).
     pub label: String,
     /// The sample's wall-clock time (`Snapshot::taken_at`), or the XID's.
     pub time: SystemTime,
@@ -381,6 +405,20 @@ impl Engine {
             }
             self.known
                 .insert(d.info.uuid.clone(), (device_attributes(d), label(d)));
+            // The parent GPU of a MIG device, for XIDs reported on it, unless it is sampled.
+            if let Some(m) = &d.info.mig {
+                if !snapshot
+                    .devices
+                    .iter()
+                    .any(|g| g.info.uuid == m.parent_uuid)
+                {
+                    let p = parent_info(&d.info);
+                    let lbl = device_label(&p);
+                    self.known
+                        .entry(p.uuid.clone())
+                        .or_insert_with(|| (info_attributes(&p), lbl));
+                }
+            }
         }
         let mut out = Vec::new();
         for slot in &mut self.slots {
@@ -404,15 +442,30 @@ impl Engine {
                             .hw_id
                             .as_ref()
                             .and_then(|h| snapshot.devices.iter().find(|d| &d.info.uuid == h));
+                        // Not sampled itself: the parent GPU of sampled MIG devices.
+                        let parent = v.hw_id.as_ref().filter(|_| d.is_none()).and_then(|h| {
+                            snapshot
+                                .devices
+                                .iter()
+                                .find(|m| m.info.mig.as_ref().is_some_and(|p| &p.parent_uuid == h))
+                        });
                         (
                             v.hw_id.clone(),
-                            d.map(device_attributes).unwrap_or_else(|| {
-                                v.hw_id
-                                    .iter()
-                                    .map(|h| KeyValue::new("hw.id", h.clone()))
-                                    .collect()
-                            }),
-                            d.map(label).unwrap_or_else(|| "the GPUs".to_string()),
+                            d.map(device_attributes)
+                                .or_else(|| {
+                                    parent
+                                        .map(|m| parent_info(&m.info))
+                                        .map(|i| info_attributes(&i))
+                                })
+                                .unwrap_or_else(|| {
+                                    v.hw_id
+                                        .iter()
+                                        .map(|h| KeyValue::new("hw.id", h.clone()))
+                                        .collect()
+                                }),
+                            d.map(label)
+                                .or_else(|| parent.map(|m| device_label(&parent_info(&m.info))))
+                                .unwrap_or_else(|| "the GPUs".to_string()),
                         )
                     }
                 };
@@ -584,9 +637,41 @@ pub fn pool_params(s: crate::config::RuleSettings) -> PoolParams {
     PoolParams::from_rule(s.threshold.unwrap_or(70.0), duration)
 }
 
-/// `GPU <index> (<uuid>)`.
+/// What is known of the physical GPU of a MIG device from the MIG device's own facts: its
+/// UUID, index, PCI bus id (a MIG device is on its GPU's) and driver (its product name is not
+/// known, so `hw.model` is absent).
+fn parent_info(mig: &DeviceInfo) -> DeviceInfo {
+    DeviceInfo {
+        index: mig.index,
+        pci_bus_id: mig.pci_bus_id.clone(),
+        uuid: mig
+            .mig
+            .as_ref()
+            .map_or(&mig.uuid, |m| &m.parent_uuid)
+            .clone(),
+        driver_version: mig.driver_version.clone(),
+        ..Default::default()
+    }
+}
+
+/// How an alert text names a device: its UUID (the `hw.id`, what `nvidia-smi -L` and
+/// `torch.cuda.get_device_properties(i).uuid` show), then NVML's node-wide index as
+/// `nvidia-smi` numbers GPUs (not the training process's `cuda:N`) and the PCI bus id:
+/// `GPU-8f6c… (nvidia-smi GPU 2, PCI 00000000:19:00.0)`; a MIG device
+/// `MIG-… (on nvidia-smi GPU 2)`.
 pub fn label(d: &DeviceSample) -> String {
-    format!("GPU {} ({})", d.info.index, d.info.uuid)
+    device_label(&d.info)
+}
+
+/// [`label`] from the static facts.
+pub fn device_label(info: &DeviceInfo) -> String {
+    if info.mig.is_some() {
+        return format!("{} (on nvidia-smi GPU {})", info.uuid, info.index);
+    }
+    match &info.pci_bus_id {
+        Some(pci) => format!("{} (nvidia-smi GPU {}, PCI {pci})", info.uuid, info.index),
+        None => format!("{} (nvidia-smi GPU {})", info.uuid, info.index),
+    }
 }
 
 /// Every reading of a GPU as attributes `nvidia.gpu.reading.<metric>[.<attribute value>]`,

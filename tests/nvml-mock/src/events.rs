@@ -92,16 +92,52 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
     data: *mut EventData,
     timeout_ms: u32,
 ) -> u32 {
-    guard("nvmlEventSetWait_v2", || {
+    wait(
+        "nvmlEventSetWait_v2",
+        set,
+        data.is_null(),
+        timeout_ms,
+        |ev| data.write(ev),
+    )
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetWait(
+    set: *mut c_void,
+    data: *mut EventDataV1,
+    timeout_ms: u32,
+) -> u32 {
+    wait("nvmlEventSetWait", set, data.is_null(), timeout_ms, |ev| {
+        // The v1 structure: no instance ids.
+        data.write(EventDataV1 {
+            device: ev.device,
+            eventType: ev.eventType,
+            eventData: ev.eventData,
+        })
+    })
+}
+
+/// Both versions of the wait; `write` stores the event in the caller's structure.
+unsafe fn wait(
+    name: &'static str,
+    set: *mut c_void,
+    data_is_null: bool,
+    timeout_ms: u32,
+    write: impl FnOnce(EventData),
+) -> u32 {
+    let mut write = Some(write);
+    guard(name, || {
         let l = initialized()?;
-        if data.is_null() {
+        if data_is_null {
             return Err(INVALID_ARGUMENT);
         }
         let key = set as usize;
         if !with_sets(|m| m.contains_key(&key)) {
             return Err(INVALID_ARGUMENT);
         }
-        runtime::apply_faults(l, "nvmlEventSetWait_v2", None, runtime::elapsed(l))?;
+        runtime::apply_faults(l, name, None, runtime::elapsed(l))?;
         let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
         let events = &l.scenario.events;
         loop {
@@ -111,10 +147,12 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
                 if s.delivered.len() < events.len() {
                     s.delivered.resize(events.len(), false);
                 }
-                // earliest due, undelivered, registered event
+                // The earliest due, undelivered, registered event; and the time of the next
+                // one that is not due yet (to sleep until it, not poll).
                 let mut best: Option<usize> = None;
+                let mut next_t: Option<f64> = None;
                 for (i, ev) in events.iter().enumerate() {
-                    if s.delivered[i] || ev.t > e {
+                    if s.delivered[i] {
                         continue;
                     }
                     let bits = ev.kind.bits().unwrap_or(0);
@@ -125,37 +163,47 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
                     if !registered {
                         continue;
                     }
-                    if best.is_none_or(|b| events[b].t > ev.t) {
+                    if ev.t > e {
+                        next_t = Some(next_t.map_or(ev.t, |n: f64| n.min(ev.t)));
+                    } else if best.is_none_or(|b| events[b].t > ev.t) {
                         best = Some(i);
                     }
                 }
                 if let Some(i) = best {
                     s.delivered[i] = true;
                 }
-                Some(best)
+                Some((best, next_t))
             });
-            let Some(found) = found else {
+            let Some((found, next_t)) = found else {
                 // the set was freed while we waited
                 return Err(INVALID_ARGUMENT);
             };
             if let Some(i) = found {
                 let ev = &events[i];
                 let bits = ev.kind.bits().unwrap_or(0);
-                data.write(EventData {
-                    // like NVML: the physical device; a MIG event carries the instance ids
-                    device: l.handle(ev.device),
-                    eventType: bits,
-                    eventData: ev.data,
-                    gpuInstanceId: ev.gpu_instance_id.unwrap_or(NO_VALUE),
-                    computeInstanceId: ev.compute_instance_id.unwrap_or(NO_VALUE),
-                });
+                if let Some(write) = write.take() {
+                    write(EventData {
+                        // like NVML: the physical device; a MIG event carries the instance ids
+                        device: l.handle(ev.device),
+                        eventType: bits,
+                        eventData: ev.data,
+                        gpuInstanceId: ev.gpu_instance_id.unwrap_or(NO_VALUE),
+                        computeInstanceId: ev.compute_instance_id.unwrap_or(NO_VALUE),
+                    });
+                }
                 return Ok(());
             }
             let now = Instant::now();
             if now >= deadline {
                 return Err(TIMEOUT);
             }
-            std::thread::sleep((deadline - now).min(Duration::from_millis(5)));
+            // Sleep until the next registered event is due or the timeout ends, as the real
+            // call blocks in the driver: no polling, so a caller's wake-ups are its own.
+            let until_next = next_t
+                .filter(|_| l.time_scale > 0.0)
+                .map(|t| Duration::from_secs_f64(((t - e) / l.time_scale).max(0.0)));
+            let nap = until_next.map_or(deadline - now, |d| d.min(deadline - now));
+            std::thread::sleep(nap.max(Duration::from_micros(100)));
             if initialized().is_err() {
                 return Err(UNINITIALIZED);
             }
