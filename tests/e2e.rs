@@ -7,23 +7,10 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{fixture_dir, scenario, Agent, Kind, Point, Protocol, Receiver};
+use common::{h200_recording, read_json, scenario, Agent, Kind, Point, Protocol, Receiver};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn load(path: std::path::PathBuf) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-/// The recording's rows (`series-under-load.jsonl`).
-fn recording() -> Vec<Value> {
-    std::fs::read_to_string(fixture_dir().join("series-under-load.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 fn set(values: impl IntoIterator<Item = f64>) -> BTreeSet<u64> {
     values
@@ -82,9 +69,9 @@ fn h200_end_to_end(protocol: Protocol, extra: &[(&str, &str)]) -> (Receiver, Age
         agent.dump()
     );
 
-    let scen = load(scenario("h200-under-load.json"));
+    let scen = read_json(scenario("h200-under-load.json"));
     let uuid = scen["devices"][0]["uuid"].as_str().unwrap().to_string();
-    let rec = recording();
+    let rec = h200_recording();
 
     // Power: a value of the recording, in W, on the GPU's hw.id.
     let powers = set(rec.iter().map(|r| r["power_mw"].as_f64().unwrap() / 1000.0));
@@ -312,7 +299,7 @@ fn four_gpus_with_unsupported_fields_absent() {
         "{}",
         agent.dump()
     );
-    let scen = load(scenario("four-gpu.json"));
+    let scen = read_json(scenario("four-gpu.json"));
     let devices = scen["devices"].as_array().unwrap();
     assert_eq!(devices.len(), 4);
     let status = rx.last_points("hw.status");
@@ -370,7 +357,7 @@ fn four_gpus_with_unsupported_fields_absent() {
 
 #[test]
 fn device_selection_by_index_and_uuid() {
-    let scen = load(scenario("four-gpu.json"));
+    let scen = read_json(scenario("four-gpu.json"));
     let uuid3 = scen["devices"][3]["uuid"].as_str().unwrap().to_string();
     let rx = Receiver::start(Protocol::Grpc);
     let agent = Agent::builder()

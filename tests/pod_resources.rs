@@ -171,8 +171,7 @@ fn exports_only_the_pods_gpus(get_enabled: bool) {
         .iter()
         .filter_map(|p| p.attr("hw.id").map(str::to_string))
         .collect();
-    let scen: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(scenario("four-gpu.json")).unwrap()).unwrap();
+    let scen = common::read_json(scenario("four-gpu.json"));
     let uuid = |i: usize| scen["devices"][i]["uuid"].as_str().unwrap().to_string();
     assert_eq!(ids, BTreeSet::from([uuid(1), uuid(3)]), "{}", agent.dump());
     assert!(

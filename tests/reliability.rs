@@ -29,8 +29,7 @@ fn temp_path(name: &str) -> PathBuf {
 
 /// Writes `tests/scenarios/<base>` with `edit` applied to a temp file; returns its path.
 fn scenario_with(base: &str, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
-    let mut v: Value =
-        serde_json::from_str(&std::fs::read_to_string(scenario(base)).unwrap()).unwrap();
+    let mut v = common::read_json(scenario(base));
     edit(&mut v);
     scenario_json(name, v)
 }
@@ -635,10 +634,7 @@ fn shutdown_during_an_outage_is_bounded() {
             took <= *bound + Duration::from_millis(1000),
             "took {took:?}"
         );
-        let calls: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join(format!("calls-{i}.json"))).unwrap(),
-        )
-        .unwrap();
+        let calls = common::read_json(dir.join(format!("calls-{i}.json")));
         assert_eq!(calls["nvmlShutdown"], 1, "{calls:#}");
         assert!(agent.dump().contains("stopped"));
     }
@@ -823,7 +819,7 @@ fn health_port_in_use_is_named() {
 /// Every self-metric is documented in the README with its instrument and unit.
 #[test]
 fn self_metrics_are_in_the_readme() {
-    let readme = std::fs::read_to_string(common::workspace_root().join("README.md")).unwrap();
+    let readme = common::read_text(common::workspace_root().join("README.md"));
     for m in gpu_otel_sidecar::telemetry::self_metrics::SELF_METRICS {
         let row = format!("| `{}` | {} | `{}` |", m.name, m.instrument, m.unit);
         assert!(readme.contains(&row), "README lacks {row}");

@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{fixture_dir, scenario, wait_until, Agent, Protocol, Receiver};
+use common::{
+    h200_recording, read_json, read_text, scenario, wait_until, Agent, Protocol, Receiver,
+};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -26,19 +28,6 @@ const COLUMNS: [&str; 10] = [
     "clock_sm_mhz",
     "clocks_event_reasons",
 ];
-
-fn load(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// The recording's rows.
-fn recording() -> Vec<Value> {
-    std::fs::read_to_string(fixture_dir().join("series-under-load.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 fn num(v: &Value, key: &str) -> f64 {
     v[key]
@@ -78,9 +67,9 @@ const TIME_SCALE: f64 = 10.0;
 
 #[test]
 fn report_matches_the_h200_recording() {
-    let rec = recording();
+    let rec = h200_recording();
     let dir = tempfile::tempdir().unwrap();
-    let mut scen = load(&scenario("h200-under-load.json"));
+    let mut scen = read_json(scenario("h200-under-load.json"));
     scen["loop"] = Value::Bool(false);
     let timeline = scen["devices"][0]["timeline"].as_array_mut().unwrap();
     assert_eq!(timeline.len(), rec.len());
@@ -171,8 +160,7 @@ fn report_matches_the_h200_recording() {
     assert_eq!(gpu["xid_count"], serde_json::json!({}));
 
     // The JSONL sample log of the same run: one row per sample, values of the recording.
-    let rows: Vec<Value> = std::fs::read_to_string(&log_path)
-        .unwrap()
+    let rows: Vec<Value> = read_text(&log_path)
         .lines()
         .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
         .collect();
@@ -249,7 +237,7 @@ fn report_matches_the_h200_recording() {
 #[test]
 fn a_gap_in_nvml_answers_is_reported_as_missed_samples() {
     let dir = tempfile::tempdir().unwrap();
-    let mut scen = load(&scenario("h200-under-load.json"));
+    let mut scen = read_json(scenario("h200-under-load.json"));
     scen["faults"] = serde_json::json!([
         {"call": "nvmlDeviceGet*", "device": 0, "from_s": 1.0, "to_s": 2.0, "code": 999}
     ]);
@@ -287,7 +275,7 @@ fn a_gap_in_nvml_answers_is_reported_as_missed_samples() {
     std::thread::sleep(Duration::from_millis(300));
     stop(&mut agent);
 
-    let report = load(&report_path);
+    let report = read_json(&report_path);
     let gpu = &report["gpus"][0];
     let mut reader = csv::Reader::from_path(&log_path).unwrap();
     assert_eq!(
@@ -360,7 +348,7 @@ fn csv_log_of_four_gpus_without_a_collector() {
     );
     stop(&mut agent);
 
-    let scen = load(&scenario("four-gpu.json"));
+    let scen = read_json(scenario("four-gpu.json"));
     let devices = scen["devices"].as_array().unwrap();
     let mut reader = csv::Reader::from_path(&log_path).unwrap();
     assert_eq!(
@@ -402,7 +390,7 @@ fn csv_log_of_four_gpus_without_a_collector() {
         assert!(humantime::parse_rfc3339(&row[0]).is_ok(), "{}", &row[0]);
     }
 
-    let report = load(&report_path);
+    let report = read_json(&report_path);
     let gpus = report["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 4);
     let mut energy_sum = 0.0;

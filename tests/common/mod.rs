@@ -29,7 +29,8 @@
 //! - [`agent`]: [`Agent`], the agent binary run as a child process with a clean environment
 //!   and its output captured line by line.
 //! - [`paths`]: [`mock_library`] (builds the mock `libnvml_mock.so` once), [`scenario`],
-//!   [`fixture_dir`], [`workspace_root`].
+//!   [`fixture_dir`], [`workspace_root`], and reads that name the missing path
+//!   ([`read_text`], [`read_json`], [`h200_recording`]).
 //! - [`http`]: a tiny blocking HTTP/1.1 client ([`http::get`], [`http::post`]) for health
 //!   endpoints and hand-made OTLP/HTTP requests.
 //!
@@ -46,7 +47,9 @@ pub mod paths;
 pub mod receiver;
 
 pub use agent::{Agent, AgentBuilder};
-pub use paths::{fixture_dir, mock_library, scenario, workspace_root};
+pub use paths::{
+    fixture_dir, h200_recording, mock_library, read_json, read_text, scenario, workspace_root,
+};
 pub use receiver::{
     Attempt, Kind, LogRecordView, Mode, Point, Protocol, Received, Receiver, ServerTls, Signal,
 };

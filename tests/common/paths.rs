@@ -15,14 +15,50 @@ pub fn scenario(name: &str) -> PathBuf {
     workspace_root().join("tests").join("scenarios").join(name)
 }
 
-/// `<root>/../shared/fixtures/nvml-h200`: the real H200 recording (the shared folder sits next
-/// to the checkout).
+/// `<root>/tests/fixtures/nvml-h200`: the real H200 recording (see its README for where it
+/// came from). The path is returned whether or not it exists; read files through
+/// [`read_text`] or [`h200_recording`], which name the path when it is missing.
 pub fn fixture_dir() -> PathBuf {
     workspace_root()
-        .join("..")
-        .join("shared")
+        .join("tests")
         .join("fixtures")
         .join("nvml-h200")
+}
+
+/// The whole text of `path`.
+///
+/// # Panics
+/// If it cannot be read, with the path and the OS error (a bare "No such file or directory"
+/// names nothing).
+pub fn read_text(path: impl AsRef<Path>) -> String {
+    let path = path.as_ref();
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// `path` parsed as one JSON document.
+///
+/// # Panics
+/// If it cannot be read or parsed (the message names the path).
+pub fn read_json(path: impl AsRef<Path>) -> serde_json::Value {
+    let path = path.as_ref();
+    serde_json::from_str(&read_text(path))
+        .unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", path.display()))
+}
+
+/// The rows of the recording's `series-under-load.jsonl` (118 rows, one every ~0.25 s; keys
+/// described in the fixture's README).
+///
+/// # Panics
+/// If the file is missing or a line is not JSON (the message names the path and line).
+pub fn h200_recording() -> Vec<serde_json::Value> {
+    let path = fixture_dir().join("series-under-load.jsonl");
+    read_text(&path)
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), i + 1))
+        })
+        .collect()
 }
 
 /// Path of the mock NVML shared library `libnvml_mock.so` (workspace crate `tests/nvml-mock`).

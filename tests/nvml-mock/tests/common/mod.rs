@@ -47,6 +47,14 @@ pub fn built_mock() -> PathBuf {
         .clone()
 }
 
+/// `path` parsed as one JSON document; panics naming the path if it is missing or not JSON.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", path.display()))
+}
+
 pub fn scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../scenarios")
