@@ -462,6 +462,55 @@ fn bad_setting_exits_2_naming_the_variable() {
     }
 }
 
+/// The README's replay command with a wrong `NVML_MOCK_SCENARIO`: the mock says why on stderr,
+/// and the agent's line says the library is not NVIDIA's and points there, instead of the
+/// driver advice ("restart the pod") that fits a real `libnvidia-ml`.
+#[test]
+fn a_wrong_mock_scenario_gets_advice_for_the_mock_not_the_driver() {
+    let library = common::mock_library();
+    let mut agent = Agent::builder()
+        .env("OTEL_METRICS_EXPORTER", "console")
+        .env("GPU_SIDECAR_HEALTH_ADDR", "off")
+        .env("GPU_SIDECAR_NVML_LIBRARY", &library)
+        .env(
+            "NVML_MOCK_SCENARIO",
+            "tests/scenarios/no-such-scenario.json",
+        )
+        .spawn();
+    assert!(
+        agent.wait_for_stderr("GPU_SIDECAR_NVML_LIBRARY", WAIT),
+        "{}",
+        agent.dump()
+    );
+    let err = agent.stderr_lines();
+    assert!(
+        err.iter().any(|l| l.starts_with(
+            "nvml-mock: cannot read the scenario file NVML_MOCK_SCENARIO=tests/scenarios/no-such-scenario.json: No such file"
+        )),
+        "the mock names the variable and the path: {err:#?}"
+    );
+    let line = err
+        .iter()
+        .find(|l| l.contains("ERROR") && l.contains("nvmlInit_v2"))
+        .unwrap_or_else(|| panic!("{err:#?}"));
+    assert!(
+        line.contains(&library.display().to_string())
+            && line.contains("not NVIDIA's libnvidia-ml")
+            && line.contains("NVML_MOCK_SCENARIO"),
+        "{line}"
+    );
+    for driver_advice in ["restart the pod", "daemon-reload", "cgroup"] {
+        assert!(!agent.dump().contains(driver_advice), "{}", agent.dump());
+    }
+    agent.sigint();
+    assert_eq!(
+        agent.wait_exit(WAIT).and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        agent.dump()
+    );
+}
+
 #[test]
 fn nvml_init_error_is_explained_and_the_agent_keeps_running() {
     let rx = Receiver::start(Protocol::Grpc);

@@ -48,7 +48,8 @@ pub mod receiver;
 
 pub use agent::{Agent, AgentBuilder};
 pub use paths::{
-    fixture_dir, h200_recording, mock_library, read_json, read_text, scenario, workspace_root,
+    fixture_dir, h200_recording, mock_as_nvidia_library, mock_library, read_json, read_text,
+    scenario, workspace_root,
 };
 pub use receiver::{
     Attempt, Kind, LogRecordView, Mode, Point, Protocol, Received, Receiver, ServerTls, Signal,

@@ -64,10 +64,12 @@ pub fn h200_recording() -> Vec<serde_json::Value> {
 /// Path of the mock NVML shared library `libnvml_mock.so` (workspace crate `tests/nvml-mock`).
 ///
 /// `$NVML_MOCK_LIB`, when set, is returned as is. Otherwise the crate is built once per test
-/// process with `$CARGO build -p nvml-mock --target-dir <root>/target/nvml-mock` (a target
-/// directory of its own, because the outer `cargo test` holds the lock on `target/`), and
-/// `<root>/target/nvml-mock/debug/libnvml_mock.so` is returned. Several test processes building
-/// at once (cargo-nextest) are serialised by cargo's own lock; after the first it is a no-op.
+/// process with `$CARGO build -p nvml-mock --target-dir <target>/nvml-mock` (`<target>` is the
+/// directory this test binary was built in; a target directory of its own, because the outer
+/// `cargo test` holds the lock on `<target>/debug`; the mock's own tests build into the same
+/// one), without incremental data, and `<target>/nvml-mock/debug/libnvml_mock.so` is returned.
+/// Several test processes building at once (cargo-nextest) are serialised by cargo's own
+/// lock; after the first it is a no-op.
 ///
 /// # Panics
 /// If cargo cannot be run, the build fails (its output is in the message), or the library is
@@ -79,7 +81,7 @@ pub fn mock_library() -> PathBuf {
             return PathBuf::from(path);
         }
         let root = workspace_root();
-        let target_dir = root.join("target").join("nvml-mock");
+        let target_dir = target_dir().join("nvml-mock");
         build_mock(&root, &target_dir);
         let lib = target_dir.join("debug").join("libnvml_mock.so");
         assert!(
@@ -90,6 +92,38 @@ pub fn mock_library() -> PathBuf {
         lib
     })
     .clone()
+}
+
+/// The mock library under the name the NVIDIA Container Toolkit mounts NVIDIA's under
+/// (`<dir>/libnvidia-ml.so.1`, a symbolic link to [`mock_library`]), for tests where the mock
+/// stands in for the driver's library: the agent gives driver advice only for a library of
+/// that name.
+///
+/// # Panics
+/// As [`mock_library`], or if the link cannot be made.
+pub fn mock_as_nvidia_library() -> PathBuf {
+    static LINK: OnceLock<PathBuf> = OnceLock::new();
+    LINK.get_or_init(|| {
+        let lib = mock_library();
+        let dir = std::env::temp_dir().join(format!("nvml-mock-as-nvidia-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let link = dir.join("libnvidia-ml.so.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&lib, &link)
+            .unwrap_or_else(|e| panic!("cannot link {} to {}: {e}", link.display(), lib.display()));
+        link
+    })
+    .clone()
+}
+
+/// The cargo target directory this test binary was built in (`<target>/<profile>/deps/<test>`).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.ancestors()
+        .nth(3)
+        .unwrap_or_else(|| panic!("{} is not under <target>/<profile>/deps", exe.display()))
+        .to_path_buf()
 }
 
 fn build_mock(root: &Path, target_dir: &Path) {
@@ -106,6 +140,8 @@ fn build_mock(root: &Path, target_dir: &Path) {
         .arg(root.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir)
+        // Built once and rarely changed: incremental data would only take disk.
+        .env("CARGO_INCREMENTAL", "0")
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cargo:?} to build nvml-mock: {e}"));
     assert!(
