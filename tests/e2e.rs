@@ -425,6 +425,56 @@ fn console_exporter_prints_otlp_json_lines_on_stdout() {
         agent.stderr_lines().iter().any(|l| l.contains("starting")),
         "logs go to stderr"
     );
+    // Console metrics bring the events to the console too (OTEL_LOGS_EXPORTER unset): the
+    // run report is printed, not sent to a collector at localhost:4317 that is not there.
+    let report = lines
+        .iter()
+        .find(|l| l.starts_with(r#"{"resourceLogs""#) && l.contains("gpu.run.report"))
+        .unwrap_or_else(|| panic!("no run report event on stdout\n{}", agent.dump()));
+    assert!(
+        report.contains("GPU-0c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5"),
+        "the report covers the replayed H200: {report}"
+    );
+    assert!(!agent.dump().contains("export failed"), "{}", agent.dump());
+}
+
+/// `--help` names every setting of the README's settings table (and nothing it lacks), the
+/// subcommand and the exit codes.
+#[test]
+fn help_lists_every_setting_and_the_subcommands() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-otel-sidecar"))
+        .arg("--help")
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let readme = common::read_text(common::workspace_root().join("README.md"));
+    let table = readme
+        .split("## Settings")
+        .nth(1)
+        .and_then(|s| s.split("\n\n").find(|p| p.starts_with("| variable |")))
+        .expect("the README's settings table");
+    let documented: BTreeSet<&str> = table
+        .lines()
+        .skip(2)
+        .flat_map(|row| row.split('|').nth(1).unwrap().split('`').skip(1).step_by(2))
+        .collect();
+    let listed: BTreeSet<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Settings are environment variables"))
+        .skip(2)
+        .flat_map(str::split_whitespace)
+        .collect();
+    assert!(documented.len() > 40, "{documented:?}");
+    assert_eq!(listed, documented, "{help}");
+    for needed in [
+        "gpu-otel-sidecar health",
+        "Exit codes: 0",
+        "1 could not start",
+        "2 a bad setting",
+    ] {
+        assert!(help.contains(needed), "{needed}: {help}");
+    }
 }
 
 #[test]

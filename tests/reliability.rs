@@ -640,6 +640,58 @@ fn shutdown_during_an_outage_is_bounded() {
     }
 }
 
+/// No collector, over HTTP: the metrics' failure line and the events' (the run report at
+/// shutdown is the only event here) each say what failed underneath ("Connection refused"),
+/// not only opentelemetry-otlp's "network error"; the events' line names the logs endpoint
+/// and comes once; the SDK's causeless "Failed to shutdown" is not logged for the events.
+#[test]
+fn failed_exports_over_http_name_their_cause_and_events_say_so_once() {
+    let down = Receiver::start(Protocol::Http);
+    down.stop();
+    let mut agent = Agent::builder()
+        .otlp(&down)
+        .env_mock("four-gpu.json")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+        .env("GPU_SIDECAR_SHUTDOWN_TIMEOUT", "3s")
+        .spawn();
+    assert!(
+        agent.wait_for_stderr("metrics export failed", WAIT),
+        "{}",
+        agent.dump()
+    );
+    let metrics_line = agent
+        .stderr_lines()
+        .into_iter()
+        .find(|l| l.contains("metrics export failed"))
+        .unwrap();
+    assert!(
+        metrics_line.contains("network error (") && metrics_line.contains("Connection refused"),
+        "the cause is named: {metrics_line}"
+    );
+    stop_ok(&mut agent);
+    let events: Vec<String> = agent
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("events export failed"))
+        .collect();
+    assert_eq!(events.len(), 1, "{}", agent.dump());
+    assert!(
+        events[0].contains(&down.logs_url()) && events[0].contains("Connection refused"),
+        "endpoint and cause: {}",
+        events[0]
+    );
+    assert!(
+        !agent
+            .stderr_lines()
+            .iter()
+            .any(|l| l.contains("otel-logs-shutdown") && l.contains("Failed to shutdown")),
+        "{}",
+        agent.dump()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Secrets
 
