@@ -311,6 +311,10 @@ pub struct SampleLogConfig {
     /// grow past this many bytes, `GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES`; default 100 MiB.
     /// Not used for stdout.
     pub max_bytes: u64,
+    /// `GPU_SIDECAR_SAMPLE_INTERVAL`: a sample taken less than half of it after the
+    /// previous row (the final sample at shutdown, right after a tick) is not written, so the
+    /// log does not end with a near-copy of its last row.
+    pub sample_interval: Duration,
 }
 
 /// One alert rule's settings: `GPU_SIDECAR_RULE_<NAME>_ENABLED`, `_THRESHOLD`, and
@@ -621,11 +625,11 @@ impl Config {
             .as_deref()
             .filter(|v| !v.is_empty())
             .map(output_target);
-        let sample_log = parse_sample_log(&raw)?;
         let sample_interval = match raw.sample_interval.as_deref() {
             None | Some("") => Duration::from_secs(5),
             Some(v) => parse_duration("GPU_SIDECAR_SAMPLE_INTERVAL", v)?,
         };
+        let sample_log = parse_sample_log(&raw, sample_interval)?;
         let shutdown_timeout = match raw.shutdown_timeout.as_deref() {
             None | Some("") => Duration::from_secs(5),
             Some(v) => parse_duration("GPU_SIDECAR_SHUTDOWN_TIMEOUT", v)?,
@@ -801,7 +805,10 @@ fn output_target(v: &str) -> OutputTarget {
 }
 
 /// `GPU_SIDECAR_SAMPLE_LOG*`. The format and size are validated even when the log is off.
-fn parse_sample_log(raw: &RawOwn) -> Result<Option<SampleLogConfig>, ConfigError> {
+fn parse_sample_log(
+    raw: &RawOwn,
+    sample_interval: Duration,
+) -> Result<Option<SampleLogConfig>, ConfigError> {
     let format = match raw.sample_log_format.as_deref() {
         None | Some("") | Some("csv") => SampleLogFormat::Csv,
         Some("jsonl") => SampleLogFormat::Jsonl,
@@ -832,6 +839,7 @@ fn parse_sample_log(raw: &RawOwn) -> Result<Option<SampleLogConfig>, ConfigError
             target: output_target(v),
             format,
             max_bytes,
+            sample_interval,
         }))
 }
 
@@ -1361,6 +1369,7 @@ mod tests {
                 target: OutputTarget::Path("/var/log/gpu.csv".into()),
                 format: SampleLogFormat::Csv,
                 max_bytes: 100 * 1024 * 1024,
+                sample_interval: Duration::from_secs(5),
             })
         );
         let c = cfg(&[
