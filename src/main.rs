@@ -183,6 +183,10 @@ fn run(config: Config) -> ExitCode {
         _ => {}
     }
     gpu_otel_sidecar::telemetry::tls::install_crypto_provider();
+    if let Err(e) = gpu_otel_sidecar::telemetry::tls::check_trust_store(&config) {
+        tracing::error!("{e}");
+        return ExitCode::FAILURE;
+    }
     let health_listener = match config.health_addr.map(std::net::TcpListener::bind) {
         None => None,
         Some(Ok(l)) => Some(l),

@@ -57,7 +57,7 @@ impl TransportCause {
 }
 
 /// `error: source: source …`, one line.
-fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
     let mut line = error.to_string();
     let mut source = error.source();
     while let Some(s) = source {

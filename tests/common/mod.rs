@@ -31,6 +31,7 @@
 //! - [`paths`]: [`mock_library`] (builds the mock `libnvml_mock.so` once), [`scenario`],
 //!   [`fixture_dir`], [`workspace_root`], and reads that name the missing path
 //!   ([`read_text`], [`read_json`], [`h200_recording`]).
+//! - [`pki`]: a throw-away CA issuing certificates, for TLS tests.
 //! - [`http`]: a tiny blocking HTTP/1.1 client ([`http::get`], [`http::post`]) for health
 //!   endpoints and hand-made OTLP/HTTP requests.
 //!
@@ -44,6 +45,7 @@
 pub mod agent;
 pub mod http;
 pub mod paths;
+pub mod pki;
 pub mod receiver;
 
 pub use agent::{Agent, AgentBuilder};
