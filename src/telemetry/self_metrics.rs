@@ -35,6 +35,15 @@ pub const NVML_ERRORS: SelfMetric = SelfMetric {
     description: "Errors NVML answered since start. A field that answers NOT_SUPPORTED is asked (and counted) once per GPU and NVML session; a lost GPU is probed (and counted) once per tick.",
 };
 
+/// `gpu_sidecar.nvml.stuck`: NVML steps that ran past the watchdog bound.
+pub const NVML_STUCK: SelfMetric = SelfMetric {
+    name: "gpu_sidecar.nvml.stuck",
+    instrument: "counter",
+    unit: "{call}",
+    attributes: "`thread.name` (`nvml-sampler` or `nvml-events`), `gpu_sidecar.nvml.step` (the sampler's step, e.g. `sampling tick`, or the watcher's call, e.g. `nvmlEventSetWait_v2`)",
+    description: "NVML steps found running past GPU_SIDECAR_WATCHDOG_TIMEOUT (for the event watcher: past its wait's own timeout plus that bound) since start, one per episode: a driver call that does not return. Logged once each; readiness is false meanwhile.",
+};
+
 /// `gpu_sidecar.export.failures`: failed metric exports.
 pub const EXPORT_FAILURES: SelfMetric = SelfMetric {
     name: "gpu_sidecar.export.failures",
@@ -55,11 +64,17 @@ pub const EXPORT_LAST_SUCCESS: SelfMetric = SelfMetric {
 };
 
 /// Every self-metric.
-pub const SELF_METRICS: &[SelfMetric] = &[NVML_ERRORS, EXPORT_FAILURES, EXPORT_LAST_SUCCESS];
+pub const SELF_METRICS: &[SelfMetric] = &[
+    NVML_ERRORS,
+    NVML_STUCK,
+    EXPORT_FAILURES,
+    EXPORT_LAST_SUCCESS,
+];
 
 /// Registers the self-metrics on `meter`; their callbacks read `shared` and `status` (no
 /// NVML call, no lock held for long).
 pub fn register(meter: &Meter, shared: Arc<SharedState>, status: Arc<ExportStatus>) {
+    let shared_for_stuck = shared.clone();
     meter
         .u64_observable_counter(NVML_ERRORS.name)
         .with_unit(NVML_ERRORS.unit)
@@ -71,6 +86,23 @@ pub fn register(meter: &Meter, shared: Arc<SharedState>, status: Arc<ExportStatu
                     &[
                         KeyValue::new("nvidia.nvml.call", call),
                         KeyValue::new("error.type", code),
+                    ],
+                );
+            }
+        })
+        .build();
+    let stuck_shared = shared_for_stuck;
+    meter
+        .u64_observable_counter(NVML_STUCK.name)
+        .with_unit(NVML_STUCK.unit)
+        .with_description(NVML_STUCK.description)
+        .with_callback(move |obs| {
+            for ((thread, step), n) in stuck_shared.stuck_counts() {
+                obs.observe(
+                    n,
+                    &[
+                        KeyValue::new("thread.name", thread),
+                        KeyValue::new("gpu_sidecar.nvml.step", step),
                     ],
                 );
             }
