@@ -166,6 +166,9 @@ impl ExportStatus {
 
     /// Records one export's outcome and logs at a bounded rate (see [`FAILURE_LOG_PERIOD`]).
     pub fn record(&self, result: &OTelSdkResult, target: &str) {
+        // Taken whatever the outcome: a cause left by an attempt the exporter retried with
+        // success must not be shown with a later, different failure.
+        let cause = self.cause.take();
         let mut s = self.lock();
         s.total_exports += 1;
         let now = Instant::now();
@@ -185,7 +188,6 @@ impl ExportStatus {
                 s.last_success = Some((now, SystemTime::now()));
             }
             Err(e) => {
-                let cause = self.cause.take();
                 s.consecutive_failures += 1;
                 s.total_failures += 1;
                 s.last_failure = Some(now);
