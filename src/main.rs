@@ -6,6 +6,10 @@
 //!
 //! `gpu-otel-sidecar health` asks the local agent's `/readyz` (for a Docker `HEALTHCHECK`
 //! in an image without curl): exit 0 when ready, 1 otherwise.
+//!
+//! `gpu-otel-sidecar check-config` reads the settings as the agent would and prints what it
+//! understood (one JSON object), without loading NVML or connecting anywhere: exit 0, or 2
+//! with the line the agent would print for a bad setting.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -30,6 +34,11 @@ over OTLP.
 Usage: gpu-otel-sidecar           run the agent until SIGTERM or SIGINT
        gpu-otel-sidecar health    ask the running agent's /readyz (GPU_SIDECAR_HEALTH_ADDR);
                                   exit 0 if ready, 1 if not
+       gpu-otel-sidecar check-config
+                                  read the settings from the environment as the agent
+                                  would and print what it understood as one JSON object
+                                  (resource attributes decoded); exit 0, or 2 naming the
+                                  bad setting. Loads no NVML, connects nowhere.
        gpu-otel-sidecar --help | --version
 
 Exit codes: 0 stopped cleanly; 1 could not start (OTLP exporter set-up, health port in use);
@@ -48,6 +57,7 @@ fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         None => {}
         Some("health") => return health_command(),
+        Some("check-config") => return check_config_command(),
         Some("--help" | "-h") => {
             print!("{}", help());
             return ExitCode::SUCCESS;
@@ -70,6 +80,55 @@ fn main() -> ExitCode {
     };
     logging::init(&config.log_level, config.log_format == LogFormat::Json);
     run(config)
+}
+
+/// `gpu-otel-sidecar check-config`: the settings as the agent understands them, as one JSON
+/// object on stdout (header values never shown); exit 2 with the agent's own message for a
+/// bad setting.
+fn check_config_command() -> ExitCode {
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gpu-otel-sidecar: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("{}", config_summary(&config));
+    ExitCode::SUCCESS
+}
+
+/// What `check-config` prints.
+fn config_summary(config: &Config) -> serde_json::Value {
+    let resource: std::collections::BTreeMap<String, String> = attribution::resource(config)
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let devices = match &config.devices {
+        DeviceSelection::All => "all".to_string(),
+        DeviceSelection::PodResources | DeviceSelection::Allocated(_) => {
+            "pod-resources".to_string()
+        }
+        DeviceSelection::List(ids) => format!("{ids:?}"),
+    };
+    serde_json::json!({
+        "resource": resource,
+        "metrics_exporter": format!("{:?}", config.metrics_exporter).to_lowercase(),
+        "logs_exporter": format!("{:?}", config.logs_exporter).to_lowercase(),
+        "otlp": {
+            "protocol": match config.otlp.protocol {
+                gpu_otel_sidecar::config::Protocol::Grpc => "grpc",
+                gpu_otel_sidecar::config::Protocol::HttpProtobuf => "http/protobuf",
+            },
+            "metrics_endpoint": config.otlp.metrics_endpoint,
+            "logs_endpoint": config.otlp.logs_endpoint,
+            "header_names": config.otlp.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            "timeout_ms": config.otlp.timeout.as_millis() as u64,
+        },
+        "export_interval_ms": config.export_interval.as_millis() as u64,
+        "sample_interval_ms": config.sample_interval.as_millis() as u64,
+        "devices": devices,
+        "health_addr": config.health_addr.map(|a| a.to_string()),
+    })
 }
 
 /// `gpu-otel-sidecar health`: prints the `/readyz` body; exit 0 when ready.
@@ -192,7 +251,7 @@ fn run(config: Config) -> ExitCode {
                 }
             });
             match resolved {
-                Some(ids) => settings.devices = DeviceSelection::List(ids),
+                Some(ids) => settings.devices = DeviceSelection::Allocated(ids),
                 None => {
                     tracing::info!("stopped before the pod's GPUs were known");
                     runtime.shutdown_background();

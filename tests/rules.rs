@@ -188,6 +188,9 @@ fn check_record(r: &LogRecordView, rule: RuleId, state: &str, hw_id: &str) {
             (number, text)
         );
         assert!(r.body.ends_with(spec.hint), "{}", r.body);
+        // The text names the GPU by its UUID (the training process's cuda:N is not
+        // NVML's index).
+        assert!(r.body.contains(hw_id), "{}", r.body);
         assert!(
             r.attrs.keys().any(|k| k.starts_with("nvidia.gpu.reading.")),
             "no readings: {:#?}",

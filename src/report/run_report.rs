@@ -49,7 +49,9 @@ use opentelemetry_sdk::Resource;
 use serde::Serialize;
 
 use crate::config::OutputTarget;
-use crate::sampling::{DeviceInfo, DeviceSample, SharedState, Snapshot, CLOCKS_EVENT_REASONS};
+use crate::sampling::{
+    DeviceInfo, DeviceSample, SharedState, Sharing, Snapshot, CLOCKS_EVENT_REASONS,
+};
 use crate::telemetry::events::{Event, Events};
 
 /// `event.name` of the report's log record, and the value of the `event.name` key that
@@ -130,12 +132,19 @@ pub struct Summary {
 /// One GPU's summary with its identity.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuSummary {
-    /// NVML index.
+    /// NVML index: the node-wide number `nvidia-smi` shows, not the training process's
+    /// `cuda:N` (which counts the GPUs visible to it from 0, in `CUDA_DEVICE_ORDER`); match
+    /// GPUs by `uuid` or `pci_bus_id`.
     pub index: u32,
     /// GPU (or MIG) UUID, the metrics' `hw.id`.
     pub uuid: String,
+    /// PCI bus id (`nvmlDeviceGetPciInfo_v3`), as `nvidia-smi` and `/sys/bus/pci` show it.
+    pub pci_bus_id: Option<String>,
     /// Product name, the metrics' `hw.model`.
     pub name: Option<String>,
+    /// `time_slicing` or `mps` when the GPU was shared with other pods during the run (its
+    /// figures are then the whole GPU's); `null` otherwise.
+    pub sharing: Option<&'static str>,
     /// The numbers.
     #[serde(flatten)]
     pub summary: Summary,
@@ -289,6 +298,8 @@ struct GpuAcc {
     reasons_known_s: f64,
     reason_s: [f64; CLOCKS_EVENT_REASONS.len()],
     held_back_s: [f64; HELD_BACK.len()],
+    /// How the GPU was shared, when it was (the last mode seen).
+    sharing: Option<Sharing>,
 }
 
 /// The report's held-back categories and the clock-event reasons each one covers (a sample
@@ -366,6 +377,7 @@ impl GpuAcc {
             reasons_known_s: 0.0,
             reason_s: [0.0; CLOCKS_EVENT_REASONS.len()],
             held_back_s: [0.0; HELD_BACK.len()],
+            sharing: None,
         }
     }
 
@@ -401,6 +413,9 @@ impl GpuAcc {
         self.close_hold(at, cap);
         self.first.get_or_insert(at);
         self.last = Some(at);
+        if s.sharing.is_some() {
+            self.sharing = s.sharing;
+        }
         if s.answered_nothing() {
             self.missed += 1;
             // The energy counter may still have been read at this tick (its own cadence);
@@ -627,7 +642,9 @@ impl RunAccumulator {
             .map(|g| GpuSummary {
                 index: g.info.index,
                 uuid: g.info.uuid.clone(),
+                pci_bus_id: g.info.pci_bus_id.clone(),
                 name: g.info.name.clone(),
+                sharing: g.sharing.map(Sharing::as_str),
                 summary: g.summary(self.xids.get(&g.info.uuid)),
             })
             .collect();

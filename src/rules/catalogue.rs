@@ -241,7 +241,7 @@ pub static RULES: &[RuleSpec] = &[
         severity: AlertSeverity::Info,
         threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(30)),
-        condition: "Clock-event reason `sw_power_cap` (`nvmlDeviceGetCurrentClocksThrottleReasons` bit 0x4) set for DURATION. Resolves once it has been clear for DURATION.",
+        condition: "Clock-event reason `sw_power_cap` (`nvmlDeviceGetCurrentClocksEventReasons` bit 0x4) set for DURATION. Resolves once it has been clear for DURATION.",
         attributes: "`nvidia.gpu.alert.clocks_event.reasons` (the active reasons), `hw.power`, `nvidia.gpu.power.limit` (W)",
         hint: "The card is working at its power limit, which is normal under full load; it only costs speed if the limit was lowered (compare with the board's default limit).",
     },
@@ -290,7 +290,7 @@ pub static RULES: &[RuleSpec] = &[
         threshold: None,
         hold: HoldSpec::Immediate,
         condition: "NVML answers `NVML_ERROR_GPU_IS_LOST` or `NVML_ERROR_RESET_REQUIRED` for the GPU (`hw.status` `failed`). Fires at the first such sample; resolves at the first sample where it answers again.",
-        attributes: "`nvidia.gpu.index`; the readings are the last ones taken before it was lost",
+        attributes: "`nvidia.gpu.index` (NVML's node-wide index as `nvidia-smi` numbers GPUs, not the training process's `cuda:N`: match GPUs by `hw.id` (UUID) or `nvidia.gpu.pci.bus_id`); the readings are the last ones taken before it was lost",
         hint: "The GPU has fallen off the bus or needs a reset; the job on it cannot go on: drain the node, reset or replace the GPU, and check the kernel log for XID 79.",
     },
     RuleSpec {

@@ -11,7 +11,7 @@ use opentelemetry::KeyValue;
 use super::catalogue::{xid_hint, Hold, RuleId};
 use super::{clocks, health, memory, workload};
 use crate::config::RulesConfig;
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, Snapshot};
 use crate::telemetry::catalogue::{device_attributes, info_attributes, Number, CATALOGUE};
 
 /// What a rule judged about one subject (a GPU, or the pod's GPUs together) at one sample.
@@ -117,7 +117,7 @@ pub struct Alert {
     pub hw_id: Option<String>,
     /// `hw.id`, `hw.type`, `hw.vendor`, `hw.model` of that GPU, as on its metrics.
     pub device: Vec<KeyValue>,
-    /// `GPU <index> (<uuid>)`, for the body.
+    /// The device as the body names it ([`label`]: UUID, nvidia-smi index, PCI bus id).
     pub label: String,
     /// The sample's wall-clock time (`Snapshot::taken_at`), or the XID's.
     pub time: SystemTime,
@@ -381,7 +381,7 @@ impl Engine {
                     .any(|g| g.info.uuid == m.parent_uuid)
                 {
                     let p = parent_info(&d.info);
-                    let lbl = format!("GPU {} ({})", p.index, p.uuid);
+                    let lbl = device_label(&p);
                     self.known
                         .entry(p.uuid.clone())
                         .or_insert_with(|| (info_attributes(&p), lbl));
@@ -432,15 +432,7 @@ impl Engine {
                                         .collect()
                                 }),
                             d.map(label)
-                                .or_else(|| {
-                                    parent.map(|m| {
-                                        format!(
-                                            "GPU {} ({})",
-                                            m.info.index,
-                                            parent_info(&m.info).uuid
-                                        )
-                                    })
-                                })
+                                .or_else(|| parent.map(|m| device_label(&parent_info(&m.info))))
                                 .unwrap_or_else(|| "the GPUs".to_string()),
                         )
                     }
@@ -604,10 +596,12 @@ impl Engine {
 }
 
 /// What is known of the physical GPU of a MIG device from the MIG device's own facts: its
-/// UUID, index and driver (its product name is not known, so `hw.model` is absent).
-fn parent_info(mig: &crate::sampling::DeviceInfo) -> crate::sampling::DeviceInfo {
-    crate::sampling::DeviceInfo {
+/// UUID, index, PCI bus id (a MIG device is on its GPU's) and driver (its product name is not
+/// known, so `hw.model` is absent).
+fn parent_info(mig: &DeviceInfo) -> DeviceInfo {
+    DeviceInfo {
         index: mig.index,
+        pci_bus_id: mig.pci_bus_id.clone(),
         uuid: mig
             .mig
             .as_ref()
@@ -618,9 +612,24 @@ fn parent_info(mig: &crate::sampling::DeviceInfo) -> crate::sampling::DeviceInfo
     }
 }
 
-/// `GPU <index> (<uuid>)`.
+/// How an alert text names a device: its UUID (the `hw.id`, what `nvidia-smi -L` and
+/// `torch.cuda.get_device_properties(i).uuid` show), then NVML's node-wide index as
+/// `nvidia-smi` numbers GPUs (not the training process's `cuda:N`) and the PCI bus id:
+/// `GPU-8f6c… (nvidia-smi GPU 2, PCI 00000000:19:00.0)`; a MIG device
+/// `MIG-… (on nvidia-smi GPU 2)`.
 pub fn label(d: &DeviceSample) -> String {
-    format!("GPU {} ({})", d.info.index, d.info.uuid)
+    device_label(&d.info)
+}
+
+/// [`label`] from the static facts.
+pub fn device_label(info: &DeviceInfo) -> String {
+    if info.mig.is_some() {
+        return format!("{} (on nvidia-smi GPU {})", info.uuid, info.index);
+    }
+    match &info.pci_bus_id {
+        Some(pci) => format!("{} (nvidia-smi GPU {}, PCI {pci})", info.uuid, info.index),
+        None => format!("{} (nvidia-smi GPU {})", info.uuid, info.index),
+    }
 }
 
 /// Every reading of a GPU as attributes `nvidia.gpu.reading.<metric>[.<attribute value>]`,

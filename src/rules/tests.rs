@@ -23,7 +23,7 @@ fn info(index: u32) -> Arc<DeviceInfo> {
         uuid: format!("GPU-00000000-0000-4000-8000-00000000000{index}"),
         name: Some("NVIDIA H100 80GB HBM3".into()),
         serial: None,
-        pci_bus_id: None,
+        pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + 0x10 * index)),
         vbios_version: None,
         driver_version: None,
         mig: None,
@@ -371,6 +371,18 @@ fn imbalance_fires_once_for_the_pod_named_after_the_idlest_gpu() {
         value(a, "nvidia.gpu.alert.utilizations").to_string(),
         "[0.9,0.91,0.3,0.93]"
     );
+    // The text names every GPU by its UUID, with the nvidia-smi index and PCI bus id.
+    let body = to_event(a).body;
+    for i in 0..4 {
+        assert!(body.contains(&info(i).uuid), "{body}");
+    }
+    assert!(
+        body.contains(&format!(
+            "{} (nvidia-smi GPU 2, PCI 00000000:38:00.0) 30%",
+            info(2).uuid
+        )),
+        "{body}"
+    );
     // GPU 2 at 30 % is not starving (threshold 20 %): nothing else fired.
     // One GPU alone: the rule has nothing to compare.
     let mut engine = Engine::new(&config(&[]));
@@ -559,7 +571,7 @@ fn gpu_lost_fires_once_per_gpu_when_only_its_mig_devices_are_sampled() {
         assert_eq!(a.hw_id.as_deref(), Some(gpu.as_str()));
         assert!(a.device.contains(&KeyValue::new("hw.id", gpu.clone())));
         assert!(a.device.contains(&KeyValue::new("hw.type", "gpu")));
-        assert_eq!(a.label, format!("GPU 0 ({gpu})"));
+        assert_eq!(a.label, format!("{gpu} (nvidia-smi GPU 0)"));
     }
     // The GPU sampled with its MIG devices: still one alert, the GPU's, with its model.
     let mut engine = Engine::new(&config(&[]));
@@ -713,7 +725,7 @@ fn event_record_carries_names_severity_attributes_and_hint() {
     assert_eq!(
         e.body,
         format!(
-            "GPU 0 ({}): memory 97.5% used (78.0 GiB of 80.0 GiB; threshold 95%) for 10s. {}",
+            "{} (nvidia-smi GPU 0, PCI 00000000:18:00.0): memory 97.5% used (78.0 GiB of 80.0 GiB; threshold 95%) for 10s. {}",
             info(0).uuid,
             RuleId::MemoryNearFull.spec().hint
         )
