@@ -317,6 +317,9 @@ pub struct Config {
     pub sample_log: Option<SampleLogConfig>,
     /// Alert rules, `GPU_SIDECAR_RULE_<NAME>_*`; defaults in `src/rules/catalogue.rs`.
     pub rules: RulesConfig,
+    /// Price of one GPU-hour, `GPU_SIDECAR_PRICE_PER_GPU_HOUR` (any currency; no default):
+    /// the run report's `cost` and `idle_cost`.
+    pub price_per_gpu_hour: Option<f64>,
 }
 
 /// A file path, or standard output (written `-`).
@@ -367,6 +370,9 @@ pub struct RuleSettings {
     /// `_THRESHOLD` in the rule's unit (e.g. percent of total memory); `None` for a rule
     /// without one.
     pub threshold: Option<f64>,
+    /// The second threshold (`_UTILIZATION`, `_SM_ACTIVITY`, …) in its unit; `None` for a
+    /// rule without one.
+    pub second_threshold: Option<f64>,
     /// `_DURATION` or `_SAMPLES`: how long the condition must hold.
     pub hold: Hold,
 }
@@ -412,6 +418,16 @@ fn parse_rules<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<RulesConfig
                 })
             }
         };
+        let second_threshold = match spec.second_threshold {
+            None => None,
+            Some(t) => {
+                let var = spec.var(t.suffix);
+                Some(match get(&var) {
+                    None => t.spec.default,
+                    Some(v) => parse_threshold(&var, v, &t.spec)?,
+                })
+            }
+        };
         let hold = match spec.hold {
             HoldSpec::Immediate => Hold::Immediate,
             HoldSpec::Duration(d) => {
@@ -443,6 +459,7 @@ fn parse_rules<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<RulesConfig
             RuleSettings {
                 enabled,
                 threshold,
+                second_threshold,
                 hold,
             },
         ));
@@ -488,6 +505,7 @@ struct RawOwn {
     gpm_interval: Option<String>,
     energy_interval: Option<String>,
     pcie_interval: Option<String>,
+    price_per_gpu_hour: Option<String>,
 }
 
 /// Every `GPU_SIDECAR_*` variable the agent knows (without the prefix); any other one is
@@ -510,6 +528,9 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "RULE_MEMORY_NEAR_FULL_ENABLED",
     "RULE_MEMORY_NEAR_FULL_THRESHOLD",
     "RULE_MEMORY_NEAR_FULL_DURATION",
+    "RULE_MEMORY_PREALLOCATED_ENABLED",
+    "RULE_MEMORY_PREALLOCATED_THRESHOLD",
+    "RULE_MEMORY_PREALLOCATED_DURATION",
     "RULE_MEMORY_LEAK_ENABLED",
     "RULE_MEMORY_LEAK_THRESHOLD",
     "RULE_MEMORY_LEAK_DURATION",
@@ -526,6 +547,14 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "RULE_UTILIZATION_IMBALANCE_ENABLED",
     "RULE_UTILIZATION_IMBALANCE_THRESHOLD",
     "RULE_UTILIZATION_IMBALANCE_DURATION",
+    "RULE_TENSOR_CORES_IDLE_ENABLED",
+    "RULE_TENSOR_CORES_IDLE_THRESHOLD",
+    "RULE_TENSOR_CORES_IDLE_UTILIZATION",
+    "RULE_TENSOR_CORES_IDLE_DURATION",
+    "RULE_MEMORY_BOUND_ENABLED",
+    "RULE_MEMORY_BOUND_THRESHOLD",
+    "RULE_MEMORY_BOUND_SM_ACTIVITY",
+    "RULE_MEMORY_BOUND_DURATION",
     "RULE_GPU_LOST_ENABLED",
     "RULE_XID_ENABLED",
     "RULE_XID_DURATION",
@@ -535,6 +564,7 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "GPM_INTERVAL",
     "ENERGY_INTERVAL",
     "PCIE_INTERVAL",
+    "PRICE_PER_GPU_HOUR",
 ];
 
 /// Every standard `OTEL_*` variable the agent reads.
@@ -785,6 +815,19 @@ impl Config {
                 )
             })?),
         };
+        let price_per_gpu_hour = match raw.price_per_gpu_hour.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(v) => match v.parse::<f64>() {
+                Ok(p) if p.is_finite() && p >= 0.0 => Some(p),
+                _ => {
+                    return Err(ConfigError::new(
+                        "GPU_SIDECAR_PRICE_PER_GPU_HOUR",
+                        v,
+                        "a price per GPU-hour: a number from 0, in any currency, e.g. 2.50",
+                    ))
+                }
+            },
+        };
         let watchdog_timeout = match raw.watchdog_timeout.as_deref() {
             None | Some("") => (sample_interval * 3).max(Duration::from_secs(10)),
             Some(v) => parse_duration("GPU_SIDECAR_WATCHDOG_TIMEOUT", v)?,
@@ -832,6 +875,7 @@ impl Config {
             report_file,
             sample_log,
             rules: parse_rules(&get)?,
+            price_per_gpu_hour,
         })
     }
 }
@@ -1554,6 +1598,7 @@ mod tests {
             RuleSettings {
                 enabled: true,
                 threshold: Some(95.0),
+                second_threshold: None,
                 hold: Hold::Duration(Duration::from_secs(10)),
             }
         );
@@ -1599,6 +1644,58 @@ mod tests {
         // A rule without a threshold has no such setting.
         let e = cfg(&[("GPU_SIDECAR_RULE_GPU_LOST_THRESHOLD", "1")]).unwrap_err();
         assert!(e.expected.starts_with("no such setting"), "{e}");
+    }
+
+    #[test]
+    fn price_and_second_thresholds() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.price_per_gpu_hour, None);
+        let tc = c.rules.get(RuleId::TensorCoresIdle);
+        assert_eq!(
+            (tc.threshold, tc.second_threshold),
+            (Some(10.0), Some(90.0))
+        );
+        let mb = c.rules.get(RuleId::MemoryBound);
+        assert_eq!(
+            (mb.threshold, mb.second_threshold),
+            (Some(80.0), Some(50.0))
+        );
+        assert_eq!(c.rules.get(RuleId::MemoryNearFull).second_threshold, None);
+        let c = cfg(&[
+            ("GPU_SIDECAR_PRICE_PER_GPU_HOUR", "2.5"),
+            ("GPU_SIDECAR_RULE_TENSOR_CORES_IDLE_UTILIZATION", "80%"),
+            ("GPU_SIDECAR_RULE_MEMORY_BOUND_SM_ACTIVITY", "30"),
+        ])
+        .unwrap();
+        assert_eq!(c.price_per_gpu_hour, Some(2.5));
+        assert_eq!(
+            c.rules.get(RuleId::TensorCoresIdle).second_threshold,
+            Some(80.0)
+        );
+        assert_eq!(
+            c.rules.get(RuleId::MemoryBound).second_threshold,
+            Some(30.0)
+        );
+        for (var, v, expected) in [
+            (
+                "GPU_SIDECAR_PRICE_PER_GPU_HOUR",
+                "-1",
+                "a price per GPU-hour: a number from 0, in any currency, e.g. 2.50",
+            ),
+            (
+                "GPU_SIDECAR_PRICE_PER_GPU_HOUR",
+                "$3",
+                "a price per GPU-hour: a number from 0, in any currency, e.g. 2.50",
+            ),
+            (
+                "GPU_SIDECAR_RULE_TENSOR_CORES_IDLE_UTILIZATION",
+                "0",
+                "a number above 0 up to 100 (percent GPU utilization)",
+            ),
+        ] {
+            let e = cfg(&[(var, v)]).unwrap_err();
+            assert_eq!((e.var.as_str(), e.expected.as_str()), (var, expected));
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use gpu_otel_sidecar::attribution::pod_resources;
 use gpu_otel_sidecar::config::{Config, DeviceSelection, LogFormat};
-use gpu_otel_sidecar::report::{RunReporter, SampleLogger, XidRecorder};
+use gpu_otel_sidecar::report::{RunAccumulator, RunReporter, SampleLogger, XidRecorder};
 use gpu_otel_sidecar::rules::{Rules, XidHook, XidReport};
 use gpu_otel_sidecar::sampling::{
     DeviceEvent, DeviceEventKind, Observer, SampleGroup, Sampler, SamplerSettings, SharedState,
@@ -294,7 +294,16 @@ fn run(config: Config) -> ExitCode {
     };
     checks.exports_started(telemetry.status.clone());
     // Subscribed before the sampler starts, so that they see every tick.
-    let run_report = RunReporter::start(&shared, config.sample_interval);
+    let run_report = RunReporter::start_with(
+        &shared,
+        RunAccumulator::new(config.sample_interval)
+            .with_price_per_gpu_hour(config.price_per_gpu_hour)
+            .with_pool_params(gpu_otel_sidecar::rules::pool_params(
+                config
+                    .rules
+                    .get(gpu_otel_sidecar::rules::RuleId::MemoryPreallocated),
+            )),
+    );
     let sample_log = config
         .sample_log
         .clone()

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use opentelemetry::KeyValue;
 
 use super::catalogue::{xid_hint, Hold, RuleId};
-use super::{clocks, health, memory, workload};
+use super::preallocation::PoolParams;
+use super::{clocks, health, memory, profiling, workload};
 use crate::config::RulesConfig;
 use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, Snapshot};
 use crate::telemetry::catalogue::{device_attributes, info_attributes, Number, CATALOGUE};
@@ -290,6 +291,18 @@ impl Engine {
     pub fn new(config: &RulesConfig) -> Self {
         let mut slots = Vec::new();
         let mut xid = None;
+        // What other rules need of the rules they defer to, when those are enabled.
+        let enabled = |id: RuleId| {
+            config
+                .0
+                .iter()
+                .find(|(i, _)| *i == id)
+                .map(|(_, s)| *s)
+                .filter(|s| s.enabled)
+        };
+        let pools = enabled(RuleId::MemoryPreallocated).map(pool_params);
+        let memory_bound =
+            enabled(RuleId::MemoryBound).and_then(|s| s.threshold.zip(s.second_threshold));
         for (id, s) in &config.0 {
             if !s.enabled {
                 continue;
@@ -297,7 +310,11 @@ impl Engine {
             let threshold = s.threshold;
             let t = threshold.unwrap_or_default();
             let (rule, clear): (Box<dyn Rule>, Hold) = match id {
-                RuleId::MemoryNearFull => (Box::new(memory::NearFull::new(t)), s.hold),
+                RuleId::MemoryNearFull => (Box::new(memory::NearFull::new(t, pools)), s.hold),
+                RuleId::MemoryPreallocated => (
+                    Box::new(memory::Preallocated::new(pool_params(*s))),
+                    Hold::Immediate,
+                ),
                 RuleId::MemoryLeak => {
                     let window = match s.hold {
                         Hold::Duration(d) => d,
@@ -313,6 +330,21 @@ impl Engine {
                 RuleId::ClocksSlowdown => (Box::new(clocks::Slowdown), s.hold),
                 RuleId::InputStarvation => (Box::new(workload::Starvation::new(t)), s.hold),
                 RuleId::UtilizationImbalance => (Box::new(workload::Imbalance::new(t)), s.hold),
+                RuleId::TensorCoresIdle => (
+                    Box::new(profiling::TensorCoresIdle::new(
+                        t,
+                        s.second_threshold.unwrap_or(90.0),
+                        memory_bound,
+                    )),
+                    s.hold,
+                ),
+                RuleId::MemoryBound => (
+                    Box::new(profiling::MemoryBound::new(
+                        t,
+                        s.second_threshold.unwrap_or(50.0),
+                    )),
+                    s.hold,
+                ),
                 RuleId::GpuLost => (Box::new(health::GpuLost), Hold::Immediate),
                 RuleId::Xid => {
                     let quiet = match s.hold {
@@ -593,6 +625,16 @@ impl Engine {
             hint: xid_hint(report.xid),
         })
     }
+}
+
+/// The pool recognition of `memory_preallocated`'s settings (THRESHOLD percent, reached
+/// within DURATION / 6, held for DURATION); the run report uses it too.
+pub fn pool_params(s: crate::config::RuleSettings) -> PoolParams {
+    let duration = match s.hold {
+        Hold::Duration(d) => d,
+        _ => std::time::Duration::from_secs(60),
+    };
+    PoolParams::from_rule(s.threshold.unwrap_or(70.0), duration)
 }
 
 /// What is known of the physical GPU of a MIG device from the MIG device's own facts: its

@@ -14,10 +14,10 @@ use super::to_event;
 use crate::config::{Config, RulesConfig};
 use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, ProcessSample, Snapshot};
 
-const GIB: u64 = 1 << 30;
-const TOTAL: u64 = 80 * GIB;
+pub(super) const GIB: u64 = 1 << 30;
+pub(super) const TOTAL: u64 = 80 * GIB;
 
-fn info(index: u32) -> Arc<DeviceInfo> {
+pub(super) fn info(index: u32) -> Arc<DeviceInfo> {
     Arc::new(DeviceInfo {
         index,
         uuid: format!("GPU-00000000-0000-4000-8000-00000000000{index}"),
@@ -32,7 +32,7 @@ fn info(index: u32) -> Arc<DeviceInfo> {
 
 /// A healthy busy GPU: 95 % busy, 40 GiB of 80 used by one process, 70 °C, 500 W of 700,
 /// no clock-event reason.
-fn busy(index: u32) -> DeviceSample {
+pub(super) fn busy(index: u32) -> DeviceSample {
     let mut d = DeviceSample::empty(info(index), DeviceState::Ok);
     d.utilization_gpu_percent = Some(95);
     d.utilization_memory_controller_percent = Some(30);
@@ -54,14 +54,14 @@ fn busy(index: u32) -> DeviceSample {
     d
 }
 
-struct Clock {
+pub(super) struct Clock {
     instant: Instant,
     wall: SystemTime,
     seq: u64,
 }
 
 impl Clock {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             instant: Instant::now(),
             wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
@@ -69,7 +69,7 @@ impl Clock {
         }
     }
 
-    fn at(&mut self, secs: f64, devices: Vec<DeviceSample>) -> Snapshot {
+    pub(super) fn at(&mut self, secs: f64, devices: Vec<DeviceSample>) -> Snapshot {
         self.seq += 1;
         let d = Duration::from_secs_f64(secs);
         Snapshot {
@@ -80,12 +80,12 @@ impl Clock {
         }
     }
 
-    fn secs(&self, a: &Alert) -> f64 {
+    pub(super) fn secs(&self, a: &Alert) -> f64 {
         a.time.duration_since(self.wall).unwrap().as_secs_f64()
     }
 }
 
-fn config(vars: &[(&str, &str)]) -> RulesConfig {
+pub(super) fn config(vars: &[(&str, &str)]) -> RulesConfig {
     Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
         .unwrap()
         .rules
@@ -93,7 +93,7 @@ fn config(vars: &[(&str, &str)]) -> RulesConfig {
 
 /// Feeds samples every `step` seconds from 0 to `end` (inclusive), built by `f(t)`;
 /// returns the alerts with their sample time in seconds.
-fn replay(
+pub(super) fn replay(
     engine: &mut Engine,
     step: f64,
     end: f64,
@@ -112,7 +112,7 @@ fn replay(
     out
 }
 
-fn value<'a>(a: &'a Alert, key: &str) -> &'a Value {
+pub(super) fn value<'a>(a: &'a Alert, key: &str) -> &'a Value {
     &a.values
         .iter()
         .find(|kv| kv.key.as_str() == key)
@@ -120,7 +120,7 @@ fn value<'a>(a: &'a Alert, key: &str) -> &'a Value {
         .value
 }
 
-fn f64_of(v: &Value) -> f64 {
+pub(super) fn f64_of(v: &Value) -> f64 {
     match v {
         Value::F64(f) => *f,
         Value::I64(i) => *i as f64,
@@ -128,7 +128,7 @@ fn f64_of(v: &Value) -> f64 {
     }
 }
 
-fn summary(alerts: &[(f64, Alert)]) -> Vec<(f64, RuleId, AlertState)> {
+pub(super) fn summary(alerts: &[(f64, Alert)]) -> Vec<(f64, RuleId, AlertState)> {
     alerts.iter().map(|(t, a)| (*t, a.rule, a.state)).collect()
 }
 
@@ -806,9 +806,10 @@ fn h200_recording_fires_only_the_power_cap() {
     assert_eq!(to_event(a).severity, Severity::Info);
 }
 
-/// Cost of judging one snapshot: 8 GPUs, all leaking (both leak slopes computed every
-/// sample), 1 s samples for 20 minutes. A measurement, not an assertion:
-/// `cargo test --release --lib rules::tests::observe_cost -- --ignored --nocapture`.
+/// Cost of judging one snapshot: 8 GPUs, all leaking (both leak slopes fitted at each 5 s
+/// bucket), 1 s samples for 20 minutes. A measurement, not an assertion:
+/// `cargo test --release --lib rules::tests::observe_cost -- --ignored --nocapture`; the
+/// curve over a run's length is `GPU_SIDECAR_BENCH_RULES_CURVE=1 cargo bench --bench tick`.
 #[test]
 #[ignore]
 fn observe_cost() {

@@ -753,7 +753,7 @@ impl<'n> Reader<'n> {
             ) {
                 Some(true) => true,
                 Some(false) | None => {
-                    tracing::info!(gpu = index, uuid = %info.uuid, "GPM is not supported on this GPU (nvmlGpmQueryDeviceSupport; Hopper and newer): the GPM profiling metrics (nvidia.gpu.sm.activity, nvidia.gpu.tensor.activity, ...) are not emitted for it, and PCIe bytes come from nvmlDeviceGetPcieThroughput");
+                    tracing::info!(gpu = index, uuid = %info.uuid, "GPM is not supported on this GPU (nvmlGpmQueryDeviceSupport; Hopper and newer): the GPM profiling metrics (nvidia.gpu.sm.activity, nvidia.gpu.tensor.activity, ...) are not emitted for it, the rules tensor_cores_idle and memory_bound do not judge it, its run report profiling figures are null, and PCIe bytes come from nvmlDeviceGetPcieThroughput");
                     false
                 }
             };

@@ -625,7 +625,7 @@ pub static ALERTS: RecordedDef = RecordedDef {
     instrument: RecordedInstrument::Counter,
     unit: "{alert}",
     description: "Alert transitions of the agent's rules: 1 per firing, 1 per resolution (see docs/events.md).",
-    attributes: "`nvidia.gpu.alert.rule` = `memory_near_full` | `memory_leak` | `temperature_high` | `clocks_power_capped` | `clocks_slowdown` | `input_starvation` | `utilization_imbalance` | `gpu_lost` | `xid`; `nvidia.gpu.alert.state` = `firing` | `resolved`; `nvidia.gpu.alert.severity` = `info` | `warning` | `critical`; `hw.id` (the GPU the alert names)",
+    attributes: "`nvidia.gpu.alert.rule` = `memory_near_full` | `memory_preallocated` | `memory_leak` | `temperature_high` | `clocks_power_capped` | `clocks_slowdown` | `input_starvation` | `utilization_imbalance` | `tensor_cores_idle` | `memory_bound` | `gpu_lost` | `xid`; `nvidia.gpu.alert.state` = `firing` | `resolved`; `nvidia.gpu.alert.severity` = `info` | `warning` | `critical`; `hw.id` (the GPU the alert names)",
     source: "the rules engine (`src/rules/`), at each transition",
 };
 
