@@ -12,6 +12,8 @@
 #
 # The test command (the first block's second line) is run by .ci/run itself.
 # Usage: scripts/check-readme-commands.sh   (after `cargo build --release`)
+# (pipefail: a `grep -q` reading a pipe would end its writer with SIGPIPE and fail the
+# pipeline; the checks below let every grep read to the end.)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -55,7 +57,7 @@ problems() { grep -cE ' (WARN|ERROR) ' "$WORK/$1.err" || true; }
 
 echo "== README run command"
 run_for run 8 "$run_line"
-if ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1 '; then
+if ldconfig -p 2>/dev/null | grep 'libnvidia-ml\.so\.1 ' >/dev/null; then
   check "this machine has an NVIDIA driver: metrics are printed" "grep -q '^{\"resourceMetrics\"' '$WORK/run.out'"
   check "no warning or error" "[ \"\$(problems run)\" = 0 ]"
 else
@@ -67,9 +69,9 @@ check "SIGINT: a clean stop (exit 0)" "exited_cleanly run"
 echo "== README replay command"
 run_for replay 8 "$replay"
 check "metrics on stdout (OTLP/JSON), the recording's power" \
-  "grep '^{\"resourceMetrics\"' '$WORK/replay.out' | grep -q '\"name\":\"hw.power\"'"
+  "grep '^{\"resourceMetrics\"' '$WORK/replay.out' | grep '\"name\":\"hw.power\"' >/dev/null"
 check "the run report event on stdout (console events)" \
-  "grep '^{\"resourceLogs\"' '$WORK/replay.out' | grep -q 'gpu.run.report'"
+  "grep '^{\"resourceLogs\"' '$WORK/replay.out' | grep 'gpu.run.report' >/dev/null"
 check "no warning or error" "[ \"\$(problems replay)\" = 0 ]"
 check "SIGINT: a clean stop (exit 0)" "exited_cleanly replay"
 
