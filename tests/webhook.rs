@@ -32,7 +32,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn read_json(path: &Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    common::read_json(path)
 }
 
 /// A CA and the server certificates it issues, written where the webhook reads them.
@@ -642,7 +642,7 @@ fn bad_settings_and_files_are_refused_by_name() {
 /// The README lists every webhook setting with its default, and `--help` the command.
 #[test]
 fn settings_are_in_the_readme_and_the_command_in_help() {
-    let readme = std::fs::read_to_string(common::workspace_root().join("README.md")).unwrap();
+    let readme = common::read_text(common::workspace_root().join("README.md"));
     for s in gpu_otel_sidecar::webhook::settings::SETTINGS {
         let default = s
             .default

@@ -4,9 +4,12 @@
 //!
 //! Records go through the SDK's `BatchLogProcessor` (its own thread, bounded queue of 2048:
 //! an unreachable collector drops events, never grows memory), so whoever emits an event
-//! (the sampler, a rule) never waits on the network.
+//! (the sampler, a rule) never waits on the network. A failed OTLP export is logged like a
+//! failed metric export ([`ExportStatus`]): the first one at once, with the endpoint and the
+//! cause, then at most once a minute.
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
@@ -17,6 +20,7 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::{LogBatch, LogExporter, SdkLogger, SdkLoggerProvider};
 use opentelemetry_sdk::Resource;
 
+use super::export::{ExportStatus, TransportCause};
 use crate::config::{Config, ExporterKind, OtlpConfig, Protocol};
 
 /// One event to emit.
@@ -105,6 +109,7 @@ impl LogExporter for ConsoleLogExporter {
 
 fn otlp_log_exporter(
     c: &OtlpConfig,
+    cause: TransportCause,
 ) -> Result<opentelemetry_otlp::LogExporter, opentelemetry_otlp::ExporterBuildError> {
     let builder = opentelemetry_otlp::LogExporter::builder();
     match c.protocol {
@@ -112,8 +117,34 @@ fn otlp_log_exporter(
             super::export::configure_tonic(builder.with_tonic(), c, &c.logs_endpoint).build()
         }
         Protocol::HttpProtobuf => {
-            super::export::configure_http(builder.with_http(), c, &c.logs_endpoint)?.build()
+            super::export::configure_http(builder.with_http(), c, &c.logs_endpoint, cause)?.build()
         }
+    }
+}
+
+/// The OTLP log exporter, recording each export's outcome in an [`ExportStatus`] (which logs
+/// failures at a bounded rate, naming the endpoint and the cause).
+#[derive(Debug)]
+struct AgentLogExporter {
+    inner: opentelemetry_otlp::LogExporter,
+    /// The logs endpoint, for log lines (no secrets).
+    target: String,
+    status: Arc<ExportStatus>,
+}
+
+impl LogExporter for AgentLogExporter {
+    async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
+        let result = self.inner.export(batch).await;
+        self.status.record(&result, &self.target);
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
     }
 }
 
@@ -162,7 +193,17 @@ impl Events {
         let provider = match config.logs_exporter {
             ExporterKind::None => return Ok(Self::disabled()),
             ExporterKind::Console => builder.with_batch_exporter(ConsoleLogExporter::default()),
-            ExporterKind::Otlp => builder.with_batch_exporter(otlp_log_exporter(&config.otlp)?),
+            ExporterKind::Otlp => {
+                let status = Arc::new(ExportStatus::new(
+                    "events",
+                    "these events are lost (nothing is queued for later)",
+                ));
+                builder.with_batch_exporter(AgentLogExporter {
+                    inner: otlp_log_exporter(&config.otlp, status.transport_cause())?,
+                    target: config.otlp.logs_endpoint.clone(),
+                    status,
+                })
+            }
         }
         .build();
         let logger = provider.logger(super::SCOPE);
@@ -191,7 +232,9 @@ impl Events {
             return true;
         };
         super::run_bounded("otel-logs-shutdown", timeout, move || {
-            // Shutdown exports what the batch processor holds.
+            // Shutdown exports what the batch processor holds. A failed export was logged by
+            // `AgentLogExporter` with its cause; the SDK's own error for it says only
+            // "Failed to shutdown", so it is not logged again.
             let _ = provider.shutdown();
         })
     }

@@ -71,7 +71,10 @@ impl Telemetry {
                 "stdout".to_string(),
             ),
             ExporterKind::Otlp => (
-                Inner::Otlp(Box::new(export::otlp_metric_exporter(&config.otlp)?)),
+                Inner::Otlp(Box::new(export::otlp_metric_exporter(
+                    &config.otlp,
+                    status.transport_cause(),
+                )?)),
                 config.otlp.metrics_endpoint.clone(),
             ),
         };

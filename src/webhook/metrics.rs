@@ -17,7 +17,7 @@ use opentelemetry_sdk::Resource;
 use super::inject::Outcome;
 use crate::config::{Config, ExporterKind};
 use crate::telemetry::catalogue::{RecordedDef, RecordedInstrument};
-use crate::telemetry::export::{self, AgentExporter, Inner};
+use crate::telemetry::export::{self, AgentExporter, ExportStatus, Inner};
 use crate::telemetry::{TelemetryError, SCOPE};
 
 /// Attribute of [`ADMISSIONS`]: what the webhook did ([`Outcome::as_str`]).
@@ -47,6 +47,7 @@ impl WebhookMetrics {
     /// # Errors
     /// [`TelemetryError::Exporter`] if the OTLP exporter cannot be built.
     pub fn start(config: &Config, resource: Resource) -> Result<Self, TelemetryError> {
+        let status = std::sync::Arc::new(ExportStatus::default());
         let (inner, target) = match config.metrics_exporter {
             ExporterKind::None => {
                 return Ok(Self {
@@ -59,11 +60,14 @@ impl WebhookMetrics {
                 "stdout".to_string(),
             ),
             ExporterKind::Otlp => (
-                Inner::Otlp(Box::new(export::otlp_metric_exporter(&config.otlp)?)),
+                Inner::Otlp(Box::new(export::otlp_metric_exporter(
+                    &config.otlp,
+                    status.transport_cause(),
+                )?)),
                 config.otlp.metrics_endpoint.clone(),
             ),
         };
-        let exporter = AgentExporter::new(inner, target, Default::default());
+        let exporter = AgentExporter::new(inner, target, status);
         let reader = PeriodicReader::builder(exporter)
             .with_interval(config.export_interval)
             .build();
