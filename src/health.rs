@@ -58,7 +58,7 @@ pub struct Limits {
 impl Limits {
     /// The bounds for `config`.
     pub fn from_config(config: &Config) -> Self {
-        let (ei, timeout) = (config.export_interval, config.otlp.timeout);
+        let (ei, timeout) = (config.export_interval, config.metrics_export_bound());
         Self {
             max_sample_age: crate::telemetry::max_snapshot_age(config.sample_interval),
             watchdog: config.watchdog_timeout,

@@ -110,8 +110,8 @@ fn run(config: Config) -> ExitCode {
     };
     let destination = match config.metrics_exporter {
         gpu_otel_sidecar::config::ExporterKind::Otlp => format!(
-            "OTLP {:?} to {}",
-            config.otlp.protocol, config.otlp.metrics_endpoint
+            "OTLP {:?} to {} ({:?})",
+            config.otlp.metrics.protocol, config.otlp.metrics.endpoint, config.otlp.temporality
         ),
         other => format!("{other:?}"),
     };
@@ -122,9 +122,23 @@ fn run(config: Config) -> ExitCode {
         export_interval_ms = config.export_interval.as_millis() as u64,
         "starting"
     );
+    if config.sdk_disabled {
+        tracing::info!("OTEL_SDK_DISABLED=true: no metrics and no events are exported");
+    }
+    if !config.otel_not_applied.is_empty() {
+        let list = config
+            .otel_not_applied
+            .iter()
+            .map(|(var, why)| format!("{var} ({why})"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(
+            "these OpenTelemetry variables are set but do not apply to this agent, and are ignored: {list} (docs/otel-variables.md)"
+        );
+    }
     if config.sample_interval > config.export_interval {
         tracing::warn!(
-            "GPU_SIDECAR_SAMPLE_INTERVAL ({:?}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({:?}): some exports will repeat the previous sample",
+            "GPU_SIDECAR_SAMPLE_INTERVAL ({:?}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({:?}): GPU metrics are exported once per sample, less often than the export interval",
             config.sample_interval,
             config.export_interval
         );
@@ -195,7 +209,7 @@ fn run(config: Config) -> ExitCode {
         Telemetry::start(&config, resource.clone(), shared.clone()).and_then(|t| {
             Ok((
                 t,
-                Events::start(&config, resource.clone()).map_err(TelemetryError::Exporter)?,
+                Events::start(&config, resource.clone()).map_err(TelemetryError::from)?,
             ))
         })
     };
@@ -207,11 +221,16 @@ fn run(config: Config) -> ExitCode {
         }
     };
     // Before the sampler, so that the rules see every tick too.
-    let rules = Rules::start(&config.rules, &shared, events.clone(), &telemetry.meter());
+    let rules = Rules::start(
+        &config.rules,
+        &shared,
+        events.clone(),
+        &telemetry.recorded(),
+    );
     // After the pipelines: the sampler reports group durations and XID/ECC events into them,
     // and each XID also to the rules and the run report.
     let observer = Arc::new(DeviceEvents {
-        recorder: Recorder::new(&telemetry.meter(), events.emitter()),
+        recorder: Recorder::new(&telemetry.recorded(), events.emitter()),
         rules: rules.xid_hook(),
         report: run_report.xid_recorder(),
     });

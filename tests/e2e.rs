@@ -167,11 +167,18 @@ fn h200_end_to_end(protocol: Protocol, extra: &[(&str, &str)]) -> (Receiver, Age
         assert!(gpu_temps.contains(&((p.value * 1e6).round() as u64)));
     }
 
+    // hw.energy counts from the agent's first reading (the recording's first row: the first
+    // tick comes within ms of NVML's start), with that reading's time as start time: the
+    // first point is 0 at its own start, later ones a difference of recorded totals.
+    let first_mj = rec[0]["energy_mj"].as_f64().unwrap();
     let energies = set(rec
         .iter()
-        .map(|r| r["energy_mj"].as_f64().unwrap() / 1000.0));
-    let energy = rx.points("hw.energy");
+        .map(|r| (r["energy_mj"].as_f64().unwrap() - first_mj) / 1000.0));
+    let mut energy = rx.points("hw.energy");
+    energy.sort_by_key(|p| p.time_unix_nano);
     assert!(!energy.is_empty());
+    assert_eq!(energy[0].value, 0.0, "{:?}", energy[0]);
+    assert_eq!(energy[0].start_time_unix_nano, energy[0].time_unix_nano);
     for p in &energy {
         assert_eq!(p.unit, "J");
         assert_eq!(
@@ -181,9 +188,10 @@ fn h200_end_to_end(protocol: Protocol, extra: &[(&str, &str)]) -> (Receiver, Age
                 cumulative: true
             }
         );
+        assert_eq!(p.start_time_unix_nano, energy[0].start_time_unix_nano);
         assert!(
             energies.contains(&((p.value * 1e6).round() as u64)),
-            "energy {} J not in the recording",
+            "energy {} J is not a difference of recorded totals from the first",
             p.value
         );
     }

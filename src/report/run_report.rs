@@ -941,6 +941,7 @@ mod tests {
                     + Duration::from_secs_f64(t),
                 taken_instant: self.base + Duration::from_secs_f64(t),
                 seq,
+                export: true,
                 devices,
             }
         }

@@ -419,6 +419,7 @@ mod tests {
             taken_at: UNIX_EPOCH + Duration::from_millis(1_800_000_000_250 + seq * 1000),
             taken_instant: Instant::now(),
             seq,
+            export: true,
             devices,
         }
     }

@@ -1,7 +1,8 @@
 //! TLS for the OTLP exporters (metrics and events alike), with rustls and its `ring`
 //! provider: the CA and client certificate files of `OTEL_EXPORTER_OTLP_CERTIFICATE`,
-//! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` and `OTEL_EXPORTER_OTLP_CLIENT_KEY` (read and
-//! checked by [`crate::config`]; the OTel crates do not read these variables).
+//! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` and `OTEL_EXPORTER_OTLP_CLIENT_KEY`, or of their
+//! per-signal forms (`OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE`, …), read and checked by
+//! [`crate::config`] (the OTel crates do not read these variables).
 //!
 //! TLS is used when the endpoint is `https://`. Without a CA file the system's trust store
 //! is used (`/etc/ssl/certs` and the like; over gRPC it is read at startup, and an image
@@ -13,7 +14,7 @@ use std::sync::Once;
 
 use opentelemetry_otlp::ExporterBuildError;
 
-use crate::config::OtlpConfig;
+use crate::config::OtlpExporter;
 
 /// Makes rustls' `ring` provider the process default (once). reqwest's rustls backend needs
 /// a process-wide provider; tonic picks `ring` itself.
@@ -33,17 +34,17 @@ fn is_https(endpoint: &str) -> bool {
 
 /// Warns once per exporter when certificate files are given for a plain `http://`
 /// endpoint (they are then not used).
-fn warn_unused(c: &OtlpConfig, endpoint: &str) {
+fn warn_unused(c: &OtlpExporter, endpoint: &str) {
     if c.tls.is_set() && !is_https(endpoint) {
         tracing::warn!(
             endpoint,
-            "OTEL_EXPORTER_OTLP_CERTIFICATE / CLIENT_CERTIFICATE are set but the endpoint is not https://: TLS is not used"
+            "OTEL_EXPORTER_OTLP_[SIGNAL_]CERTIFICATE / CLIENT_CERTIFICATE are set but the endpoint is not https://: TLS is not used"
         );
     }
 }
 
 /// The tonic TLS settings for `endpoint`, or `None` for a plain `http://` endpoint.
-pub fn grpc(c: &OtlpConfig, endpoint: &str) -> Option<tonic::transport::ClientTlsConfig> {
+pub fn grpc(c: &OtlpExporter, endpoint: &str) -> Option<tonic::transport::ClientTlsConfig> {
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     warn_unused(c, endpoint);
     if !is_https(endpoint) {
@@ -69,7 +70,7 @@ pub fn grpc(c: &OtlpConfig, endpoint: &str) -> Option<tonic::transport::ClientTl
 /// [`ExporterBuildError::InvalidConfiguration`] if reqwest refuses the certificates
 /// (the files were checked by `config`, so this is rare); the message never holds the key.
 pub fn http_client(
-    c: &OtlpConfig,
+    c: &OtlpExporter,
     endpoint: &str,
 ) -> Result<reqwest::blocking::Client, ExporterBuildError> {
     install_crypto_provider();
@@ -113,4 +114,34 @@ pub fn http_client(
             ExporterBuildError::InternalFailure("building the HTTP client panicked".into())
         })?
         .map_err(ExporterBuildError::InvalidConfiguration)
+}
+
+/// The async reqwest client for the metrics' OTLP/HTTP transport (it runs on the agent's
+/// tokio runtime): for an `https://` endpoint, the CA and client certificate. Each request
+/// sets its own timeout (what is left of the export's bound).
+///
+/// # Errors
+/// A message if reqwest refuses the certificates (the files were checked by `config`); it
+/// never holds the key.
+pub fn http_client_async(c: &OtlpExporter, endpoint: &str) -> Result<reqwest::Client, String> {
+    install_crypto_provider();
+    warn_unused(c, endpoint);
+    let mut b = reqwest::Client::builder();
+    if is_https(endpoint) {
+        if let Some(ca) = &c.tls.ca {
+            let certs = reqwest::Certificate::from_pem_bundle(ca.bytes())
+                .map_err(|e| format!("OTEL_EXPORTER_OTLP_CERTIFICATE: {e}"))?;
+            b = b.tls_certs_only(certs);
+        }
+        if let (Some(cert), Some(key)) = (&c.tls.client_certificate, &c.tls.client_key) {
+            let mut pem = key.expose().as_bytes().to_vec();
+            pem.push(b'\n');
+            pem.extend_from_slice(cert.bytes());
+            // The error text comes from the PEM parser and names no key material.
+            let id = reqwest::Identity::from_pem(&pem)
+                .map_err(|e| format!("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE / CLIENT_KEY: {e}"))?;
+            b = b.identity(id);
+        }
+    }
+    b.build().map_err(|e| format!("HTTP client: {e}"))
 }
