@@ -780,7 +780,10 @@ fn read_slow<'n>(
                     other => other,
                 }
             });
-            if let Some(samples) = samples {
+            // No sample at all since the last read (NOT_FOUND, or a window shorter than
+            // NVML's sampling period): nothing is known for this window, not "all idle"; the
+            // window goes on to the next read.
+            if let Some(samples) = samples.filter(|s| !s.is_empty()) {
                 if let Some(latest) = samples.iter().map(|s| s.timestamp).max() {
                     d.process_utilization_seen_us = latest;
                 }

@@ -74,9 +74,9 @@ pub struct ProcessSample {
 
 /// One process's engine shares, percent, averaged over the samples NVML buffered since the
 /// previous read (`nvmlDeviceGetProcessUtilization`). A process listed at the previous read
-/// and without a sample in the window was idle there (NVML lists only processes with a
-/// non-zero share): 0. One first listed after the previous read has no value until a read
-/// covers it.
+/// and without a sample in a window where NVML sampled others was idle there (NVML lists
+/// only processes with a non-zero share): 0. One first listed after the previous read has no
+/// value until a read covers it; a window with no sample at all gives no value to anyone.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ProcessUtilization {
     /// SM (3D/compute) share, percent (`smUtil`).

@@ -387,7 +387,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "1",
         description: "Fraction of the last process-utilization window during which the engine worked for this process.",
         attributes: "`process.pid`, `process.executable.name` (as above); `hw.gpu.task` = `general` (SM, 3D/compute) | `encoder` | `decoder`",
-        source: "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`) every `GPU_SIDECAR_PROCESS_INTERVAL`: mean of the samples since the previous read; a process listed at the previous read with no sample in the window was idle, 0 (`NVML_ERROR_NOT_FOUND` = no sample at all); a process first listed after the previous read and without a sample is absent until a read covers it; percent / 100",
+        source: "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`) every `GPU_SIDECAR_PROCESS_INTERVAL`: mean of the samples since the previous read; a process listed at the previous read with no sample in a window where NVML sampled others was idle, 0; no sample at all (`NVML_ERROR_NOT_FOUND`) leaves every process absent and the window open; a process first listed after the previous read and without a sample is absent until a read covers it; percent / 100",
         extract: |d, out| {
             for (task, f) in [
                 ("general", (|u: &crate::sampling::ProcessUtilization| u.sm_percent) as fn(&_) -> f64),
