@@ -135,7 +135,11 @@ fn slow_groups_run_at_their_cadence_with_gpm_and_pcie_bytes() {
     let energy = n("nvmlDeviceGetTotalEnergyConsumption");
     assert_eq!(energy % 2, 0, "both GPUs at each read");
     near(energy / 2, runs(regular, 6) + 1, "energy every 6th tick");
-    near(n("nvmlGpmSampleGet"), runs(regular, 3) + 1, "GPM every 3rd tick, GPU 0 only");
+    near(
+        n("nvmlGpmSampleGet"),
+        runs(regular, 3) + 1,
+        "GPM every 3rd tick, GPU 0 only",
+    );
     assert_eq!(
         n("nvmlGpmMetricsGet"),
         n("nvmlGpmSampleGet") - 1,
@@ -458,7 +462,10 @@ fn departed_processes_drop_out_and_new_ones_appear() {
             let util = request_points(&r.request, "nvidia.gpu.process.utilization");
             (!util.is_empty()).then(|| {
                 (
-                    pids(&request_points(&r.request, "nvidia.gpu.process.memory.usage")),
+                    pids(&request_points(
+                        &r.request,
+                        "nvidia.gpu.process.memory.usage",
+                    )),
                     util,
                 )
             })
@@ -470,14 +477,24 @@ fn departed_processes_drop_out_and_new_ones_appear() {
         let new: Vec<_> = with(util, "process.pid", "6262");
         if listed.contains("6262") && !listed_before.contains("6262") {
             uncovered += 1;
-            assert!(new.is_empty(), "6262 first listed: no value yet, got {new:#?}");
+            assert!(
+                new.is_empty(),
+                "6262 first listed: no value yet, got {new:#?}"
+            );
         }
         if listed_before.contains("6262") {
-            assert!(!new.is_empty() && new.iter().all(|p| p.value == 0.0), "{new:#?}");
+            assert!(
+                !new.is_empty() && new.iter().all(|p| p.value == 0.0),
+                "{new:#?}"
+            );
         }
     }
     assert_eq!(uncovered, 1, "{reads:#?}");
-    assert_eq!(general("6262"), 0.0, "covered by a whole window, no sample: idle");
+    assert_eq!(
+        general("6262"),
+        0.0,
+        "covered by a whole window, no sample: idle"
+    );
     let mc = rx.last_points("nvidia.gpu.process.memory_controller.utilization");
     assert_eq!(with(&mc, "process.pid", &live)[0].value, 0.32);
 
@@ -676,6 +693,21 @@ fn xid_events_are_counted_and_emitted_and_pending_remap_degrades() {
         .collect();
     assert_eq!(retries.len(), 1, "{}", agent.dump());
     assert!(retries[0].contains("nvmlDeviceRegisterEvents"));
+
+    // The xid alert series of the GPU existed at 0 before the first XID (t = 3 s), so the
+    // first firing is an increase a backend sees (the shipped GPUXidError rule).
+    let xid_alert: Vec<f64> = rx
+        .points("nvidia.gpu.alerts")
+        .into_iter()
+        .filter(|p| {
+            p.attr("nvidia.gpu.alert.rule") == Some("xid")
+                && p.attr("nvidia.gpu.alert.state") == Some("firing")
+                && p.attr("hw.id") == Some(uuid)
+        })
+        .map(|p| p.value)
+        .collect();
+    assert_eq!(xid_alert.first(), Some(&0.0), "{xid_alert:?}");
+    assert!(xid_alert.iter().any(|v| *v >= 1.0), "{xid_alert:?}");
 
     let counter = rx.last_points("nvidia.gpu.xid.errors");
     for p in &counter {

@@ -514,3 +514,87 @@ fn nvml_init_error_is_explained_and_the_agent_keeps_running() {
         Some(0)
     );
 }
+
+/// Issue 12 (standard settings): the per-signal forms win. Metrics go over HTTP/protobuf to
+/// a `/v1/metrics` URL while the general settings (gRPC) carry the events; delta temporality
+/// makes counters and the histogram deltas (contiguous: each starts where the last accepted
+/// one ended) and leaves up-down counters cumulative; a variable that does not apply is named
+/// in one warning at start.
+#[test]
+fn per_signal_settings_and_delta_temporality() {
+    let metrics = Receiver::start(Protocol::Http);
+    let logs = Receiver::start(Protocol::Grpc);
+    let mut agent = Agent::builder()
+        .env_mock("h200-under-load.json")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", logs.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
+        .env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", metrics.metrics_url())
+        .env("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta")
+        .env("OTEL_TRACES_EXPORTER", "otlp")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "200ms")
+        .env("GPU_SIDECAR_ENERGY_INTERVAL", "200ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .env("GPU_SIDECAR_REPORT_FILE", "/dev/null")
+        .spawn();
+    assert!(
+        metrics.wait_until(WAIT, |r| r.points("hw.energy").len() >= 4),
+        "{}",
+        agent.dump()
+    );
+    agent.sigterm();
+    assert_eq!(
+        agent.wait_exit(WAIT).unwrap().code(),
+        Some(0),
+        "{}",
+        agent.dump()
+    );
+    assert!(metrics.log_requests().is_empty(), "events go over gRPC");
+    assert!(
+        !logs.log_events("gpu.run.report").is_empty(),
+        "the run report event reached the gRPC receiver\n{}",
+        agent.dump()
+    );
+    assert!(logs.metrics_requests().is_empty(), "metrics go over HTTP");
+
+    let mut energy = metrics.points("hw.energy");
+    energy.sort_by_key(|p| p.time_unix_nano);
+    for p in &energy {
+        assert_eq!(
+            p.kind,
+            Kind::Sum {
+                monotonic: true,
+                cumulative: false
+            }
+        );
+        assert!(p.value >= 0.0 && p.time_unix_nano >= p.start_time_unix_nano);
+    }
+    for w in energy.windows(2) {
+        assert_eq!(
+            w[1].start_time_unix_nano, w[0].time_unix_nano,
+            "each delta starts where the last accepted one ended"
+        );
+    }
+    assert!(
+        energy.iter().map(|p| p.value).sum::<f64>() > 0.0,
+        "the deltas add up to the energy used: {energy:#?}"
+    );
+    let usage = metrics.last_points("hw.gpu.memory.usage");
+    assert_eq!(
+        usage[0].kind,
+        Kind::Sum {
+            monotonic: false,
+            cumulative: true
+        },
+        "up-down counters stay cumulative"
+    );
+    let durations = metrics.last_points("gpu_sidecar.sample.duration");
+    assert!(!durations.is_empty());
+    let warned: Vec<_> = agent
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("do not apply to this agent"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{}", agent.dump());
+    assert!(warned[0].contains("OTEL_TRACES_EXPORTER"), "{}", warned[0]);
+}
