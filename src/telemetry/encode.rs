@@ -183,8 +183,9 @@ impl Building {
 }
 
 impl Encoder {
-    /// An encoder for `resource`, asked for `temporality`; series unseen for `retention`
-    /// are forgotten; the agent's own counts start at `started`.
+    /// An encoder for `resource`, asked for `temporality`; counter series unseen for
+    /// `retention` are forgotten (up-down counter series after a tenth of it, at least a
+    /// minute); the agent's own counts start at `started`.
     pub fn new(
         resource: &opentelemetry_sdk::Resource,
         temporality: TemporalityPreference,
@@ -207,7 +208,7 @@ impl Encoder {
                 ..Default::default()
             },
             temporality,
-            series: SeriesStore::new(retention),
+            series: SeriesStore::new(retention, (retention / 10).max(Duration::from_secs(60))),
             started,
             epoch: 0,
             histograms: HashMap::new(),

@@ -86,6 +86,8 @@ struct Series {
     /// The clock epoch the stream belongs to (see [`SeriesStore::clock`]).
     epoch: u64,
     last_seen: Instant,
+    /// An up-down counter's series (forgotten sooner: a departed process's memory).
+    up_down: bool,
     /// The cumulative value and time of the last point the collector accepted (delta).
     accepted: Option<(f64, SystemTime)>,
 }
@@ -101,13 +103,15 @@ pub struct Accepted {
 }
 
 /// Every series' state, keyed by metric name and attributes ([`series_key`]). Series not
-/// observed for `retention` are forgotten (a device gone for good), so memory stays bounded.
+/// observed for a while are forgotten (a device gone for good, a process that ended), so
+/// memory stays bounded.
 #[derive(Debug)]
 pub struct SeriesStore {
     series: HashMap<String, Series>,
     epoch: u64,
     last_stamp: Option<Stamp>,
     retention: Duration,
+    up_down_retention: Duration,
 }
 
 /// The key of a series: its metric name and attributes, in order.
@@ -124,13 +128,15 @@ pub fn series_key(name: &str, attributes: &[opentelemetry::KeyValue]) -> String 
 }
 
 impl SeriesStore {
-    /// An empty store forgetting series unseen for `retention`.
-    pub fn new(retention: Duration) -> Self {
+    /// An empty store forgetting counter series unseen for `retention` (a GPU back within
+    /// it keeps its start time) and up-down counter series unseen for `up_down_retention`.
+    pub fn new(retention: Duration, up_down_retention: Duration) -> Self {
         Self {
             series: HashMap::new(),
             epoch: 0,
             last_stamp: None,
             retention,
+            up_down_retention,
         }
     }
 
@@ -197,6 +203,7 @@ impl SeriesStore {
                         last_time: at.wall,
                         epoch,
                         last_seen: at.mono,
+                        up_down: false,
                         accepted: None,
                     },
                 );
@@ -235,6 +242,7 @@ impl SeriesStore {
                 last_time: at.wall,
                 epoch,
                 last_seen: at.mono,
+                up_down: true,
                 accepted: None,
             });
         s.last_raw = value;
@@ -285,11 +293,13 @@ impl SeriesStore {
         }
     }
 
-    /// Forgets series not observed for the retention period, as of `now`.
+    /// Forgets series not observed for their retention period, as of `now`.
     pub fn expire(&mut self, now: Instant) {
-        let retention = self.retention;
-        self.series
-            .retain(|_, s| now.saturating_duration_since(s.last_seen) <= retention);
+        let (counters, up_down) = (self.retention, self.up_down_retention);
+        self.series.retain(|_, s| {
+            let keep = if s.up_down { up_down } else { counters };
+            now.saturating_duration_since(s.last_seen) <= keep
+        });
     }
 
     /// How many series are kept.
@@ -358,7 +368,10 @@ mod tests {
     #[test]
     fn a_total_counts_from_the_first_reading_with_its_time_as_start() {
         // The 3.6 MJ counter: the first point is 0 at its own start, not 3.6 MJ.
-        let (mut c, mut store) = (Clock::new(), SeriesStore::new(Duration::from_secs(3600)));
+        let (mut c, mut store) = (
+            Clock::new(),
+            SeriesStore::new(Duration::from_secs(3600), Duration::from_secs(60)),
+        );
         let t0 = c.advance(0.0);
         let (p, r) = counter(&mut store, 3_600_000.0, t0);
         assert_eq!((p.start, p.time, p.value, r), (t0.wall, t0.wall, 0.0, None));
@@ -370,7 +383,10 @@ mod tests {
     #[test]
     fn a_total_that_goes_down_starts_a_new_stream_without_a_drop() {
         // counter-reset-midrun: 5,000 J, 5,300 J, then the driver reloads: 300 J, 600 J.
-        let (mut c, mut store) = (Clock::new(), SeriesStore::new(Duration::from_secs(3600)));
+        let (mut c, mut store) = (
+            Clock::new(),
+            SeriesStore::new(Duration::from_secs(3600), Duration::from_secs(60)),
+        );
         let t0 = c.advance(0.0);
         counter(&mut store, 5000.0, t0);
         let t1 = c.advance(1.0);
@@ -390,7 +406,10 @@ mod tests {
 
     #[test]
     fn a_wall_clock_step_back_starts_every_stream_again_and_no_point_ends_before_its_start() {
-        let (mut c, mut store) = (Clock::new(), SeriesStore::new(Duration::from_secs(3600)));
+        let (mut c, mut store) = (
+            Clock::new(),
+            SeriesStore::new(Duration::from_secs(3600), Duration::from_secs(60)),
+        );
         let mut last = None;
         let mut points = Vec::new();
         for k in 0..20 {
@@ -436,7 +455,10 @@ mod tests {
 
     #[test]
     fn agent_counts_start_at_the_agent_start() {
-        let (mut c, mut store) = (Clock::new(), SeriesStore::new(Duration::from_secs(3600)));
+        let (mut c, mut store) = (
+            Clock::new(),
+            SeriesStore::new(Duration::from_secs(3600), Duration::from_secs(60)),
+        );
         let started = c.advance(0.0).wall;
         let at = c.advance(30.0);
         store.clock(at);
@@ -446,7 +468,10 @@ mod tests {
 
     #[test]
     fn delta_is_the_change_since_the_last_accepted_point() {
-        let (mut c, mut store) = (Clock::new(), SeriesStore::new(Duration::from_secs(3600)));
+        let (mut c, mut store) = (
+            Clock::new(),
+            SeriesStore::new(Duration::from_secs(3600), Duration::from_secs(60)),
+        );
         let t0 = c.advance(0.0);
         let (p0, _) = counter(&mut store, 100.0, t0);
         let (d0, a0) = store.delta("hw.energy", p0);
@@ -471,10 +496,18 @@ mod tests {
 
     #[test]
     fn unseen_series_are_forgotten() {
-        let (mut c, mut store) = (Clock::new(), SeriesStore::new(Duration::from_secs(60)));
+        let (mut c, mut store) = (
+            Clock::new(),
+            SeriesStore::new(Duration::from_secs(60), Duration::from_secs(10)),
+        );
         let t0 = c.advance(0.0);
         counter(&mut store, 1.0, t0);
-        store.expire(c.advance(59.0).mono);
+        store.up_down("nvidia.gpu.process.memory.usage", 5.0, t0);
+        store.expire(c.advance(9.0).mono);
+        assert_eq!(store.len(), 2);
+        store.expire(c.advance(2.0).mono);
+        assert_eq!(store.len(), 1, "a departed process's series goes first");
+        store.expire(c.advance(48.0).mono);
         assert_eq!(store.len(), 1);
         store.expire(c.advance(2.0).mono);
         assert!(store.is_empty());
