@@ -24,9 +24,10 @@
 //! - `watchdog` (ready and alive): the sampler thread has not been inside one NVML step
 //!   (init, listing, tick, shutdown) longer than `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
 //! - `export` (ready): with `OTEL_METRICS_EXPORTER=otlp`, the last successful export is at
-//!   most three export intervals plus the OTLP timeout old (from start, before the first).
+//!   most three export intervals plus the export bound old (from start, before the first);
+//!   the bound is the smaller of the OTLP timeout and `OTEL_METRIC_EXPORT_TIMEOUT`.
 //! - `export_loop` (alive): an export finished, successfully or not, within two export
-//!   intervals plus two OTLP timeouts plus 5 s (the SDK's export thread is turning).
+//!   intervals plus two export bounds plus 5 s (the `export-clock` thread is turning).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;

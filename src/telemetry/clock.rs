@@ -7,7 +7,8 @@
 //! state (a reset between exports is still seen). When no export tick comes within one
 //! export interval plus one sample interval (NVML down, a driver call wedged), it exports
 //! anyway: the agent's own metrics go on, and GPU values, having no fresh export tick, are
-//! left out. The thread sleeps on its subscription between snapshots: it wakes once per
+//! left out. An export tick's snapshot that waited longer than two sample intervals (behind
+//! a slow collector) is not exported either. The thread sleeps on its subscription between snapshots: it wakes once per
 //! sample, and stopping ends the subscription, which wakes it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,6 +102,7 @@ impl ExportClock {
         shared: Arc<SharedState>,
         export_interval: Duration,
         sample_interval: Duration,
+        max_age: Duration,
     ) -> Self {
         let (subscription, samples) = shared.subscribe_with_id(4);
         let idle = export_interval + sample_interval;
@@ -111,6 +113,11 @@ impl ExportClock {
                 loop {
                     let wait = idle_until.saturating_duration_since(Instant::now());
                     match samples.recv_timeout(wait) {
+                        // Queued behind a slow export for too long: its points would still
+                        // carry their true time, but a burst of late exports helps nobody.
+                        Ok(s) if s.export && s.taken_instant.elapsed() > max_age => {
+                            exporter.observe(&s);
+                        }
                         Ok(s) if s.export => {
                             exporter.export(Some(&s), exporter.bound);
                             idle_until = Instant::now() + idle;

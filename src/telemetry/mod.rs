@@ -124,6 +124,7 @@ impl Telemetry {
             shared,
             config.export_interval,
             config.sample_interval,
+            max_age,
         );
         Ok(Self {
             exporter: Some(exporter),
@@ -166,8 +167,8 @@ impl Telemetry {
     }
 }
 
-/// Runs `f` on a plain thread named `name` and waits at most `timeout` for it: SDK
-/// shutdowns block on the network, and from an async worker they can hang with tonic.
+/// Runs `f` on a plain thread named `name` and waits at most `timeout` for it: final exports
+/// and SDK shutdowns block on the network, and from an async worker they can hang with tonic.
 /// Returns `false` if the bound was hit (the thread is then left to finish or die with the
 /// process).
 pub(crate) fn run_bounded(
