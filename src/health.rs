@@ -1,8 +1,9 @@
-//! Health: `/healthz` (alive: the loops turn) and `/readyz` (ready: NVML up, a fresh sample,
-//! exports succeeding), served over HTTP on `GPU_SIDECAR_HEALTH_ADDR` (default
-//! `0.0.0.0:13134`) with axum on the agent's tokio runtime; plus the watchdog that logs a
-//! sampler stuck in a driver call, and [`probe`], the client behind
-//! `gpu-otel-sidecar health` (a Docker `HEALTHCHECK` without curl).
+//! Health: `/healthz` (alive: the loops turn) and `/readyz` (ready: started, NVML up, a fresh
+//! sample, events watched, exports succeeding), served over HTTP on `GPU_SIDECAR_HEALTH_ADDR`
+//! (default `0.0.0.0:13134`) with axum on the agent's tokio runtime from the first moments
+//! of the start (before the kubelet is asked for the pod's GPUs); plus the watchdog that
+//! logs (once) and counts an NVML thread stuck in a driver call, and [`probe`], the client
+//! behind `gpu-otel-sidecar health` (a Docker `HEALTHCHECK` without curl).
 //!
 //! Both endpoints answer `200` when every check passes and `503` otherwise, with a JSON body
 //! naming each check, whether it passed and why:
@@ -17,20 +18,27 @@
 //! ```
 //!
 //! Checks (the bounds are derived from the settings):
+//! - `startup` (ready): the agent is not waiting on a start-up step (the kubelet's
+//!   pod-resources answer with `GPU_SIDECAR_DEVICES=pod-resources`).
 //! - `nvml` (ready): NVML initialized ([`SharedState::status`]); else the cause and fix.
 //! - `sample` (ready): the latest snapshot is at most two sample intervals old (at least
 //!   1 s), the same bound beyond which nothing is exported. Lost GPUs are listed, and do not
 //!   make the agent unready (they are reported as `hw.status{hw.state=failed}`).
 //! - `watchdog` (ready and alive): the sampler thread has not been inside one NVML step
 //!   (init, listing, tick, shutdown) longer than `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
+//! - `events` (ready): the XID/ECC event watcher is not inside one NVML call
+//!   (`nvmlEventSetWait_v2`) longer than its own timeout plus `GPU_SIDECAR_WATCHDOG_TIMEOUT`,
+//!   and is running when there is an NVML session with GPUs to watch. Not a liveness
+//!   check: samples and exports go on, and a restart cannot free a driver call.
 //! - `export` (ready): with `OTEL_METRICS_EXPORTER=otlp`, the last successful export is at
-//!   most three export intervals plus the export bound old (from start, before the first);
-//!   the bound is the smaller of the OTLP timeout and `OTEL_METRIC_EXPORT_TIMEOUT`.
+//!   most three export intervals plus the export bound old (counted from the export
+//!   pipeline's start before the first); the bound is the smaller of the OTLP timeout and
+//!   `OTEL_METRIC_EXPORT_TIMEOUT`.
 //! - `export_loop` (alive): an export finished, successfully or not, within two export
 //!   intervals plus two export bounds plus 5 s (the `export-clock` thread is turning).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
@@ -40,7 +48,10 @@ use axum::routing::get;
 use serde_json::{json, Map, Value};
 
 use crate::config::{Config, ExporterKind};
-use crate::sampling::{Activity, DeviceState, NvmlStatus, SharedState};
+use crate::sampling::{
+    Activity, DeviceState, EventWatcherState, EventWatcherStatus, NvmlStatus, SharedState,
+    WatcherCall,
+};
 use crate::telemetry::export::ExportStatus;
 
 /// The bounds the checks apply, derived from [`Config`].
@@ -77,6 +88,8 @@ impl Limits {
 /// What the checks look at, taken at one instant (see [`Health::inputs`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Inputs {
+    /// The start-up step the agent is waiting on, if any (e.g. the kubelet's answer).
+    pub starting: Option<String>,
     /// NVML's state.
     pub nvml: NvmlStatus,
     /// Age of the latest snapshot, if any.
@@ -89,7 +102,9 @@ pub struct Inputs {
     pub lost_gpus: Vec<String>,
     /// The NVML step the sampler is inside, and for how long.
     pub busy: Option<(Activity, Duration)>,
-    /// Time since the agent started.
+    /// The event watcher: its state and the NVML call it is inside.
+    pub events: EventWatcherStatus,
+    /// Time since the export pipeline started (zero before it has).
     pub uptime: Duration,
     /// Age of the last successful export.
     pub last_export_success: Option<Duration>,
@@ -195,6 +210,76 @@ fn watchdog_check(i: &Inputs, l: &Limits) -> (bool, Value) {
     }
 }
 
+fn startup_check(i: &Inputs) -> (bool, Value) {
+    match &i.starting {
+        Some(what) => check(false, what.clone(), json!({})),
+        None => check(true, "started".into(), json!({})),
+    }
+}
+
+/// Whether the watcher's call has run past its own timeout plus the watchdog bound.
+fn watcher_stuck(c: &WatcherCall, bound: Duration) -> bool {
+    c.busy_for > c.allowed + bound
+}
+
+fn events_check(i: &Inputs, l: &Limits) -> (bool, Value) {
+    let earlier = i.events.earlier_still_running;
+    let mut extra = json!({ "bound_s": secs(l.watchdog), "earlier_still_running": earlier });
+    let left_behind = if earlier > 0 {
+        format!(
+            "; {earlier} watcher(s) of earlier NVML sessions still inside a driver call, left behind"
+        )
+    } else {
+        String::new()
+    };
+    match &i.events.state {
+        EventWatcherState::NotRunning => check(
+            true,
+            format!("no event watcher (no NVML session, or no GPU to watch){left_behind}"),
+            extra,
+        ),
+        EventWatcherState::Ended => check(
+            true,
+            format!("no selected GPU can report XID or ECC events in this NVML session (see the log){left_behind}"),
+            extra,
+        ),
+        EventWatcherState::Refused => check(
+            false,
+            format!("XID and ECC events are not watched: {earlier} event watchers of earlier NVML sessions are still inside a driver call that does not return; a new one starts when one returns"),
+            extra,
+        ),
+        EventWatcherState::Running(None) => {
+            check(true, format!("watching XID and ECC events{left_behind}"), extra)
+        }
+        EventWatcherState::Running(Some(c)) => {
+            if let Value::Object(m) = &mut extra {
+                m.insert("busy".into(), c.call.into());
+                m.insert("busy_s".into(), secs(c.busy_for).into());
+                m.insert("timeout_s".into(), secs(c.allowed).into());
+            }
+            if watcher_stuck(c, l.watchdog) {
+                check(
+                    false,
+                    format!(
+                        "the event watcher has been inside {} for {:.1} s (its own timeout {:.1} s, bound {:.1} s more): a driver call does not return; XID and ECC events are seen only once it does",
+                        c.call,
+                        c.busy_for.as_secs_f64(),
+                        c.allowed.as_secs_f64(),
+                        l.watchdog.as_secs_f64()
+                    ),
+                    extra,
+                )
+            } else {
+                check(
+                    true,
+                    format!("watching XID and ECC events (inside {}){left_behind}", c.call),
+                    extra,
+                )
+            }
+        }
+    }
+}
+
 fn export_check(i: &Inputs, l: &Limits) -> (bool, Value) {
     let Some(bound) = l.export_success else {
         return check(true, "metrics are not sent over OTLP".into(), json!({}));
@@ -279,13 +364,16 @@ fn report(checks: Vec<(&str, (bool, Value))>, good: &str, bad: &str) -> Report {
     }
 }
 
-/// `/readyz`: NVML up, a fresh sample, the sampler not stuck, exports succeeding.
+/// `/readyz`: started, NVML up, a fresh sample, the sampler not stuck, events watched,
+/// exports succeeding.
 pub fn readiness(i: &Inputs, l: &Limits) -> Report {
     report(
         vec![
+            ("startup", startup_check(i)),
             ("nvml", nvml_check(i)),
             ("sample", sample_check(i, l)),
             ("watchdog", watchdog_check(i, l)),
+            ("events", events_check(i, l)),
             ("export", export_check(i, l)),
         ],
         "ready",
@@ -305,30 +393,50 @@ pub fn liveness(i: &Inputs, l: &Limits) -> Report {
     )
 }
 
-/// The live sources of the checks.
+/// The live sources of the checks. Created first thing at start, so that the endpoints
+/// answer while the agent waits on a start-up step; the export pipeline is attached when it
+/// starts ([`Health::exports_started`]).
 #[derive(Debug)]
 pub struct Health {
     shared: Arc<SharedState>,
-    export: Arc<ExportStatus>,
+    /// The export pipeline's status and when it started.
+    export: OnceLock<(Arc<ExportStatus>, Instant)>,
+    starting: Mutex<Option<String>>,
     limits: Limits,
-    started: Instant,
 }
 
 impl Health {
-    /// Checks over `shared` and `export` with `limits`; uptime counts from now.
-    pub fn new(shared: Arc<SharedState>, export: Arc<ExportStatus>, limits: Limits) -> Self {
+    /// Checks over `shared` with `limits`.
+    pub fn new(shared: Arc<SharedState>, limits: Limits) -> Self {
         Self {
             shared,
-            export,
+            export: OnceLock::new(),
+            starting: Mutex::new(None),
             limits,
-            started: Instant::now(),
         }
+    }
+
+    /// The export pipeline has started with `export` as its status: its bounds count from
+    /// now. Later calls are ignored.
+    pub fn exports_started(&self, export: Arc<ExportStatus>) {
+        let _ = self.export.set((export, Instant::now()));
+    }
+
+    /// The start-up step the agent waits on now (`None`: none); `/readyz` says it.
+    pub fn set_starting(&self, what: Option<String>) {
+        *self.starting.lock().unwrap_or_else(|p| p.into_inner()) = what;
     }
 
     /// The inputs as of now.
     pub fn inputs(&self) -> Inputs {
         let latest = self.shared.latest();
+        let export = self.export.get();
         Inputs {
+            starting: self
+                .starting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
             nvml: self.shared.status(),
             sample_age: latest.as_ref().map(|s| s.taken_instant.elapsed()),
             ticks: self.shared.ticks(),
@@ -340,11 +448,16 @@ impl Health {
                 .map(|d| d.info.uuid.clone())
                 .collect(),
             busy: self.shared.busy(),
-            uptime: self.started.elapsed(),
-            last_export_success: self.export.last_success().map(|(t, _)| t.elapsed()),
-            last_export_attempt: self.export.last_attempt().map(|t| t.elapsed()),
-            consecutive_export_failures: self.export.consecutive_failures(),
-            export_failures: self.export.total_failures(),
+            events: self.shared.event_watcher(),
+            uptime: export.map_or(Duration::ZERO, |(_, t)| t.elapsed()),
+            last_export_success: export
+                .and_then(|(e, _)| e.last_success())
+                .map(|(t, _)| t.elapsed()),
+            last_export_attempt: export
+                .and_then(|(e, _)| e.last_attempt())
+                .map(|t| t.elapsed()),
+            consecutive_export_failures: export.map_or(0, |(e, _)| e.consecutive_failures()),
+            export_failures: export.map_or(0, |(e, _)| e.total_failures()),
         }
     }
 
@@ -373,6 +486,36 @@ fn respond(r: Report) -> Response {
         .into_response()
 }
 
+/// Binds `addr` and serves `/healthz` and `/readyz` on `runtime` until it shuts down;
+/// returns the bound address (port 0 becomes the one given). Done first thing at start, so
+/// that nothing else is running yet when it fails.
+///
+/// # Errors
+/// One line naming `GPU_SIDECAR_HEALTH_ADDR`, the address and the cause (in use, not
+/// permitted, not an address of this host).
+pub fn start(
+    runtime: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    health: Arc<Health>,
+) -> Result<SocketAddr, String> {
+    let listener = std::net::TcpListener::bind(addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(|l| {
+            let _guard = runtime.enter();
+            tokio::net::TcpListener::from_std(l)
+        })
+        .and_then(|l| l.local_addr().map(|a| (l, a)));
+    match listener {
+        Ok((listener, bound)) => {
+            runtime.spawn(serve(listener, health));
+            Ok(bound)
+        }
+        Err(e) => Err(format!(
+            "cannot listen on GPU_SIDECAR_HEALTH_ADDR={addr}: {e}; choose another address or set it to off"
+        )),
+    }
+}
+
 /// Serves `/healthz` and `/readyz` on `listener` until the runtime shuts down.
 pub async fn serve(listener: tokio::net::TcpListener, health: Arc<Health>) {
     let app = axum::Router::new()
@@ -390,12 +533,23 @@ pub async fn serve(listener: tokio::net::TcpListener, health: Arc<Health>) {
     }
 }
 
-/// Logs, once each, when the sampler has been inside one NVML step longer than the bound,
-/// and when it comes back. Checks every second until the runtime shuts down.
+/// How often the watchdog looks: a third of the bound (so a stuck step is said at most a
+/// third of the bound late), which is at most once per sample interval with the default
+/// bound (three sample intervals).
+pub fn watchdog_period(bound: Duration) -> Duration {
+    (bound / 3).max(Duration::from_millis(50))
+}
+
+/// Logs, once each, when an NVML thread has been inside one NVML step longer than the
+/// bound, and when that ends, and counts each such episode ([`SharedState::count_stuck`],
+/// `gpu_sidecar.nvml.stuck`): the sampler (`nvml-sampler`, any step beyond `bound`) and the
+/// event watcher (`nvml-events`, a call beyond its own timeout plus `bound`). Runs until
+/// the runtime shuts down.
 pub async fn watchdog(shared: Arc<SharedState>, bound: Duration) {
-    let mut interval = tokio::time::interval(Duration::from_secs(1).min(bound));
+    let mut interval = tokio::time::interval(watchdog_period(bound));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stuck: Option<Activity> = None;
+    let mut watcher_was_stuck: Option<&'static str> = None;
     loop {
         interval.tick().await;
         match (shared.busy(), stuck) {
@@ -407,6 +561,7 @@ pub async fn watchdog(shared: Arc<SharedState>, bound: Duration) {
                     activity.as_str(),
                     bound
                 );
+                shared.count_stuck("nvml-sampler", activity.as_str());
                 stuck = Some(activity);
             }
             (Some((activity, d)), Some(was)) if activity == was && d > bound => {}
@@ -415,6 +570,39 @@ pub async fn watchdog(shared: Arc<SharedState>, bound: Duration) {
                 stuck = None;
             }
             _ => {}
+        }
+        let events = shared.event_watcher();
+        let now_stuck = match &events.state {
+            EventWatcherState::Running(Some(c)) if watcher_stuck(c, bound) => Some(c),
+            _ => None,
+        };
+        match (now_stuck, watcher_was_stuck) {
+            (Some(c), None) => {
+                tracing::error!(
+                    call = c.call,
+                    busy_s = c.busy_for.as_secs(),
+                    "the XID/ECC event watcher has been inside {} for {:.0} s, more than its own timeout ({:?}) plus {:?} (GPU_SIDECAR_WATCHDOG_TIMEOUT): a driver call does not return; readiness is false, and XID and ECC events are seen only once it returns (sampling and export go on, and a re-initialization of NVML does not wait for it)",
+                    c.call,
+                    c.busy_for.as_secs_f64(),
+                    c.allowed,
+                    bound
+                );
+                shared.count_stuck("nvml-events", c.call);
+                watcher_was_stuck = Some(c.call);
+            }
+            (Some(_), Some(_)) | (None, None) => {}
+            (None, Some(call)) => {
+                if events.earlier_still_running == 0 {
+                    tracing::info!(call, "the event watcher's call returned; it watches again");
+                } else {
+                    tracing::warn!(
+                        call,
+                        left_behind = events.earlier_still_running,
+                        "the NVML session of the stuck event watcher ended: it is left inside the driver call, and the new session watches events"
+                    );
+                }
+                watcher_was_stuck = None;
+            }
         }
     }
 }
@@ -464,17 +652,31 @@ mod tests {
 
     fn healthy() -> Inputs {
         Inputs {
+            starting: None,
             nvml: NvmlStatus::Up { devices: 4 },
             sample_age: Some(Duration::from_millis(300)),
             ticks: 12,
             last_tick: Some(Duration::from_micros(1500)),
             lost_gpus: vec![],
             busy: None,
+            events: waiting(Duration::from_millis(700)),
             uptime: Duration::from_secs(60),
             last_export_success: Some(Duration::from_secs(3)),
             last_export_attempt: Some(Duration::from_secs(3)),
             consecutive_export_failures: 0,
             export_failures: 2,
+        }
+    }
+
+    /// The event watcher inside a 1 s `nvmlEventSetWait_v2` for `d`.
+    fn waiting(d: Duration) -> EventWatcherStatus {
+        EventWatcherStatus {
+            state: EventWatcherState::Running(Some(WatcherCall {
+                call: "nvmlEventSetWait_v2",
+                busy_for: d,
+                allowed: Duration::from_secs(1),
+            })),
+            earlier_still_running: 0,
         }
     }
 
@@ -574,6 +776,86 @@ mod tests {
         let mut i = healthy();
         i.last_export_attempt = Some(Duration::from_secs(46));
         assert_eq!(failing(&liveness(&i, &limits())), vec!["export_loop"]);
+    }
+
+    #[test]
+    fn a_stuck_event_watcher_is_not_ready_but_alive() {
+        let mut i = healthy();
+        // Its own 1 s timeout plus the 10 s bound: fine at 11 s, stuck after.
+        i.events = waiting(Duration::from_secs(11));
+        assert!(readiness(&i, &limits()).ok);
+        i.events = waiting(Duration::from_millis(11_100));
+        let r = readiness(&i, &limits());
+        assert_eq!(failing(&r), vec!["events"]);
+        let c = &r.body["checks"]["events"];
+        assert_eq!(c["busy"], "nvmlEventSetWait_v2");
+        assert_eq!(c["timeout_s"], 1.0);
+        assert!(c["detail"]
+            .as_str()
+            .unwrap()
+            .contains("a driver call does not return"));
+        assert!(
+            liveness(&i, &limits()).ok,
+            "sampling and export go on; a restart cannot free a driver call"
+        );
+        // Left behind by a re-initialization: the new session's watcher decides.
+        i.events = EventWatcherStatus {
+            earlier_still_running: 1,
+            ..waiting(Duration::from_millis(10))
+        };
+        let r = readiness(&i, &limits());
+        assert!(r.ok, "{}", r.body);
+        assert_eq!(r.body["checks"]["events"]["earlier_still_running"], 1);
+        // Too many left behind: no watcher started, said.
+        i.events = EventWatcherStatus {
+            state: EventWatcherState::Refused,
+            earlier_still_running: 2,
+        };
+        assert_eq!(failing(&readiness(&i, &limits())), vec!["events"]);
+    }
+
+    #[test]
+    fn waiting_for_the_kubelet_is_alive_not_ready() {
+        // Before NVML and the exports have started.
+        let i = Inputs {
+            starting: Some("waiting for the kubelet's pod-resources answer".into()),
+            nvml: NvmlStatus::Down(NvmlDown::Starting),
+            sample_age: None,
+            ticks: 0,
+            last_tick: None,
+            busy: None,
+            events: EventWatcherStatus {
+                state: EventWatcherState::NotRunning,
+                earlier_still_running: 0,
+            },
+            uptime: Duration::ZERO,
+            last_export_success: None,
+            last_export_attempt: None,
+            consecutive_export_failures: 0,
+            export_failures: 0,
+            ..healthy()
+        };
+        let r = readiness(&i, &limits());
+        assert_eq!(failing(&r), vec!["nvml", "sample", "startup"]);
+        assert!(r.body["checks"]["startup"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("pod-resources"));
+        let l = liveness(&i, &limits());
+        assert!(l.ok, "{}", l.body);
+    }
+
+    #[test]
+    fn the_watchdog_looks_at_most_once_per_sample_interval_by_default() {
+        // Default bound: three sample intervals (at least 10 s).
+        for interval_s in [1u64, 5, 10] {
+            let bound = Duration::from_secs((interval_s * 3).max(10));
+            assert!(watchdog_period(bound) >= Duration::from_secs(interval_s));
+        }
+        assert_eq!(
+            watchdog_period(Duration::from_secs(2)),
+            Duration::from_nanos(666_666_666)
+        );
     }
 
     #[test]

@@ -143,6 +143,26 @@ fn run(config: Config) -> ExitCode {
             config.export_interval
         );
     }
+    gpu_otel_sidecar::telemetry::tls::install_crypto_provider();
+    // The health endpoint first: it answers while the agent waits for the kubelet, and a
+    // failure to serve it stops the agent before anything else has started.
+    let shared = Arc::new(SharedState::default());
+    let checks = Arc::new(health::Health::new(
+        shared.clone(),
+        health::Limits::from_config(&config),
+    ));
+    if let Some(addr) = config.health_addr {
+        match health::start(&runtime, addr, checks.clone()) {
+            Ok(bound) => {
+                tracing::info!("health endpoint listening on http://{bound} (/healthz, /readyz)")
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    runtime.spawn(health::watchdog(shared.clone(), config.watchdog_timeout));
     let mut settings = SamplerSettings::from(&config);
     match &config.devices {
         DeviceSelection::PodResources => {
@@ -159,6 +179,10 @@ fn run(config: Config) -> ExitCode {
                     .unwrap_or_default(),
             );
             let socket = config.pod_resources_socket.clone();
+            checks.set_starting(Some(format!(
+                "waiting for the kubelet's pod-resources answer (GPU_SIDECAR_DEVICES=pod-resources, socket {}): which GPUs this pod holds",
+                socket.display()
+            )));
             let resolved = runtime.block_on(async {
                 tokio::select! {
                     ids = pod_resources::wait_for_pod_gpus(&socket, &ns, &pod) => Some(ids),
@@ -169,9 +193,11 @@ fn run(config: Config) -> ExitCode {
                 Some(ids) => settings.devices = DeviceSelection::List(ids),
                 None => {
                     tracing::info!("stopped before the pod's GPUs were known");
+                    runtime.shutdown_background();
                     return ExitCode::SUCCESS;
                 }
             }
+            checks.set_starting(None);
         }
         DeviceSelection::All
             if config.sees_all_node_gpus
@@ -184,34 +210,19 @@ fn run(config: Config) -> ExitCode {
         }
         _ => {}
     }
-    gpu_otel_sidecar::telemetry::tls::install_crypto_provider();
-    let health_listener = match config.health_addr.map(std::net::TcpListener::bind) {
-        None => None,
-        Some(Ok(l)) => Some(l),
-        Some(Err(e)) => {
-            tracing::error!(
-                "cannot listen on GPU_SIDECAR_HEALTH_ADDR={}: {e}; choose another address or set it to off",
-                config.health_addr.map(|a| a.to_string()).unwrap_or_default()
-            );
-            return ExitCode::FAILURE;
-        }
-    };
-    let shared = Arc::new(SharedState::default());
-    // Subscribed before the sampler starts, so that they see every tick.
-    let run_report = RunReporter::start(&shared, config.sample_interval);
-    let sample_log = config
-        .sample_log
-        .clone()
-        .map(|c| SampleLogger::start(c, &shared));
     let resource = attribution::resource(&config);
+    // Everything that can fail to start is started before the sampler: past this point the
+    // only way out is the shutdown sequence below.
     let started = {
         let _guard = runtime.enter();
-        Telemetry::start(&config, resource.clone(), shared.clone()).and_then(|t| {
-            Ok((
-                t,
-                Events::start(&config, resource.clone()).map_err(TelemetryError::from)?,
-            ))
-        })
+        Events::start(&config, resource.clone())
+            .map_err(TelemetryError::from)
+            .and_then(|e| {
+                Ok((
+                    Telemetry::start(&config, resource.clone(), shared.clone())?,
+                    e,
+                ))
+            })
     };
     let (mut telemetry, events) = match started {
         Ok(t) => t,
@@ -220,6 +231,13 @@ fn run(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    checks.exports_started(telemetry.status.clone());
+    // Subscribed before the sampler starts, so that they see every tick.
+    let run_report = RunReporter::start(&shared, config.sample_interval);
+    let sample_log = config
+        .sample_log
+        .clone()
+        .map(|c| SampleLogger::start(c, &shared));
     // Before the sampler, so that the rules see every tick too.
     let rules = Rules::start(
         &config.rules,
@@ -235,33 +253,6 @@ fn run(config: Config) -> ExitCode {
         report: run_report.xid_recorder(),
     });
     let sampler = Sampler::start_observed(settings, shared.clone(), observer);
-
-    let checks = Arc::new(health::Health::new(
-        shared.clone(),
-        telemetry.status.clone(),
-        health::Limits::from_config(&config),
-    ));
-    runtime.spawn(health::watchdog(shared.clone(), config.watchdog_timeout));
-    if let Some(listener) = health_listener {
-        let served = listener.set_nonblocking(true).and_then(|()| {
-            let _guard = runtime.enter();
-            tokio::net::TcpListener::from_std(listener)
-        });
-        match served {
-            Ok(listener) => {
-                if let Ok(addr) = listener.local_addr() {
-                    tracing::info!(
-                        "health endpoint listening on http://{addr} (/healthz, /readyz)"
-                    );
-                }
-                runtime.spawn(health::serve(listener, checks));
-            }
-            Err(e) => {
-                tracing::error!("cannot serve the health endpoint: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
 
     let signal = runtime.block_on(async {
         match &config.exit_with_process {

@@ -116,6 +116,15 @@ pub enum PodResourcesError {
         /// gRPC status.
         status: tonic::Status,
     },
+    /// The kubelet did not answer in time (it accepted the connection, or not, and said
+    /// nothing).
+    #[error("the kubelet pod-resources socket {path} did not answer within {timeout:?}")]
+    Timeout {
+        /// Socket path.
+        path: PathBuf,
+        /// The bound, [`ANSWER_TIMEOUT`].
+        timeout: Duration,
+    },
     /// The kubelet does not list this pod (yet).
     #[error("the kubelet does not list pod {namespace}/{name}")]
     PodNotFound {
@@ -246,12 +255,26 @@ pub async fn pod_gpus(
     Ok(gpu_devices(&pod))
 }
 
-/// Asks until the kubelet answers with this pod's GPUs: every 5 s, logging the first
-/// failure and then once a minute. Never returns an error; cancel it to give up.
+/// Longest wait for one answer of the kubelet (connection and call), after which the question
+/// is asked again: a kubelet that accepts the connection and never answers does not hold the
+/// agent forever without a word.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Asks until the kubelet answers with this pod's GPUs: every 5 s (each try bounded by
+/// [`ANSWER_TIMEOUT`]), logging the first failure and then once a minute. Never returns an
+/// error; cancel it to give up.
 pub async fn wait_for_pod_gpus(socket: &Path, namespace: &str, name: &str) -> Vec<DeviceId> {
     let mut tries = 0u32;
     loop {
-        match pod_gpus(socket, namespace, name).await {
+        let answer = tokio::time::timeout(ANSWER_TIMEOUT, pod_gpus(socket, namespace, name))
+            .await
+            .unwrap_or_else(|_| {
+                Err(PodResourcesError::Timeout {
+                    path: socket.to_path_buf(),
+                    timeout: ANSWER_TIMEOUT,
+                })
+            });
+        match answer {
             Ok(ids) => {
                 if ids.is_empty() {
                     tracing::warn!(

@@ -26,9 +26,13 @@
 //!   `sw_thermal_slowdown` or `hw_thermal_slowdown`; `hw_slowdown_s` = `hw_slowdown` or
 //!   `hw_power_brake_slowdown`. `clocks_event_s` gives each reason seen on its own.
 //! - **Pod**: sums over GPUs for GPU-seconds, energy and samples; per-tick sums for memory and
-//!   power (a tick counts for power only when every physical GPU answered); maxima for
-//!   temperatures. MIG instances (`MIG-…` UUIDs) are left out of the pod's memory, power and
-//!   energy, which belong to their parent GPU.
+//!   power; maxima for temperatures. A tick counts for the pod's memory (or power) only when
+//!   every device it sums answered it, so a peak or mean always covers the same devices as
+//!   the total beside it; when one never answers, the pod's figure is absent (its own
+//!   summary says which). Memory sums the physical GPUs, plus the MIG devices whose GPU is
+//!   not sampled (a pod holding MIG devices only: its share of the GPUs); a MIG device of a
+//!   sampled GPU is in its GPU's memory already. Power and energy belong to physical GPUs
+//!   only: absent for a pod that holds only MIG devices (the GPU is shared with others).
 //!
 //! Absent stays absent: a value NVML never gave is `null` in JSON, never 0.
 
@@ -306,6 +310,18 @@ fn is_mig(info: &DeviceInfo) -> bool {
     info.uuid.starts_with("MIG-")
 }
 
+/// Whether a device's memory is part of the pod's: a physical GPU, or a MIG device whose GPU
+/// is not among `devices` (a MIG device of a sampled GPU is in that GPU's memory already; one
+/// whose GPU is not known is left out).
+fn counts_for_pod_memory(info: &DeviceInfo, sampled: impl Fn(&str) -> bool) -> bool {
+    if !is_mig(info) {
+        return true;
+    }
+    info.mig
+        .as_ref()
+        .is_some_and(|m| !sampled(m.parent_uuid.as_str()))
+}
+
 fn max_opt(a: Option<u32>, b: Option<u32>) -> Option<u32> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.max(y)),
@@ -546,7 +562,9 @@ impl RunAccumulator {
             .get_or_insert((snap.taken_at, snap.taken_instant));
         self.last = Some((snap.taken_at, snap.taken_instant));
         let cap = self.hold_cap();
-        let mut memory_sum: Option<u64> = None;
+        // Summed only when every device it covers answered (`None` otherwise).
+        let mut memory_sum: Option<u64> = Some(0);
+        let mut memory_units = 0;
         let mut power_sum: Option<u64> = Some(0);
         let mut physical = 0;
         for s in &snap.devices {
@@ -562,18 +580,21 @@ impl RunAccumulator {
             let gpu = &mut self.gpus[i];
             gpu.missed += gap;
             gpu.add(s, snap.taken_instant, cap);
+            if counts_for_pod_memory(&s.info, |u| snap.devices.iter().any(|d| d.info.uuid == u)) {
+                memory_units += 1;
+                memory_sum = memory_sum
+                    .zip(s.memory_used_bytes)
+                    .map(|(a, used)| a + used);
+            }
             if is_mig(&s.info) {
                 continue;
             }
             physical += 1;
-            if let Some(used) = s.memory_used_bytes {
-                memory_sum = Some(memory_sum.unwrap_or(0) + used);
-            }
             power_sum = power_sum
                 .zip(s.power_milliwatts)
                 .map(|(a, p)| a + u64::from(p));
         }
-        if let Some(m) = memory_sum {
+        if let Some(m) = memory_sum.filter(|_| memory_units > 0) {
             self.pod_memory_used.add(m);
         }
         if let Some(p) = power_sum.filter(|_| physical > 0) {
@@ -653,11 +674,17 @@ impl RunAccumulator {
             };
             Some((j, source))
         };
-        let memory_total = physical
+        // The same devices as the per-tick memory sums.
+        let memory_units: Vec<&GpuAcc> = self
+            .gpus
+            .iter()
+            .filter(|g| counts_for_pod_memory(&g.info, |u| self.by_uuid.contains_key(u)))
+            .collect();
+        let memory_total = memory_units
             .iter()
             .map(|g| g.memory_total)
             .try_fold(0u64, |a, t| t.map(|t| a + t))
-            .filter(|_| !physical.is_empty());
+            .filter(|_| !memory_units.is_empty());
         let held = |i: usize| {
             sum_known(&|g: &GpuAcc| g.reasons_known().then_some(g.held_back_s[i]))
                 .map(|s| round(s, 3))
@@ -1210,6 +1237,104 @@ mod tests {
         assert_eq!(p.power_capped_s, Some(2.0));
         assert_eq!(p.utilization_mean, Some(0.6));
         assert_eq!(p.wall_time_s, 2.0);
+    }
+
+    fn mig_info(index: u32, uuid: &str, parent: &str, gi: u32) -> Arc<DeviceInfo> {
+        Arc::new(DeviceInfo {
+            index,
+            uuid: uuid.into(),
+            name: Some("NVIDIA H200 MIG 3g.71gb".into()),
+            mig: Some(crate::sampling::MigPlacement {
+                parent_uuid: parent.into(),
+                mig_index: gi,
+                gpu_instance_id: Some(gi),
+                compute_instance_id: Some(0),
+            }),
+            ..DeviceInfo::default()
+        })
+    }
+
+    #[test]
+    fn a_pod_holding_only_mig_devices_gets_their_memory_not_the_gpus_power() {
+        // Two MIG devices of GPU-p, which this pod does not hold (another tenant has the rest).
+        let m1 = mig_info(0, "MIG-1", "GPU-p", 1);
+        let m2 = mig_info(0, "MIG-2", "GPU-p", 2);
+        let c = Clock::new();
+        let mut acc = RunAccumulator::new(Duration::from_secs(1));
+        for k in 0..3u64 {
+            acc.add(&c.snap(
+                k + 1,
+                k as f64,
+                vec![
+                    sample(&m1, None, Some(10 + k), Some(70), None, None, None, None),
+                    sample(&m2, None, Some(5), Some(30), None, None, None, None),
+                ],
+            ));
+        }
+        let p = acc.report(BTreeMap::new()).pod;
+        assert_eq!(p.memory_used_peak_bytes, Some(17));
+        assert_eq!(p.memory_used_mean_bytes, Some(16));
+        assert_eq!(p.memory_total_bytes, Some(100));
+        assert_eq!(p.memory_used_peak_ratio, Some(0.17));
+        assert_eq!(
+            (p.power_mean_w, p.energy_j),
+            (None, None),
+            "the GPU's power is not this pod's"
+        );
+        assert_eq!(p.samples_taken, 6);
+    }
+
+    #[test]
+    fn pod_memory_covers_the_same_gpus_as_its_total_or_is_absent() {
+        let a = info(0, "GPU-a");
+        let b = info(1, "GPU-b");
+        let c = Clock::new();
+        // GPU b does not answer memory at tick 2, while GPU a peaks there: a sum over GPU a
+        // alone is not the pod's.
+        let mut acc = RunAccumulator::new(Duration::from_secs(1));
+        for (k, (ua, ub)) in [(10, Some(10)), (40, None), (10, Some(10))]
+            .into_iter()
+            .enumerate()
+        {
+            acc.add(&c.snap(
+                k as u64 + 1,
+                k as f64,
+                vec![
+                    sample(&a, Some(50), Some(ua), Some(100), None, None, None, None),
+                    sample(&b, Some(50), ub, Some(100), None, None, None, None),
+                ],
+            ));
+        }
+        let p = acc.report(BTreeMap::new()).pod;
+        assert_eq!(p.memory_used_peak_bytes, Some(20));
+        assert_eq!(p.memory_used_mean_bytes, Some(20));
+        assert_eq!(p.memory_total_bytes, Some(200));
+        assert_eq!(p.memory_used_peak_ratio, Some(0.1));
+        // GPU b never answers memory: the pod's figures are absent, not GPU a's alone.
+        let mut acc = RunAccumulator::new(Duration::from_secs(1));
+        for k in 0..3u64 {
+            acc.add(&c.snap(
+                k + 1,
+                k as f64,
+                vec![
+                    sample(&a, Some(50), Some(30), Some(100), None, None, None, None),
+                    sample(&b, Some(50), None, None, None, None, None, None),
+                ],
+            ));
+        }
+        let r = acc.report(BTreeMap::new());
+        let p = &r.pod;
+        assert_eq!(
+            (
+                p.memory_used_peak_bytes,
+                p.memory_used_mean_bytes,
+                p.memory_total_bytes,
+                p.memory_used_peak_ratio
+            ),
+            (None, None, None, None)
+        );
+        // GPU a's own summary still has its memory.
+        assert_eq!(r.gpus[0].summary.memory_used_peak_bytes, Some(30));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::catalogue::{xid_hint, Hold, RuleId};
 use super::{clocks, health, memory, workload};
 use crate::config::RulesConfig;
 use crate::sampling::{DeviceSample, DeviceState, Snapshot};
-use crate::telemetry::catalogue::{device_attributes, Number, CATALOGUE};
+use crate::telemetry::catalogue::{device_attributes, info_attributes, Number, CATALOGUE};
 
 /// What a rule judged about one subject (a GPU, or the pod's GPUs together) at one sample.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +42,30 @@ impl Verdict {
         Self {
             key: d.info.uuid.clone(),
             hw_id: Some(d.info.uuid.clone()),
+            holds,
+            values,
+            summary,
+        }
+    }
+
+    /// A verdict about the physical GPU of MIG device `d` when the GPU itself is not sampled
+    /// (only some of its MIG devices belong to this pod): keyed and named by the GPU's UUID
+    /// (`hw.id`), so that one fault of the GPU is one alert, not one per MIG device.
+    pub fn parent_of(
+        d: &DeviceSample,
+        holds: Option<bool>,
+        values: Vec<KeyValue>,
+        summary: String,
+    ) -> Self {
+        let uuid = d
+            .info
+            .mig
+            .as_ref()
+            .map_or(&d.info.uuid, |m| &m.parent_uuid)
+            .clone();
+        Self {
+            key: uuid.clone(),
+            hw_id: Some(uuid),
             holds,
             values,
             summary,
@@ -349,6 +373,20 @@ impl Engine {
             }
             self.known
                 .insert(d.info.uuid.clone(), (device_attributes(d), label(d)));
+            // The parent GPU of a MIG device, for XIDs reported on it, unless it is sampled.
+            if let Some(m) = &d.info.mig {
+                if !snapshot
+                    .devices
+                    .iter()
+                    .any(|g| g.info.uuid == m.parent_uuid)
+                {
+                    let p = parent_info(&d.info);
+                    let lbl = format!("GPU {} ({})", p.index, p.uuid);
+                    self.known
+                        .entry(p.uuid.clone())
+                        .or_insert_with(|| (info_attributes(&p), lbl));
+                }
+            }
         }
         let mut out = Vec::new();
         for slot in &mut self.slots {
@@ -372,15 +410,38 @@ impl Engine {
                             .hw_id
                             .as_ref()
                             .and_then(|h| snapshot.devices.iter().find(|d| &d.info.uuid == h));
+                        // Not sampled itself: the parent GPU of sampled MIG devices.
+                        let parent = v.hw_id.as_ref().filter(|_| d.is_none()).and_then(|h| {
+                            snapshot
+                                .devices
+                                .iter()
+                                .find(|m| m.info.mig.as_ref().is_some_and(|p| &p.parent_uuid == h))
+                        });
                         (
                             v.hw_id.clone(),
-                            d.map(device_attributes).unwrap_or_else(|| {
-                                v.hw_id
-                                    .iter()
-                                    .map(|h| KeyValue::new("hw.id", h.clone()))
-                                    .collect()
-                            }),
-                            d.map(label).unwrap_or_else(|| "the GPUs".to_string()),
+                            d.map(device_attributes)
+                                .or_else(|| {
+                                    parent
+                                        .map(|m| parent_info(&m.info))
+                                        .map(|i| info_attributes(&i))
+                                })
+                                .unwrap_or_else(|| {
+                                    v.hw_id
+                                        .iter()
+                                        .map(|h| KeyValue::new("hw.id", h.clone()))
+                                        .collect()
+                                }),
+                            d.map(label)
+                                .or_else(|| {
+                                    parent.map(|m| {
+                                        format!(
+                                            "GPU {} ({})",
+                                            m.info.index,
+                                            parent_info(&m.info).uuid
+                                        )
+                                    })
+                                })
+                                .unwrap_or_else(|| "the GPUs".to_string()),
                         )
                     }
                 };
@@ -539,6 +600,21 @@ impl Engine {
             summary: format!("XID {} reported", report.xid),
             hint: xid_hint(report.xid),
         })
+    }
+}
+
+/// What is known of the physical GPU of a MIG device from the MIG device's own facts: its
+/// UUID, index and driver (its product name is not known, so `hw.model` is absent).
+fn parent_info(mig: &crate::sampling::DeviceInfo) -> crate::sampling::DeviceInfo {
+    crate::sampling::DeviceInfo {
+        index: mig.index,
+        uuid: mig
+            .mig
+            .as_ref()
+            .map_or(&mig.uuid, |m| &m.parent_uuid)
+            .clone(),
+        driver_version: mig.driver_version.clone(),
+        ..Default::default()
     }
 }
 

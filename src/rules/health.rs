@@ -5,7 +5,9 @@ use opentelemetry::KeyValue;
 
 use super::catalogue::RuleId;
 use super::engine::{Rule, Verdict};
-use crate::sampling::{DeviceState, Snapshot};
+use std::collections::HashSet;
+
+use crate::sampling::{DeviceSample, DeviceState, Snapshot};
 
 /// `gpu_lost`: [`DeviceState::Lost`] (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`).
 pub(crate) struct GpuLost;
@@ -16,32 +18,48 @@ impl Rule for GpuLost {
     }
 
     fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
-        // A lost GPU takes its MIG devices with it: one alert, on the GPU, when it is sampled.
-        let gpus: std::collections::HashSet<&str> = snapshot
-            .devices
-            .iter()
-            .filter(|d| d.info.mig.is_none())
-            .map(|d| d.info.uuid.as_str())
-            .collect();
+        // A lost GPU takes its MIG devices with it: one alert per physical GPU, on the GPU,
+        // whether it is sampled itself or only through MIG devices of this pod (then its
+        // MIG devices are lost together; one alert, not one per MIG device).
+        let mut judged: HashSet<&str> = HashSet::new();
         for d in &snapshot.devices {
-            if d.info
+            let gpu_uuid = d
+                .info
                 .mig
                 .as_ref()
-                .is_some_and(|m| gpus.contains(m.parent_uuid.as_str()))
-            {
+                .map_or(d.info.uuid.as_str(), |m| m.parent_uuid.as_str());
+            if !judged.insert(gpu_uuid) {
                 continue;
             }
-            let lost = d.state == DeviceState::Lost;
-            out.push(Verdict::device(
-                d,
-                Some(lost),
-                vec![KeyValue::new("nvidia.gpu.index", i64::from(d.info.index))],
-                if lost {
-                    "NVML reports the GPU lost (fallen off the bus, or it needs a reset)".into()
-                } else {
-                    "the GPU answers NVML again".into()
-                },
-            ));
+            // The GPU itself when sampled, else all its MIG devices here.
+            let members: Vec<&DeviceSample> = match snapshot
+                .devices
+                .iter()
+                .find(|g| g.info.mig.is_none() && g.info.uuid == gpu_uuid)
+            {
+                Some(g) => vec![g],
+                None => snapshot
+                    .devices
+                    .iter()
+                    .filter(|m| {
+                        m.info
+                            .mig
+                            .as_ref()
+                            .is_some_and(|p| p.parent_uuid == gpu_uuid)
+                    })
+                    .collect(),
+            };
+            let lost = members.iter().any(|m| m.state == DeviceState::Lost);
+            let values = vec![KeyValue::new("nvidia.gpu.index", i64::from(d.info.index))];
+            let summary = if lost {
+                "NVML reports the GPU lost (fallen off the bus, or it needs a reset)".to_string()
+            } else {
+                "the GPU answers NVML again".to_string()
+            };
+            out.push(match members.first() {
+                Some(g) if g.info.mig.is_none() => Verdict::device(g, Some(lost), values, summary),
+                _ => Verdict::parent_of(d, Some(lost), values, summary),
+            });
         }
     }
 }

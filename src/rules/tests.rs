@@ -507,6 +507,92 @@ fn gpu_lost_fires_at_once_with_the_last_readings_and_resolves_when_back() {
         .contains(&KeyValue::new("hw.model", "NVIDIA H100 80GB HBM3")));
 }
 
+/// A MIG device of GPU 0 (GPU instance `gi`), 10 GiB of 20 used.
+fn mig(gi: u32) -> DeviceSample {
+    let parent = info(0);
+    let mut d = DeviceSample::empty(
+        Arc::new(DeviceInfo {
+            index: 0,
+            uuid: format!("MIG-00000000-0000-4000-8000-0000000000{gi:02}"),
+            name: Some("NVIDIA H100 80GB HBM3 MIG 3g.40gb".into()),
+            mig: Some(crate::sampling::MigPlacement {
+                parent_uuid: parent.uuid.clone(),
+                mig_index: gi,
+                gpu_instance_id: Some(gi),
+                compute_instance_id: Some(0),
+            }),
+            ..DeviceInfo::default()
+        }),
+        DeviceState::Ok,
+    );
+    d.memory_total_bytes = Some(20 * GIB);
+    d.memory_used_bytes = Some(10 * GIB);
+    d
+}
+
+#[test]
+fn gpu_lost_fires_once_per_gpu_when_only_its_mig_devices_are_sampled() {
+    let mut engine = Engine::new(&config(&[]));
+    // This pod holds two MIG devices of GPU 0, not the GPU; the GPU is lost from 3 s to 6 s
+    // (both MIG devices with it).
+    let alerts = replay(&mut engine, 1.0, 10.0, |t| {
+        [1, 2]
+            .map(|gi| {
+                let m = mig(gi);
+                if (3.0..6.0).contains(&t) {
+                    DeviceSample::empty(m.info, DeviceState::Lost)
+                } else {
+                    m
+                }
+            })
+            .to_vec()
+    });
+    assert_eq!(
+        summary(&alerts),
+        vec![
+            (3.0, RuleId::GpuLost, AlertState::Firing),
+            (6.0, RuleId::GpuLost, AlertState::Resolved),
+        ],
+        "one alert for the GPU, not one per MIG device"
+    );
+    let gpu = info(0).uuid.clone();
+    for (_, a) in &alerts {
+        assert_eq!(a.hw_id.as_deref(), Some(gpu.as_str()));
+        assert!(a.device.contains(&KeyValue::new("hw.id", gpu.clone())));
+        assert!(a.device.contains(&KeyValue::new("hw.type", "gpu")));
+        assert_eq!(a.label, format!("GPU 0 ({gpu})"));
+    }
+    // The GPU sampled with its MIG devices: still one alert, the GPU's, with its model.
+    let mut engine = Engine::new(&config(&[]));
+    let alerts = replay(&mut engine, 1.0, 4.0, |t| {
+        let lost = t >= 2.0;
+        let gpu = if lost {
+            DeviceSample::empty(info(0), DeviceState::Lost)
+        } else {
+            busy(0)
+        };
+        let migs = [1, 2].map(|gi| {
+            let m = mig(gi);
+            if lost {
+                DeviceSample::empty(m.info, DeviceState::Lost)
+            } else {
+                m
+            }
+        });
+        let mut v = vec![gpu];
+        v.extend(migs);
+        v
+    });
+    assert_eq!(
+        summary(&alerts),
+        vec![(2.0, RuleId::GpuLost, AlertState::Firing)]
+    );
+    assert!(alerts[0]
+        .1
+        .device
+        .contains(&KeyValue::new("hw.model", "NVIDIA H100 80GB HBM3")));
+}
+
 #[test]
 fn a_lost_gpu_neither_fires_nor_resolves_the_other_rules() {
     let mut engine = Engine::new(&config(&[("GPU_SIDECAR_RULE_GPU_LOST_ENABLED", "false")]));

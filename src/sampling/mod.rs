@@ -9,7 +9,11 @@
 //!
 //! For each NVML session the sampler also runs the event watcher thread `nvml-events`
 //! ([`watch`]) on the same `Nvml`: XID and ECC events go to the [`Observer`] given to
-//! [`Sampler::start_observed`], as do the durations of each group of calls.
+//! [`Sampler::start_observed`], as do the durations of each group of calls. The sampler never
+//! waits for the watcher to end a session (an `nvmlEventSetWait_v2` stuck in the driver does
+//! not hold the re-initialization): the watcher keeps its own reference to the session's
+//! `Nvml`, and whichever lets go last calls `nvmlShutdown`. Its heartbeat
+//! ([`SharedState::event_watcher`]) is read by the health checks.
 //!
 //! A field that answers `NOT_SUPPORTED`, `INVALID_ARGUMENT` or `NOT_FOUND` (or whose symbol
 //! the library lacks) is logged once per device and field, left absent, and not asked again
@@ -31,7 +35,7 @@ pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -46,7 +50,7 @@ pub use snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
     ProcessUtilization, RemappedRows, Snapshot,
 };
-pub use watch::{DeviceEvent, DeviceEventKind};
+pub use watch::{DeviceEvent, DeviceEventKind, WatcherCall};
 
 /// A group of NVML calls read together on one cadence; the `gpu_sidecar.sample.group`
 /// attribute of the sample-duration self-metric.
@@ -241,7 +245,51 @@ pub struct SharedState {
     ticks: AtomicU64,
     heartbeat: Mutex<Heartbeat>,
     nvml_errors: Mutex<NvmlErrorCounts>,
+    watcher: Mutex<WatcherSlot>,
+    watchers_running: AtomicUsize,
+    stuck: Mutex<StuckCounts>,
 }
+
+/// The current NVML session's event watcher, as the sampler left it.
+#[derive(Debug, Default, Clone)]
+enum WatcherSlot {
+    /// No NVML session, or nothing to watch in it.
+    #[default]
+    None,
+    /// Running (or ended by itself), with its heartbeat.
+    Started(Arc<watch::Heartbeat>),
+    /// Not started: [`MAX_EVENT_WATCHERS`] watchers of earlier sessions are still inside a
+    /// driver call.
+    Refused,
+}
+
+/// The event watcher as the health checks see it ([`SharedState::event_watcher`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventWatcherState {
+    /// No NVML session, or no GPU to watch in it.
+    NotRunning,
+    /// Watching; `Some` while inside an NVML call (most of the time: `nvmlEventSetWait_v2`).
+    Running(Option<WatcherCall>),
+    /// It returned by itself: no watched GPU can report events in this session (logged).
+    Ended,
+    /// Not started, because [`MAX_EVENT_WATCHERS`] watchers of earlier NVML sessions are still
+    /// inside a driver call (they cannot be interrupted); started once one returns.
+    Refused,
+}
+
+/// [`EventWatcherState`] and the watchers of earlier NVML sessions that have not returned
+/// yet (left inside a driver call when their session ended).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventWatcherStatus {
+    /// The current session's watcher.
+    pub state: EventWatcherState,
+    /// Watcher threads of earlier sessions still running.
+    pub earlier_still_running: usize,
+}
+
+/// NVML steps that ran past `GPU_SIDECAR_WATCHDOG_TIMEOUT`, by thread and step (see
+/// [`SharedState::count_stuck`]).
+pub type StuckCounts = BTreeMap<(String, String), u64>;
 
 impl Default for SharedState {
     fn default() -> Self {
@@ -253,6 +301,9 @@ impl Default for SharedState {
             ticks: AtomicU64::new(0),
             heartbeat: Mutex::new(Heartbeat::default()),
             nvml_errors: Mutex::new(BTreeMap::new()),
+            watcher: Mutex::new(WatcherSlot::None),
+            watchers_running: AtomicUsize::new(0),
+            stuck: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -367,6 +418,64 @@ impl SharedState {
             .clone()
     }
 
+    /// The event watcher of the current NVML session: whether it runs, the NVML call it is
+    /// inside and for how long (a wait far past its own timeout is stuck in the driver), and
+    /// how many watchers of earlier sessions have not returned yet.
+    pub fn event_watcher(&self) -> EventWatcherStatus {
+        let slot = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let running = self.watchers_running.load(Ordering::SeqCst);
+        let (state, current_running) = match slot {
+            WatcherSlot::None => (EventWatcherState::NotRunning, false),
+            WatcherSlot::Refused => (EventWatcherState::Refused, false),
+            WatcherSlot::Started(beat) if beat.ended() => (EventWatcherState::Ended, false),
+            WatcherSlot::Started(beat) => (EventWatcherState::Running(beat.busy()), true),
+        };
+        EventWatcherStatus {
+            state,
+            earlier_still_running: running.saturating_sub(usize::from(current_running)),
+        }
+    }
+
+    /// Counts one NVML step found running past `GPU_SIDECAR_WATCHDOG_TIMEOUT` (once per
+    /// episode, by the watchdog): `thread` is `nvml-sampler` or `nvml-events`, `step` the
+    /// sampler's [`Activity`] or the watcher's NVML call.
+    pub fn count_stuck(&self, thread: &str, step: &str) {
+        *self
+            .stuck
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((thread.to_string(), step.to_string()))
+            .or_insert(0) += 1;
+    }
+
+    /// Every stuck NVML step counted since start (`gpu_sidecar.nvml.stuck`).
+    pub fn stuck_counts(&self) -> StuckCounts {
+        self.stuck.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_watcher(&self, slot: WatcherSlot) {
+        *self.watcher.lock().unwrap_or_else(|p| p.into_inner()) = slot;
+    }
+
+    /// Whether another watcher than the one with `beat` is the current one.
+    fn watcher_superseded(&self, beat: &Arc<watch::Heartbeat>) -> bool {
+        matches!(
+            &*self.watcher.lock().unwrap_or_else(|p| p.into_inner()),
+            WatcherSlot::Started(other) if !Arc::ptr_eq(other, beat)
+        )
+    }
+
+    fn watcher_refused(&self) -> bool {
+        matches!(
+            *self.watcher.lock().unwrap_or_else(|p| p.into_inner()),
+            WatcherSlot::Refused
+        )
+    }
+
     fn add_nvml_errors(&self, errors: impl IntoIterator<Item = ((&'static str, String), u64)>) {
         let mut counts = self.nvml_errors.lock().unwrap_or_else(|p| p.into_inner());
         for ((call, code), n) in errors {
@@ -436,8 +545,8 @@ impl From<&Config> for SamplerSettings {
 }
 
 enum Command {
-    /// Take one last sample, shut NVML down, end the thread.
-    FinalSampleAndStop,
+    /// Take one last sample, shut NVML down, end the thread; all of it by `until`.
+    FinalSampleAndStop { until: Instant },
 }
 
 /// Handle on the sampler thread.
@@ -452,6 +561,11 @@ pub const SILENT_TICKS_BEFORE_REINIT: u32 = 3;
 
 /// Init retry backoff: doubles from 1 s up to this cap.
 pub const INIT_BACKOFF_CAP: Duration = Duration::from_secs(30);
+
+/// Most event watcher threads at once: the current session's and one of an earlier session
+/// still inside a driver call. Past it no new watcher is started until one returns (a stuck
+/// driver call cannot be interrupted), so stuck threads never pile up.
+pub const MAX_EVENT_WATCHERS: usize = 2;
 
 impl Sampler {
     /// Spawns the `nvml-sampler` thread, with nobody observing durations and events.
@@ -477,7 +591,7 @@ impl Sampler {
         let thread = std::thread::Builder::new()
             .name("nvml-sampler".into())
             .spawn(move || {
-                run(&settings, &shared, &rx, observer.as_ref());
+                run(&settings, &shared, &rx, &observer);
                 let _ = done_tx.send(());
             })
             .expect("spawn nvml-sampler thread");
@@ -490,9 +604,13 @@ impl Sampler {
 
     /// Asks for one final sample and NVML shutdown, and waits up to `timeout` for it. A
     /// sampler wedged inside a driver call cannot be interrupted: then this returns `false`
-    /// after `timeout` and the thread is left behind.
+    /// after `timeout` and the thread is left behind. The event watcher is given up to half
+    /// of what is left after the final sample to return from its current wait (at most one
+    /// sample interval); if it has not, it shuts NVML down itself when it returns.
     pub fn stop(mut self, timeout: Duration) -> bool {
-        let _ = self.commands.send(Command::FinalSampleAndStop);
+        let _ = self.commands.send(Command::FinalSampleAndStop {
+            until: Instant::now() + timeout,
+        });
         match self.done.recv_timeout(timeout) {
             Ok(()) => {
                 if let Some(t) = self.thread.take() {
@@ -507,7 +625,8 @@ impl Sampler {
 
 /// What ended an NVML session.
 enum SessionEnd {
-    Stop,
+    /// Stop the sampler; with the time by which everything must be done when asked to.
+    Stop(Option<Instant>),
     Reinit,
     /// No device answered for [`SILENT_TICKS_BEFORE_REINIT`] ticks: re-initialize, and
     /// keep re-initializing until NVML lists as many devices again.
@@ -529,9 +648,9 @@ struct Carry {
 
 fn run(
     settings: &SamplerSettings,
-    shared: &SharedState,
+    shared: &Arc<SharedState>,
     commands: &mpsc::Receiver<Command>,
-    observer: &dyn Observer,
+    observer: &Arc<dyn Observer>,
 ) {
     let mut backoff = Duration::from_secs(1);
     let mut last_down: Option<NvmlDown> = None;
@@ -551,18 +670,30 @@ fn run(
                     tracing::info!("NVML is back");
                 }
                 backoff = Duration::from_secs(1);
+                let nvml = Arc::new(nvml);
                 let end = session(&nvml, settings, shared, commands, observer, &mut carry);
-                shared.begin(Activity::Shutdown);
-                let result = nvml.shutdown();
-                shared.end();
-                if let Err(e) = result {
-                    shared.add_nvml_errors([(("nvmlShutdown", read::error_code(&e)), 1)]);
-                    tracing::warn!("nvmlShutdown failed: {e}");
-                } else {
-                    tracing::debug!("nvmlShutdown done");
+                match Arc::try_unwrap(nvml) {
+                    Ok(nvml) => {
+                        shared.begin(Activity::Shutdown);
+                        let result = nvml.shutdown();
+                        shared.end();
+                        match result {
+                            Err(e) => {
+                                shared.add_nvml_errors([(("nvmlShutdown", read::error_code(&e)), 1)]);
+                                tracing::warn!("nvmlShutdown failed: {e}");
+                            }
+                            Ok(()) => tracing::debug!("nvmlShutdown done"),
+                        }
+                    }
+                    // The session's event watcher is still inside a wait: it shuts NVML down
+                    // when that returns. The next session initializes NVML again meanwhile
+                    // (NVML counts its initializations).
+                    Err(_) => tracing::debug!(
+                        "the event watcher still holds this NVML session; it calls nvmlShutdown when its wait returns"
+                    ),
                 }
                 match end {
-                    SessionEnd::Stop => return,
+                    SessionEnd::Stop(_) => return,
                     SessionEnd::Reinit | SessionEnd::Silent => shared.clear(),
                 }
             }
@@ -581,7 +712,8 @@ fn run(
                 }
                 last_down = Some(down);
                 match commands.recv_timeout(backoff) {
-                    Ok(Command::FinalSampleAndStop) | Err(RecvTimeoutError::Disconnected) => return,
+                    Ok(Command::FinalSampleAndStop { .. })
+                    | Err(RecvTimeoutError::Disconnected) => return,
                     Err(RecvTimeoutError::Timeout) => {}
                 }
                 backoff = (backoff * 2).min(INIT_BACKOFF_CAP);
@@ -590,12 +722,111 @@ fn run(
     }
 }
 
+/// A running event watcher: dropping `stop` asks it to end (at its next wake-up); `done`
+/// says it has.
+struct Watcher {
+    stop: mpsc::Sender<()>,
+    done: mpsc::Receiver<()>,
+}
+
+/// Starts the session's event watcher (`nvml-events`) on `targets`, unless there is nothing
+/// to watch or [`MAX_EVENT_WATCHERS`] are still running (earlier ones stuck in the driver;
+/// said when `say`: the previous session's watcher may simply not have noticed its stop yet,
+/// which takes up to one wait). Publishes its heartbeat for the health checks.
+fn start_watcher(
+    nvml: &Arc<Nvml>,
+    targets: &[watch::Target],
+    wait: Duration,
+    shared: &Arc<SharedState>,
+    observer: &Arc<dyn Observer>,
+    say: bool,
+) -> Option<Watcher> {
+    if targets.is_empty() {
+        shared.set_watcher(WatcherSlot::None);
+        return None;
+    }
+    let running = shared.watchers_running.load(Ordering::SeqCst);
+    if running >= MAX_EVENT_WATCHERS {
+        if say {
+            tracing::error!(
+                stuck = running,
+                "XID and ECC events are not watched: {running} event watchers of earlier NVML sessions are still inside a driver call that does not return; a new one starts when one returns"
+            );
+        }
+        shared.set_watcher(WatcherSlot::Refused);
+        return None;
+    }
+    let beat = Arc::new(watch::Heartbeat::default());
+    let (stop_tx, stop_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let (nvml, targets, thread_shared, observer, thread_beat) = (
+        nvml.clone(),
+        targets.to_vec(),
+        shared.clone(),
+        observer.clone(),
+        beat.clone(),
+    );
+    shared.watchers_running.fetch_add(1, Ordering::SeqCst);
+    let spawned = std::thread::Builder::new()
+        .name("nvml-events".into())
+        .spawn(move || {
+            let shared = thread_shared;
+            let stop = watch::StopSignal(stop_rx);
+            let count_error = |call: &'static str, e: &NvmlError| {
+                shared.add_nvml_errors([((call, read::error_code(e)), 1)]);
+            };
+            watch::run(
+                &nvml,
+                &targets,
+                &watch::Context {
+                    stop: &stop,
+                    observer: observer.as_ref(),
+                    beat: &thread_beat,
+                    count_error: &count_error,
+                    wait,
+                    superseded: &|| shared.watcher_superseded(&thread_beat),
+                },
+            );
+            thread_beat.end();
+            // The sampler has moved on (or stopped) without this session: last one out
+            // shuts NVML down.
+            if let Ok(nvml) = Arc::try_unwrap(nvml) {
+                match nvml.shutdown() {
+                    Ok(()) => tracing::debug!("nvmlShutdown done (by the event watcher)"),
+                    Err(e) => {
+                        shared.add_nvml_errors([(("nvmlShutdown", read::error_code(&e)), 1)]);
+                        tracing::warn!("nvmlShutdown failed: {e}");
+                    }
+                }
+            }
+            shared.watchers_running.fetch_sub(1, Ordering::SeqCst);
+            let _ = done_tx.send(());
+        });
+    match spawned {
+        Ok(_) => {
+            shared.set_watcher(WatcherSlot::Started(beat));
+            Some(Watcher {
+                stop: stop_tx,
+                done: done_rx,
+            })
+        }
+        Err(e) => {
+            shared.watchers_running.fetch_sub(1, Ordering::SeqCst);
+            shared.set_watcher(WatcherSlot::None);
+            tracing::error!(
+                "cannot start the nvml-events thread: {e}; XID and ECC events are not watched"
+            );
+            None
+        }
+    }
+}
+
 fn session(
-    nvml: &Nvml,
+    nvml: &Arc<Nvml>,
     settings: &SamplerSettings,
-    shared: &SharedState,
+    shared: &Arc<SharedState>,
     commands: &mpsc::Receiver<Command>,
-    observer: &dyn Observer,
+    observer: &Arc<dyn Observer>,
     carry: &mut Carry,
 ) -> SessionEnd {
     let opened = Instant::now();
@@ -614,9 +845,8 @@ fn session(
                 "device listing: {e}"
             ))));
             return match commands.recv_timeout(Duration::from_secs(5)) {
-                Ok(Command::FinalSampleAndStop) | Err(RecvTimeoutError::Disconnected) => {
-                    SessionEnd::Stop
-                }
+                Ok(Command::FinalSampleAndStop { until }) => SessionEnd::Stop(Some(until)),
+                Err(RecvTimeoutError::Disconnected) => SessionEnd::Stop(None),
                 Err(RecvTimeoutError::Timeout) => SessionEnd::Reinit,
             };
         }
@@ -630,9 +860,8 @@ fn session(
                 reader.device_count()
             ))));
             return match commands.recv_timeout(Duration::from_secs(2)) {
-                Ok(Command::FinalSampleAndStop) | Err(RecvTimeoutError::Disconnected) => {
-                    SessionEnd::Stop
-                }
+                Ok(Command::FinalSampleAndStop { until }) => SessionEnd::Stop(Some(until)),
+                Err(RecvTimeoutError::Disconnected) => SessionEnd::Stop(None),
                 Err(RecvTimeoutError::Timeout) => SessionEnd::Reinit,
             };
         }
@@ -655,38 +884,55 @@ fn session(
     let mut cadence = carry.cadence.take().unwrap_or_else(|| settings.cadence());
     cadence.new_session();
     let targets = reader.event_targets();
-    let stop_watcher = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        let watcher = std::thread::Builder::new()
-            .name("nvml-events".into())
-            .spawn_scoped(scope, || {
-                watch::run(nvml, &targets, &stop_watcher, observer)
-            });
-        if let Err(e) = watcher {
-            tracing::error!(
-                "cannot start the nvml-events thread: {e}; XID and ECC events are not watched"
-            );
+    // One wait per sample interval at most when nothing happens (an event ends a wait at
+    // once, whatever its bound).
+    let wait = settings.interval;
+    let mut watcher = start_watcher(nvml, &targets, wait, shared, observer, false);
+    let mut refused = 0u32;
+    let end = ticks(
+        &mut reader,
+        &mut cadence,
+        settings,
+        shared,
+        commands,
+        observer.as_ref(),
+        &mut carry.seq,
+        &mut || {
+            // Refused at the start (earlier watchers stuck): try again once one returned;
+            // said once it has lasted more than a wait (not a watcher finishing its last one).
+            if watcher.is_none() && shared.watcher_refused() {
+                refused += 1;
+                let say = refused == 2;
+                watcher = start_watcher(nvml, &targets, wait, shared, observer, say);
+            }
+        },
+    );
+    carry.cadence = Some(cadence);
+    carry.io_totals = reader.io_totals();
+    if matches!(end, SessionEnd::Silent) {
+        carry.relist = Some(reader.device_count());
+    }
+    drop(reader);
+    shared.set_watcher(WatcherSlot::None);
+    if let Some(Watcher { stop, done }) = watcher {
+        drop(stop);
+        // At shutdown only: give the watcher part of what is left to return from its wait,
+        // so that NVML is shut down here. Never when re-initializing: a stuck watcher must
+        // not hold the recovery.
+        if let SessionEnd::Stop(Some(until)) = end {
+            let left = until.saturating_duration_since(Instant::now()) / 2;
+            if done.recv_timeout(left).is_err() {
+                tracing::debug!(
+                    "the event watcher did not return from its wait in {left:?}; it shuts NVML down when it does"
+                );
+            }
         }
-        let end = ticks(
-            &mut reader,
-            &mut cadence,
-            settings,
-            shared,
-            commands,
-            observer,
-            &mut carry.seq,
-        );
-        stop_watcher.store(true, Ordering::Relaxed);
-        carry.cadence = Some(cadence);
-        carry.io_totals = reader.io_totals();
-        if matches!(end, SessionEnd::Silent) {
-            carry.relist = Some(reader.device_count());
-        }
-        end
-    })
+    }
+    end
 }
 
-/// The sampling loop of one NVML session.
+/// The sampling loop of one NVML session; `between` runs after each tick.
+#[allow(clippy::too_many_arguments)]
 fn ticks(
     reader: &mut read::Reader<'_>,
     cadence: &mut Cadence,
@@ -695,6 +941,7 @@ fn ticks(
     commands: &mpsc::Receiver<Command>,
     observer: &dyn Observer,
     seq: &mut u64,
+    between: &mut dyn FnMut(),
 ) -> SessionEnd {
     let mut timings = Vec::new();
     let mut sample = |due: Due, seq: &mut u64| {
@@ -745,6 +992,7 @@ fn ticks(
             )));
             return SessionEnd::Silent;
         }
+        between();
         next += settings.interval;
         let now = Instant::now();
         if next < now {
@@ -753,13 +1001,13 @@ fn ticks(
         }
         match commands.recv_timeout(next - now) {
             Err(RecvTimeoutError::Timeout) => {}
-            Ok(Command::FinalSampleAndStop) => {
+            Ok(Command::FinalSampleAndStop { until }) => {
                 // Every group, so that the run report's energy covers the whole run and
                 // the last export holds everything.
                 sample(cadence.last(Instant::now()), seq);
-                return SessionEnd::Stop;
+                return SessionEnd::Stop(Some(until));
             }
-            Err(RecvTimeoutError::Disconnected) => return SessionEnd::Stop,
+            Err(RecvTimeoutError::Disconnected) => return SessionEnd::Stop(None),
         }
     }
 }

@@ -34,6 +34,7 @@ use super::snapshot::{
 use super::watch::Target;
 use super::SampleGroup;
 use crate::config::{DeviceId, DeviceSelection};
+use crate::logging::LogLimiter;
 
 /// NVML field id of the HBM temperature (`NVML_FI_DEV_MEMORY_TEMP`).
 const NVML_FI_DEV_MEMORY_TEMP: u32 = 82;
@@ -133,11 +134,26 @@ pub(crate) type ErrorCounts = BTreeMap<(&'static str, String), u64>;
 /// Remembers which (device, field) pairs NVML does not answer, and which errors were
 /// already logged, so each is said once; counts every error by call and code. Devices are
 /// keyed by their slot in the reader's list (a MIG device shares its parent's NVML index).
-#[derive(Debug, Default)]
+/// A field that fails and answers again over and over is said at most once a minute (with
+/// the count of failures in between), not twice per flap.
+#[derive(Debug)]
 pub(crate) struct Gate {
     unsupported: HashSet<(usize, Field)>,
-    failing: HashSet<(usize, Field)>,
+    /// Fields failing now, and whether this run of failures was logged.
+    failing: HashMap<(usize, Field), bool>,
+    lines: LogLimiter<(usize, Field)>,
     errors: ErrorCounts,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            unsupported: HashSet::new(),
+            failing: HashMap::new(),
+            lines: LogLimiter::new(crate::logging::LOG_PERIOD),
+            errors: ErrorCounts::new(),
+        }
+    }
 }
 
 /// What one call's error means for the field and the device.
@@ -198,7 +214,7 @@ impl Gate {
         let key = (slot, field);
         match call() {
             Ok(v) => {
-                if self.failing.remove(&key) {
+                if self.failing.remove(&key) == Some(true) {
                     tracing::info!(gpu = index, uuid, call = field.nvml_call(), "answers again");
                 }
                 Some(v)
@@ -220,14 +236,19 @@ impl Gate {
                         *lost = true;
                     }
                     Verdict::Transient => {
-                        if self.failing.insert(key) {
-                            tracing::warn!(
-                                gpu = index,
-                                uuid,
-                                call = field.nvml_call(),
-                                error = %e,
-                                "failed; the value is absent until it answers again"
-                            );
+                        if !self.failing.contains_key(&key) {
+                            let said = self.lines.admit(key, Instant::now());
+                            if let Some(not_logged) = said {
+                                tracing::warn!(
+                                    gpu = index,
+                                    uuid,
+                                    call = field.nvml_call(),
+                                    error = %e,
+                                    failed_runs_not_logged = not_logged,
+                                    "failed; the value is absent until it answers again (said at most once a minute)"
+                                );
+                            }
+                            self.failing.insert(key, said.is_some());
                         }
                     }
                 }
@@ -262,6 +283,10 @@ struct Selected<'n> {
     /// The byte counters (running totals, kept across NVML sessions).
     io: IoTotals,
     pcie_previous: Option<(Instant, u32, u32)>,
+    /// PCIe bytes are counted up to this instant. GPM windows and the throughput fallback
+    /// both add bytes over a stretch of time; each adds only what lies after it, so when
+    /// GPM's PCIe answers come and go no stretch is counted twice.
+    pcie_counted_until: Option<Instant>,
     process_utilization_seen_us: u64,
     /// PIDs listed at the last successful process-utilization read: the next read's window
     /// covers them whole, so one without a sample there was idle (0). A process first
@@ -286,11 +311,37 @@ impl<'n> Selected<'n> {
             gpm_unanswered_said: false,
             io,
             pcie_previous: None,
+            pcie_counted_until: None,
             process_utilization_seen_us: 0,
             process_covered: HashSet::new(),
             fresh: Fresh::default(),
             processes: None,
             names: HashMap::new(),
+        }
+    }
+
+    /// Adds PCIe bytes at these rates (bytes per second; `None`: not answered) over
+    /// `[from, to]`, only the part after what is already counted, then marks `to` counted.
+    fn count_pcie(&mut self, from: Instant, to: Instant, tx: Option<f64>, rx: Option<f64>) {
+        let from = self.pcie_counted_until.map_or(from, |c| c.max(from));
+        let secs = to.saturating_duration_since(from).as_secs_f64();
+        for (total, rate) in [
+            (&mut self.io.pcie_transmit_bytes, tx),
+            (&mut self.io.pcie_receive_bytes, rx),
+        ] {
+            if let Some(rate) = rate {
+                *total = Some(total.unwrap_or(0.0) + rate * secs);
+            }
+        }
+        if tx.is_some() || rx.is_some() {
+            self.pcie_counted_until = Some(self.pcie_counted_until.map_or(to, |c| c.max(to)));
+        }
+        // Counted at this tick: in this tick's sample (and only this one).
+        if tx.is_some() {
+            self.fresh.io.pcie_transmit_bytes = self.io.pcie_transmit_bytes;
+        }
+        if rx.is_some() {
+            self.fresh.io.pcie_receive_bytes = self.io.pcie_receive_bytes;
         }
     }
 
@@ -339,7 +390,13 @@ pub(crate) struct Reader<'n> {
     proc_root: Option<PathBuf>,
 }
 
+/// The value, or `None` with the error counted under `call`.
+fn counted<T>(gate: &mut Gate, call: &'static str, r: Result<T, NvmlError>) -> Option<T> {
+    r.map_err(|e| gate.count(call, &e)).ok()
+}
+
 fn static_info(
+    gate: &mut Gate,
     device: &Device<'_>,
     index: u32,
     uuid: String,
@@ -347,10 +404,10 @@ fn static_info(
 ) -> DeviceInfo {
     DeviceInfo {
         index,
-        name: device.name().ok(),
-        serial: device.serial().ok(),
-        pci_bus_id: device.pci_info().ok().map(|p| p.bus_id),
-        vbios_version: device.vbios_version().ok(),
+        name: counted(gate, "nvmlDeviceGetName", device.name()),
+        serial: counted(gate, "nvmlDeviceGetSerial", device.serial()),
+        pci_bus_id: counted(gate, "nvmlDeviceGetPciInfo_v3", device.pci_info()).map(|p| p.bus_id),
+        vbios_version: counted(gate, "nvmlDeviceGetVbiosVersion", device.vbios_version()),
         driver_version: driver.clone(),
         uuid,
         mig: None,
@@ -361,7 +418,9 @@ impl<'n> Reader<'n> {
     /// Lists devices (`nvmlDeviceGetCount_v2`, `nvmlDeviceGetHandleByIndex_v2`; in MIG mode
     /// `nvmlDeviceGetMigDeviceHandleByIndex`), reads their static facts and keeps those that
     /// `selection` names: a GPU by index or UUID (with all its MIG devices), a MIG device by
-    /// its UUID. `io` carries the byte counters of a previous NVML session, by UUID.
+    /// its UUID. `io` carries the byte counters of a previous NVML session, by UUID. Every
+    /// error NVML answers here is counted ([`Reader::take_errors`]), except `NOT_FOUND` for
+    /// an empty MIG slot, which is how NVML lists MIG devices.
     pub(crate) fn open(
         nvml: &'n Nvml,
         selection: &DeviceSelection,
@@ -369,7 +428,11 @@ impl<'n> Reader<'n> {
     ) -> Result<Self, NvmlError> {
         let mut gate = Gate::default();
         let count = nvml.device_count()?;
-        let driver_version = nvml.sys_driver_version().ok();
+        let driver_version = counted(
+            &mut gate,
+            "nvmlSystemGetDriverVersion",
+            nvml.sys_driver_version(),
+        );
         let layout = ProcessInfoLayout::detect(nvml.lib());
         if layout == ProcessInfoLayout::V3CcProtected {
             tracing::info!("this driver writes the R535 32-byte nvmlProcessInfo_t under nvmlDeviceGetComputeRunningProcesses_v3; process lists are decoded with it");
@@ -411,37 +474,58 @@ impl<'n> Reader<'n> {
                 DeviceId::Index(i) => *i == index,
                 DeviceId::Uuid(u) => *u == uuid,
             });
-            let mig_enabled = device.mig_mode().is_ok_and(|m| m.current == 1);
+            let mig_enabled = counted(&mut gate, "nvmlDeviceGetMigMode", device.mig_mode())
+                .is_some_and(|m| m.current == 1);
             let mut migs = Vec::new();
             if mig_enabled {
-                let max = device.mig_device_count().unwrap_or(7);
+                let max = counted(
+                    &mut gate,
+                    "nvmlDeviceGetMaxMigDeviceCount",
+                    device.mig_device_count(),
+                )
+                .unwrap_or(7);
                 for mig_index in 0..max {
                     let md = match device.mig_device_by_index(mig_index) {
                         Ok(d) => d,
+                        // An empty slot: the answer, not an error.
                         Err(NvmlError::NotFound) => continue,
                         Err(e) => {
+                            gate.count("nvmlDeviceGetMigDeviceHandleByIndex", &e);
                             tracing::warn!(gpu = index, mig_index, error = %e, "cannot get a handle for this MIG device; it is skipped");
                             continue;
                         }
                     };
-                    let Ok(mig_uuid) = md.uuid() else {
-                        tracing::warn!(
-                            gpu = index,
-                            mig_index,
-                            "nvmlDeviceGetUUID failed on a MIG device; it is skipped"
-                        );
-                        continue;
+                    let mig_uuid = match md.uuid() {
+                        Ok(u) => u,
+                        Err(e) => {
+                            gate.count("nvmlDeviceGetUUID", &e);
+                            tracing::warn!(
+                                gpu = index,
+                                mig_index,
+                                error = %e,
+                                "nvmlDeviceGetUUID failed on a MIG device; it is skipped"
+                            );
+                            continue;
+                        }
                     };
                     let selected = wanted(&|id| matches!(id, DeviceId::Uuid(u) if *u == mig_uuid));
                     if !(gpu_selected || selected) {
                         continue;
                     }
-                    let mut info = static_info(&md, index, mig_uuid, &driver_version);
+                    let mut info = static_info(&mut gate, &md, index, mig_uuid, &driver_version);
                     info.mig = Some(MigPlacement {
                         parent_uuid: uuid.clone(),
                         mig_index,
-                        gpu_instance_id: raw::gpu_instance_id(nvml, &md).ok(),
-                        compute_instance_id: raw::compute_instance_id(nvml, &md).ok(),
+                        gpu_instance_id: counted(
+                            &mut gate,
+                            "nvmlDeviceGetGpuInstanceId",
+                            raw::gpu_instance_id(nvml, &md),
+                        ),
+                        compute_instance_id: counted(
+                            &mut gate,
+                            "nvmlDeviceGetComputeInstanceId",
+                            raw::compute_instance_id(nvml, &md),
+                        ),
                     });
                     migs.push((md, info));
                 }
@@ -449,7 +533,7 @@ impl<'n> Reader<'n> {
             if !gpu_selected && migs.is_empty() {
                 continue;
             }
-            let info = static_info(&device, index, uuid, &driver_version);
+            let info = static_info(&mut gate, &device, index, uuid, &driver_version);
             tracing::info!(
                 gpu = index,
                 uuid = %info.uuid,
@@ -460,9 +544,13 @@ impl<'n> Reader<'n> {
                 reported = gpu_selected,
                 "GPU found"
             );
-            let gpm_supported = match device.gpm_support() {
-                Ok(true) => true,
-                Ok(false) | Err(_) => {
+            let gpm_supported = match counted(
+                &mut gate,
+                "nvmlGpmQueryDeviceSupport",
+                device.gpm_support(),
+            ) {
+                Some(true) => true,
+                Some(false) | None => {
                     tracing::info!(gpu = index, uuid = %info.uuid, "GPM is not supported on this GPU (nvmlGpmQueryDeviceSupport; Hopper and newer): the GPM profiling metrics (nvidia.gpu.sm.activity, nvidia.gpu.tensor.activity, ...) are not emitted for it, and PCIe bytes come from nvmlDeviceGetPcieThroughput");
                     false
                 }
@@ -489,6 +577,7 @@ impl<'n> Reader<'n> {
                 let parent = match nvml.device_by_index(index) {
                     Ok(p) => p,
                     Err(e) => {
+                        gate.count("nvmlDeviceGetHandleByIndex_v2", &e);
                         tracing::error!(gpu = index, uuid = %info.uuid, error = %e, "cannot get the parent GPU's handle; this MIG device is skipped");
                         continue;
                     }
@@ -560,10 +649,12 @@ impl<'n> Reader<'n> {
             .filter(|d| d.is_gpu())
             .map(|d| Target {
                 info: d.info.clone(),
+                reported: true,
                 mig_devices: Vec::new(),
             })
             .chain(self.unselected_parents.iter().map(|info| Target {
                 info: info.clone(),
+                reported: false,
                 mig_devices: Vec::new(),
             }))
             .collect();
@@ -826,17 +917,18 @@ fn read_slow<'n>(
                                 *now = *total;
                             }
                         };
+                    // The window ends at the sample just taken.
+                    let end = Instant::now();
+                    let start = end
+                        .checked_sub(Duration::from_secs_f64(window.max(0.0)))
+                        .unwrap_or(end);
+                    d.count_pcie(
+                        start,
+                        end,
+                        r.pcie_tx_mib_s.map(|m| m * MIB),
+                        r.pcie_rx_mib_s.map(|m| m * MIB),
+                    );
                     let (io, fresh) = (&mut d.io, &mut d.fresh.io);
-                    add(
-                        &mut io.pcie_transmit_bytes,
-                        &mut fresh.pcie_transmit_bytes,
-                        r.pcie_tx_mib_s,
-                    );
-                    add(
-                        &mut io.pcie_receive_bytes,
-                        &mut fresh.pcie_receive_bytes,
-                        r.pcie_rx_mib_s,
-                    );
                     add(
                         &mut io.nvlink_transmit_bytes,
                         &mut fresh.nvlink_transmit_bytes,
@@ -875,16 +967,10 @@ fn read_slow<'n>(
                 let now = Instant::now();
                 if let Some((then, tx0, rx0)) = d.pcie_previous {
                     // KB/s (1024 bytes) sampled over ~20 ms: the mean of the two readings
-                    // times the time between them is an estimate, not a count.
-                    let secs = now.duration_since(then).as_secs_f64();
-                    let bytes =
-                        |a: u32, b: u32| (f64::from(a) + f64::from(b)) / 2.0 * 1024.0 * secs;
-                    d.io.pcie_transmit_bytes =
-                        Some(d.io.pcie_transmit_bytes.unwrap_or(0.0) + bytes(tx0, tx));
-                    d.io.pcie_receive_bytes =
-                        Some(d.io.pcie_receive_bytes.unwrap_or(0.0) + bytes(rx0, rx));
-                    d.fresh.io.pcie_transmit_bytes = d.io.pcie_transmit_bytes;
-                    d.fresh.io.pcie_receive_bytes = d.io.pcie_receive_bytes;
+                    // times the time between them (less what GPM already counted) is an
+                    // estimate, not a count.
+                    let rate = |a: u32, b: u32| (f64::from(a) + f64::from(b)) / 2.0 * 1024.0;
+                    d.count_pcie(then, now, Some(rate(tx0, tx)), Some(rate(rx0, rx)));
                 }
                 d.pcie_previous = Some((now, tx, rx));
             }

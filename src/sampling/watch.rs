@@ -6,12 +6,21 @@
 //! `nvmlDeviceGetSupportedEventTypes`). Registration happens on this thread, so it never
 //! delays sampling; a GPU whose registration fails with a transient error is retried with
 //! backoff (1 s doubling to [`REGISTER_RETRY_CAP`]), said once; one that cannot report events
-//! is said once and left alone. It then
-//! waits on the set (`nvmlEventSetWait_v2`) in slices of [`WAIT_MS`] so that it notices the
-//! stop request, and hands each event to the [`Observer`](super::Observer).
-
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+//! is said once and left alone. It then waits on the set (`nvmlEventSetWait_v2`), each wait
+//! bounded by one sample interval, and hands each event to the [`Observer`](super::Observer).
+//!
+//! **Wake-ups and latency.** `nvmlEventSetWait_v2` returns as soon as NVML has an event, so
+//! an XID reaches the observer when the driver reports it, whatever the bound; the bound only
+//! says how often an idle watcher wakes (once per sample interval) and how long it takes to
+//! notice the stop request. Nothing else wakes it: the stop request is a closed channel.
+//!
+//! **Heartbeat.** Every NVML call it makes is recorded in its [`Heartbeat`] (which call,
+//! since when, and how long the call may take by itself), which the health checks read: a
+//! wait that has not returned long after its own timeout is a driver call that is stuck.
+//! The sampler never waits for the watcher to re-initialize NVML: the watcher holds its own
+//! reference to the session's `Nvml`, and whichever of the two lets go last shuts it down.
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use nvml_wrapper::error::NvmlError;
@@ -21,6 +30,7 @@ use super::raw;
 use super::read::{verdict, Verdict};
 use super::snapshot::DeviceInfo;
 use super::Observer;
+use crate::logging::LogLimiter;
 
 /// `nvmlEventTypeSingleBitEccError`.
 pub const EVENT_ECC_SINGLE_BIT: u64 = 0x1;
@@ -31,8 +41,6 @@ pub const EVENT_XID: u64 = 0x8;
 /// The event types watched.
 pub const WATCHED_EVENTS: u64 = EVENT_ECC_SINGLE_BIT | EVENT_ECC_DOUBLE_BIT | EVENT_XID;
 
-/// Longest single wait, milliseconds: the watcher's reaction time to a stop request.
-pub const WAIT_MS: u32 = 250;
 /// Longest delay between two tries of a registration that failed for a transient reason.
 pub const REGISTER_RETRY_CAP: Duration = Duration::from_secs(60);
 
@@ -65,33 +73,52 @@ pub struct DeviceEvent {
 pub(crate) struct Target {
     /// The GPU (its handle is looked up by UUID on the watcher thread).
     pub info: Arc<DeviceInfo>,
+    /// Whether the GPU itself is reported (selected), not only some of its MIG devices.
+    pub reported: bool,
     /// Its watched MIG devices.
     pub mig_devices: Vec<Arc<DeviceInfo>>,
 }
 
-/// The device an event with these instance ids concerns: the one watched MIG device of
-/// `gpu` with that GPU instance (and compute instance, when several share it), else `gpu`.
+/// The device an event with these instance ids concerns, or `None` when it concerns none
+/// that this agent reports.
+///
+/// - No GPU instance named (`0xFFFFFFFF`): the whole GPU (`gpu`), which every MIG device on
+///   it shares.
+/// - A GPU instance: the one watched MIG device with that GPU instance (and compute
+///   instance, when several share it). A GPU instance the agent watches but cannot narrow
+///   down (several compute instances, none named) is reported on `gpu`.
+/// - A GPU instance the agent does not watch: on `gpu` when the GPU itself is reported
+///   (`reported`); else it is another tenant's MIG device, and `None`: a pod is never told
+///   of another pod's error.
 pub(crate) fn attribute(
     gpu: &Arc<DeviceInfo>,
+    reported: bool,
     mig_devices: &[Arc<DeviceInfo>],
     gpu_instance: Option<u32>,
     compute_instance: Option<u32>,
-) -> Arc<DeviceInfo> {
+) -> Option<Arc<DeviceInfo>> {
     let Some(gi) = gpu_instance else {
-        return gpu.clone();
+        return Some(gpu.clone());
     };
     let same_gi: Vec<_> = mig_devices
         .iter()
         .filter(|d| d.mig.as_ref().and_then(|m| m.gpu_instance_id) == Some(gi))
         .collect();
     let hit = match (same_gi.len(), compute_instance) {
+        (0, _) => None,
         (1, _) => Some(same_gi[0]),
         (_, Some(ci)) => same_gi
-            .into_iter()
+            .iter()
+            .copied()
             .find(|d| d.mig.as_ref().and_then(|m| m.compute_instance_id) == Some(ci)),
-        _ => None,
+        // Ours (the GPU instance is), but which compute instance is not said.
+        (_, None) => return Some(gpu.clone()),
     };
-    hit.unwrap_or(gpu).clone()
+    match hit {
+        Some(d) => Some(d.clone()),
+        None if reported => Some(gpu.clone()),
+        None => None,
+    }
 }
 
 /// Kind of an event from its type bits; `None` for types not watched.
@@ -107,6 +134,97 @@ pub(crate) fn kind(event_type: u64, data: u64) -> Option<DeviceEventKind> {
     }
 }
 
+/// The NVML call an event watcher is inside, for the health checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatcherCall {
+    /// The C function, e.g. `nvmlEventSetWait_v2`.
+    pub call: &'static str,
+    /// How long it has been inside it.
+    pub busy_for: Duration,
+    /// How long the call may take by itself: the wait's timeout (zero for calls without one).
+    pub allowed: Duration,
+}
+
+/// One event watcher's heartbeat: the NVML call it is inside, since when, and how long that
+/// call may take by itself. Written by the watcher around each call, read by the health
+/// checks ([`super::SharedState::event_watcher`]).
+#[derive(Debug, Default)]
+pub struct Heartbeat {
+    state: Mutex<BeatState>,
+}
+
+#[derive(Debug, Default)]
+struct BeatState {
+    busy: Option<(&'static str, Instant, Duration)>,
+    ended: bool,
+}
+
+impl Heartbeat {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BeatState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The call the watcher is inside now, if any.
+    pub fn busy(&self) -> Option<WatcherCall> {
+        self.lock().busy.map(|(call, since, allowed)| WatcherCall {
+            call,
+            busy_for: since.elapsed(),
+            allowed,
+        })
+    }
+
+    /// Whether the watcher has returned (stopped, or nothing could be watched).
+    pub fn ended(&self) -> bool {
+        self.lock().ended
+    }
+
+    /// Runs `f`, one NVML call allowed to take `allowed` by itself, recorded as busy.
+    fn around<T>(&self, call: &'static str, allowed: Duration, f: impl FnOnce() -> T) -> T {
+        self.lock().busy = Some((call, Instant::now(), allowed));
+        let out = f();
+        self.lock().busy = None;
+        out
+    }
+
+    pub(crate) fn end(&self) {
+        let mut s = self.lock();
+        s.busy = None;
+        s.ended = true;
+    }
+}
+
+/// How the sampler asks the watcher to stop: dropping (or sending on) the sender ends it at
+/// its next wake-up, which a stop request itself does not cause (NVML waits cannot be
+/// interrupted).
+pub(crate) struct StopSignal(pub mpsc::Receiver<()>);
+
+impl StopSignal {
+    fn requested(&self) -> bool {
+        !matches!(self.0.try_recv(), Err(TryRecvError::Empty))
+    }
+
+    /// Sleeps up to `d`; true when stopping was requested meanwhile (it wakes at once then).
+    fn sleep(&self, d: Duration) -> bool {
+        !matches!(self.0.recv_timeout(d), Err(RecvTimeoutError::Timeout))
+    }
+}
+
+/// What the watcher needs besides NVML.
+pub(crate) struct Context<'a> {
+    /// Stop request.
+    pub stop: &'a StopSignal,
+    /// Where events go.
+    pub observer: &'a dyn Observer,
+    /// Its heartbeat.
+    pub beat: &'a Heartbeat,
+    /// Where the errors NVML answers are counted, by call and code.
+    pub count_error: &'a dyn Fn(&'static str, &NvmlError),
+    /// The bound of one wait (one sample interval).
+    pub wait: Duration,
+    /// Whether a newer watcher (of a later NVML session) has started.
+    pub superseded: &'a dyn Fn() -> bool,
+}
+
 enum Registration {
     GiveUp,
     Retry,
@@ -117,13 +235,24 @@ fn register<'n>(
     set: &EventSet<'n>,
     t: &Target,
     first_try: bool,
+    cx: &Context<'_>,
 ) -> Result<Device<'n>, Registration> {
     let uuid = t.info.uuid.as_str();
-    let failed = |call: &str, e: &NvmlError| failed(uuid, call, e, first_try);
-    let device = nvml
-        .device_by_uuid(uuid)
+    let failed = |call: &'static str, e: &NvmlError| {
+        (cx.count_error)(call, e);
+        failed(uuid, call, e, first_try)
+    };
+    let device = cx
+        .beat
+        .around("nvmlDeviceGetHandleByUUID", Duration::ZERO, || {
+            nvml.device_by_uuid(uuid)
+        })
         .map_err(|e| failed("nvmlDeviceGetHandleByUUID", &e))?;
-    let supported = match device.supported_event_types() {
+    let supported = match cx
+        .beat
+        .around("nvmlDeviceGetSupportedEventTypes", Duration::ZERO, || {
+            device.supported_event_types()
+        }) {
         Ok(s) => s.bits(),
         Err(e) => return Err(failed("nvmlDeviceGetSupportedEventTypes", &e)),
     };
@@ -136,7 +265,11 @@ fn register<'n>(
         );
         return Err(Registration::GiveUp);
     }
-    match raw::register_events(nvml, &device, types, set) {
+    match cx
+        .beat
+        .around("nvmlDeviceRegisterEvents", Duration::ZERO, || {
+            raw::register_events(nvml, &device, types, set)
+        }) {
         Ok(()) => {
             tracing::info!(uuid, types, "watching XID and ECC events");
             Ok(device)
@@ -162,44 +295,41 @@ fn failed(uuid: &str, call: &str, e: &NvmlError, first_try: bool) -> Registratio
     }
 }
 
-/// Sleeps up to `d` in short slices; returns early (true) when `stop` is set.
-fn pause(stop: &AtomicBool, d: Duration) -> bool {
-    let until = Instant::now() + d;
-    while Instant::now() < until {
-        if stop.load(Ordering::Relaxed) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(u64::from(WAIT_MS)).min(until - Instant::now()));
-    }
-    stop.load(Ordering::Relaxed)
-}
-
-/// The watcher loop; returns when `stop` is set (within [`WAIT_MS`], unless a driver call
-/// hangs).
-pub(crate) fn run(nvml: &Nvml, targets: &[Target], stop: &AtomicBool, observer: &dyn Observer) {
+/// The watcher loop; returns when the stop is requested (at its next wake-up: within one
+/// wait, unless a driver call hangs) or when nothing can ever be watched in this session.
+pub(crate) fn run(nvml: &Nvml, targets: &[Target], cx: &Context<'_>) {
     if targets.is_empty() {
         return;
     }
+    let wait_ms = u32::try_from(cx.wait.as_millis())
+        .unwrap_or(u32::MAX)
+        .max(1);
     let mut set: Option<EventSet<'_>> = None;
     let mut pending: Vec<usize> = (0..targets.len()).collect();
     let mut registered: Vec<(usize, Device<'_>)> = Vec::new();
     let mut next_try = Instant::now();
     let mut backoff = Duration::from_secs(1);
     let mut first_try = true;
-    let mut last_error: Option<String> = None;
-    while !stop.load(Ordering::Relaxed) {
+    let mut wait_errors = LogLimiter::new(crate::logging::LOG_PERIOD);
+    while !cx.stop.requested() {
         if !pending.is_empty() && Instant::now() >= next_try {
             if set.is_none() {
-                match nvml.create_event_set() {
+                match cx.beat.around("nvmlEventSetCreate", Duration::ZERO, || {
+                    nvml.create_event_set()
+                }) {
                     Ok(s) => set = Some(s),
-                    Err(e) if first_try => {
-                        tracing::warn!(error = %e, "nvmlEventSetCreate failed; XID and ECC events are not watched yet; retrying with backoff")
+                    Err(e) => {
+                        (cx.count_error)("nvmlEventSetCreate", &e);
+                        if first_try {
+                            tracing::warn!(error = %e, "nvmlEventSetCreate failed; XID and ECC events are not watched yet; retrying with backoff")
+                        } else {
+                            tracing::debug!(error = %e, "nvmlEventSetCreate failed again")
+                        }
                     }
-                    Err(e) => tracing::debug!(error = %e, "nvmlEventSetCreate failed again"),
                 }
             }
             if let Some(s) = &set {
-                pending.retain(|&i| match register(nvml, s, &targets[i], first_try) {
+                pending.retain(|&i| match register(nvml, s, &targets[i], first_try, cx) {
                     Ok(device) => {
                         registered.push((i, device));
                         false
@@ -216,49 +346,124 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], stop: &AtomicBool, observer: 
             if pending.is_empty() {
                 return; // nothing can ever be watched in this session
             }
-            if pause(stop, next_try.saturating_duration_since(Instant::now())) {
+            if cx
+                .stop
+                .sleep(next_try.saturating_duration_since(Instant::now()))
+            {
                 return;
             }
             continue;
         };
-        match raw::wait_event(nvml, s, WAIT_MS) {
-            Ok(ev) => {
-                last_error = None;
-                let Some(kind) = kind(ev.event_type, ev.data) else {
-                    continue;
-                };
-                // SAFETY: comparing handles only; nothing is dereferenced.
-                let target = registered
-                    .iter()
-                    .find(|(_, d)| unsafe { d.handle() } == ev.device)
-                    .map(|(i, _)| &targets[*i]);
-                let Some(target) = target else {
-                    tracing::debug!(?kind, "event from a GPU that is not watched");
-                    continue;
-                };
-                observer.device_event(DeviceEvent {
-                    time: SystemTime::now(),
-                    device: attribute(
-                        &target.info,
-                        &target.mig_devices,
-                        ev.gpu_instance_id,
-                        ev.compute_instance_id,
-                    ),
-                    kind,
-                });
+        let waited = cx.beat.around("nvmlEventSetWait_v2", cx.wait, || {
+            raw::wait_event(nvml, s, wait_ms)
+        });
+        match waited {
+            Ok(ev) if cx.stop.requested() => {
+                // The session ended while this wait ran (a stuck one, typically): what is
+                // queued is handed over, or dropped if a newer watcher may have it too.
+                drain(nvml, s, Some(ev), targets, &registered, cx);
+                return;
             }
+            Ok(ev) => deliver(ev, targets, &registered, cx.observer),
             Err(NvmlError::Timeout) => {}
             Err(e) => {
-                let text = e.to_string();
-                if last_error.as_deref() != Some(text.as_str()) {
-                    tracing::warn!(error = %e, "nvmlEventSetWait_v2 failed; waiting again");
-                    last_error = Some(text);
+                (cx.count_error)("nvmlEventSetWait_v2", &e);
+                if let Some(suppressed) = wait_errors.admit(e.to_string(), Instant::now()) {
+                    tracing::warn!(
+                        error = %e,
+                        not_logged_since_last = suppressed,
+                        "nvmlEventSetWait_v2 failed; waiting again after one sample interval (said at most once a minute per error)"
+                    );
                 }
-                if pause(stop, Duration::from_millis(u64::from(WAIT_MS))) {
+                if cx.stop.sleep(cx.wait) {
                     return;
                 }
             }
         }
+    }
+}
+
+/// Hands one event to the observer, on the device [`attribute`] names (none: dropped).
+fn deliver(
+    ev: raw::RawEvent,
+    targets: &[Target],
+    registered: &[(usize, Device<'_>)],
+    observer: &dyn Observer,
+) {
+    let Some(kind) = kind(ev.event_type, ev.data) else {
+        return;
+    };
+    // SAFETY: comparing handles only; nothing is dereferenced.
+    let target = registered
+        .iter()
+        .find(|(_, d)| unsafe { d.handle() } == ev.device)
+        .map(|(i, _)| &targets[*i]);
+    let Some(target) = target else {
+        tracing::debug!(?kind, "event from a GPU that is not watched");
+        return;
+    };
+    let Some(device) = attribute(
+        &target.info,
+        target.reported,
+        &target.mig_devices,
+        ev.gpu_instance_id,
+        ev.compute_instance_id,
+    ) else {
+        tracing::debug!(
+            ?kind,
+            gpu = %target.info.uuid,
+            gpu_instance_id = ev.gpu_instance_id,
+            compute_instance_id = ev.compute_instance_id,
+            "event of a MIG device this agent does not report (another tenant's); not reported"
+        );
+        return;
+    };
+    observer.device_event(DeviceEvent {
+        time: SystemTime::now(),
+        device,
+        kind,
+    });
+}
+
+/// Most queued events a stopping watcher takes from its set.
+const MAX_DRAINED: usize = 1024;
+
+/// A watcher whose session has ended takes what its set still holds (waits with a zero
+/// timeout, `first` included). If no newer watcher has registered since (the agent is
+/// stopping, or the next session has not started one yet), the events go to the observer:
+/// they happened while it was stuck and nobody else saw them. If one has, they are dropped
+/// and counted in one line: NVML events carry no time, so those that reached both sets
+/// cannot be told from those only this one holds, and counting an XID twice would be false.
+fn drain(
+    nvml: &Nvml,
+    set: &EventSet<'_>,
+    first: Option<raw::RawEvent>,
+    targets: &[Target],
+    registered: &[(usize, Device<'_>)],
+    cx: &Context<'_>,
+) {
+    let superseded = (cx.superseded)();
+    let mut dropped = 0usize;
+    let mut next = first;
+    for _ in 0..MAX_DRAINED {
+        let ev = match next.take() {
+            Some(ev) => ev,
+            None => match raw::wait_event(nvml, set, 0) {
+                Ok(ev) => ev,
+                Err(_) => break,
+            },
+        };
+        if superseded {
+            dropped += usize::from(kind(ev.event_type, ev.data).is_some());
+        } else {
+            deliver(ev, targets, registered, cx.observer);
+        }
+    }
+    if dropped > 0 {
+        tracing::warn!(
+            dropped,
+            "the event watcher of an ended NVML session returned with XID/ECC events still queued; they are not reported, because the new session's watcher may have reported the same ones (NVML events carry no time)"
+        );
     }
 }
 
@@ -294,19 +499,27 @@ mod tests {
             })
         };
         let migs = vec![mig("MIG-a", 1, 0), mig("MIG-b", 9, 0), mig("MIG-c", 9, 1)];
-        assert_eq!(attribute(&gpu, &migs, Some(1), Some(0)).uuid, "MIG-a");
-        assert_eq!(attribute(&gpu, &migs, Some(1), None).uuid, "MIG-a");
-        assert_eq!(attribute(&gpu, &migs, Some(9), Some(1)).uuid, "MIG-c");
+        let to =
+            |reported, gi, ci| attribute(&gpu, reported, &migs, gi, ci).map(|d| d.uuid.clone());
+        for reported in [true, false] {
+            assert_eq!(to(reported, Some(1), Some(0)).unwrap(), "MIG-a");
+            assert_eq!(to(reported, Some(1), None).unwrap(), "MIG-a");
+            assert_eq!(to(reported, Some(9), Some(1)).unwrap(), "MIG-c");
+            assert_eq!(
+                to(reported, Some(9), None).unwrap(),
+                gpu.uuid,
+                "ours, but which compute instance is not said: the GPU"
+            );
+            assert_eq!(to(reported, None, None).unwrap(), gpu.uuid, "the whole GPU");
+        }
+        // A GPU instance none of the watched MIG devices has: on the GPU when the GPU is
+        // reported, else another tenant's, not reported at all.
+        assert_eq!(to(true, Some(5), Some(0)).unwrap(), gpu.uuid);
+        assert_eq!(to(false, Some(5), Some(0)), None, "another tenant's XID");
         assert_eq!(
-            attribute(&gpu, &migs, Some(9), None).uuid,
-            gpu.uuid,
-            "ambiguous: the GPU"
+            to(false, Some(9), Some(7)),
+            None,
+            "another tenant's compute instance"
         );
-        assert_eq!(
-            attribute(&gpu, &migs, Some(5), Some(0)).uuid,
-            gpu.uuid,
-            "not watched"
-        );
-        assert_eq!(attribute(&gpu, &migs, None, None).uuid, gpu.uuid);
     }
 }

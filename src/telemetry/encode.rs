@@ -416,7 +416,7 @@ impl Encoder {
         out: &mut Building,
         accepted: &mut Vec<Accepted>,
     ) {
-        use super::self_metrics::{EXPORT_FAILURES, EXPORT_LAST_SUCCESS, NVML_ERRORS};
+        use super::self_metrics::{EXPORT_FAILURES, EXPORT_LAST_SUCCESS, NVML_ERRORS, NVML_STUCK};
         let delta = is_delta(self.temporality, Kind::ObservableCounter);
         let origin = Origin::AgentStart(self.started);
         let mut sum = |enc: &mut Self,
@@ -458,6 +458,20 @@ impl Encoder {
             })
             .collect();
         sum(self, &NVML_ERRORS, errors, out);
+        let stuck = own
+            .nvml_stuck
+            .iter()
+            .map(|((thread, step), n)| {
+                (
+                    vec![
+                        KeyValue::new("thread.name", thread.clone()),
+                        KeyValue::new("gpu_sidecar.nvml.step", step.clone()),
+                    ],
+                    *n,
+                )
+            })
+            .collect();
+        sum(self, &NVML_STUCK, stuck, out);
         sum(
             self,
             &EXPORT_FAILURES,

@@ -1,10 +1,12 @@
 //! The [`Observer`] the sampler reports to: records the duration of each group of NVML calls
 //! (`gpu_sidecar.sample.duration`), counts XIDs (`nvidia.gpu.xid.errors`) and emits one
-//! event per XID or ECC error. The instruments are the catalogue's recorded metrics
+//! event per XID or ECC error. Every XID is counted and sent; its log line is rate-limited
+//! (the first of each code on each device at once, then at most one a minute with the count
+//! in between), so an XID storm does not flood the log. The instruments are the catalogue's recorded metrics
 //! ([`RECORDED`](super::catalogue::RECORDED)).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use opentelemetry::KeyValue;
 
@@ -12,6 +14,7 @@ use super::catalogue::{info_attributes, SAMPLE_DURATION, XID_ERRORS};
 use super::events::EventEmitter;
 use super::recorded::{Counter, Histogram, Recorded};
 use super::xid::{to_event, XID_CODE};
+use crate::logging::{LogLimiter, LOG_PERIOD};
 use crate::sampling::{DeviceEvent, DeviceEventKind, Observer, SampleGroup};
 
 /// Bucket bounds of `gpu_sidecar.sample.duration`, seconds: from the sub-microsecond cached
@@ -29,6 +32,8 @@ pub struct Recorder {
     duration: Histogram,
     xid: Counter,
     events: EventEmitter,
+    /// XID log lines, by device UUID and code.
+    xid_lines: Mutex<LogLimiter<(String, u64)>>,
 }
 
 impl Recorder {
@@ -38,6 +43,7 @@ impl Recorder {
             duration: recorded.histogram(&SAMPLE_DURATION, DURATION_BOUNDS),
             xid: recorded.counter(&XID_ERRORS),
             events,
+            xid_lines: Mutex::new(LogLimiter::new(LOG_PERIOD)),
         }
     }
 }
@@ -53,7 +59,19 @@ impl Observer for Recorder {
             let mut attributes = info_attributes(&event.device);
             attributes.push(KeyValue::new(XID_CODE, code as i64));
             self.xid.add(1, &attributes);
-            tracing::warn!(uuid = %event.device.uuid, xid = code, "XID error");
+            let logged = self
+                .xid_lines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .admit((event.device.uuid.clone(), code), Instant::now());
+            if let Some(not_logged) = logged {
+                tracing::warn!(
+                    uuid = %event.device.uuid,
+                    xid = code,
+                    not_logged_since_last = not_logged,
+                    "XID error (every one is counted in nvidia.gpu.xid.errors and sent as an event; this line at most once a minute per GPU and code)"
+                );
+            }
         }
         self.events.emit(to_event(&event));
     }

@@ -29,6 +29,15 @@ pub const NVML_ERRORS: SelfMetric = SelfMetric {
     description: "Errors NVML answered since start. A field that answers NOT_SUPPORTED is asked (and counted) once per GPU and NVML session; a lost GPU is probed (and counted) once per tick.",
 };
 
+/// `gpu_sidecar.nvml.stuck`: NVML steps that ran past the watchdog bound.
+pub const NVML_STUCK: SelfMetric = SelfMetric {
+    name: "gpu_sidecar.nvml.stuck",
+    instrument: "counter",
+    unit: "{call}",
+    attributes: "`thread.name` (`nvml-sampler` or `nvml-events`), `gpu_sidecar.nvml.step` (the sampler's step, e.g. `sampling tick`, or the watcher's call, e.g. `nvmlEventSetWait_v2`)",
+    description: "NVML steps found running past GPU_SIDECAR_WATCHDOG_TIMEOUT (for the event watcher: past its wait's own timeout plus that bound) since start, one per episode: a driver call that does not return. Logged once each; readiness is false meanwhile.",
+};
+
 /// `gpu_sidecar.export.failures`: failed metric exports.
 pub const EXPORT_FAILURES: SelfMetric = SelfMetric {
     name: "gpu_sidecar.export.failures",
@@ -49,7 +58,12 @@ pub const EXPORT_LAST_SUCCESS: SelfMetric = SelfMetric {
 };
 
 /// Every self-metric.
-pub const SELF_METRICS: &[SelfMetric] = &[NVML_ERRORS, EXPORT_FAILURES, EXPORT_LAST_SUCCESS];
+pub const SELF_METRICS: &[SelfMetric] = &[
+    NVML_ERRORS,
+    NVML_STUCK,
+    EXPORT_FAILURES,
+    EXPORT_LAST_SUCCESS,
+];
 
 /// What the self-metrics report at one export, read from the sampler's state and the
 /// export status (no NVML call, no lock held for long).
@@ -57,6 +71,8 @@ pub const SELF_METRICS: &[SelfMetric] = &[NVML_ERRORS, EXPORT_FAILURES, EXPORT_L
 pub struct OwnValues {
     /// `gpu_sidecar.nvml.errors`: by (call, code).
     pub nvml_errors: crate::sampling::NvmlErrorCounts,
+    /// `gpu_sidecar.nvml.stuck`: by (thread, step).
+    pub nvml_stuck: crate::sampling::StuckCounts,
     /// `gpu_sidecar.export.failures`.
     pub export_failures: u64,
     /// `gpu_sidecar.export.last_success`.
@@ -68,6 +84,7 @@ impl OwnValues {
     pub fn read(shared: &SharedState, status: &ExportStatus) -> Self {
         Self {
             nvml_errors: shared.nvml_errors(),
+            nvml_stuck: shared.stuck_counts(),
             export_failures: status.total_failures(),
             last_success: status.last_success().map(|(_, at)| at),
         }

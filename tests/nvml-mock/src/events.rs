@@ -111,10 +111,12 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
                 if s.delivered.len() < events.len() {
                     s.delivered.resize(events.len(), false);
                 }
-                // earliest due, undelivered, registered event
+                // The earliest due, undelivered, registered event; and the time of the next
+                // one that is not due yet (to sleep until it, not poll).
                 let mut best: Option<usize> = None;
+                let mut next_t: Option<f64> = None;
                 for (i, ev) in events.iter().enumerate() {
-                    if s.delivered[i] || ev.t > e {
+                    if s.delivered[i] {
                         continue;
                     }
                     let bits = ev.kind.bits().unwrap_or(0);
@@ -125,16 +127,18 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
                     if !registered {
                         continue;
                     }
-                    if best.is_none_or(|b| events[b].t > ev.t) {
+                    if ev.t > e {
+                        next_t = Some(next_t.map_or(ev.t, |n: f64| n.min(ev.t)));
+                    } else if best.is_none_or(|b| events[b].t > ev.t) {
                         best = Some(i);
                     }
                 }
                 if let Some(i) = best {
                     s.delivered[i] = true;
                 }
-                Some(best)
+                Some((best, next_t))
             });
-            let Some(found) = found else {
+            let Some((found, next_t)) = found else {
                 // the set was freed while we waited
                 return Err(INVALID_ARGUMENT);
             };
@@ -155,7 +159,13 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             if now >= deadline {
                 return Err(TIMEOUT);
             }
-            std::thread::sleep((deadline - now).min(Duration::from_millis(5)));
+            // Sleep until the next registered event is due or the timeout ends, as the real
+            // call blocks in the driver: no polling, so a caller's wake-ups are its own.
+            let until_next = next_t
+                .filter(|_| l.time_scale > 0.0)
+                .map(|t| Duration::from_secs_f64(((t - e) / l.time_scale).max(0.0)));
+            let nap = until_next.map_or(deadline - now, |d| d.min(deadline - now));
+            std::thread::sleep(nap.max(Duration::from_micros(100)));
             if initialized().is_err() {
                 return Err(UNINITIALIZED);
             }
