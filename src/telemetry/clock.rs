@@ -1,6 +1,7 @@
 //! The export clock: the thread `export-clock` exports each snapshot the sampler marked as
 //! an export tick ([`Snapshot::export`]), as soon as it is published, so an exported value
-//! is as old as reading NVML takes.
+//! is as old as reading NVML takes. It builds the request and hands the sending to the
+//! runtime (`otel-io`), one export at a time.
 //!
 //! The export schedule itself lives in the sampler ([`crate::sampling::cadence`]), which
 //! reads the slow groups on export ticks only. Other snapshots only update the counters'
@@ -25,8 +26,8 @@ use super::series::Stamp;
 use super::transport::Transport;
 use crate::sampling::{SharedState, Snapshot};
 
-/// Everything one export needs; shared by the clock thread and the final export at
-/// shutdown.
+/// Everything one export needs; shared by the clock thread, the exports it hands to the
+/// runtime, and the final export at shutdown.
 pub struct Exporter {
     pub(crate) encoder: Mutex<Encoder>,
     pub(crate) transport: Transport,
@@ -40,6 +41,9 @@ pub struct Exporter {
     pub(crate) bound: Duration,
     /// Sequence number of the last snapshot exported (0: none).
     pub(crate) last_seq: AtomicU64,
+    /// One export at a time: an export is built only once the previous one was answered
+    /// (delta series start where the last accepted point ended).
+    pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl Exporter {
@@ -52,10 +56,7 @@ impl Exporter {
         self.encoder().observe(snapshot);
     }
 
-    /// Exports `snapshot`'s GPU metrics (none when `None`) with the agent's own and recorded
-    /// metrics, within `bound`; records the outcome. The encoder's lock is not held while
-    /// the request is on the network.
-    pub fn export(&self, snapshot: Option<&Snapshot>, bound: Duration) -> bool {
+    fn build(&self, snapshot: Option<&Snapshot>) -> super::encode::Batch {
         let own = OwnValues::read(&self.shared, &self.status);
         let batch = self
             .encoder()
@@ -63,9 +64,14 @@ impl Exporter {
         if let Some(s) = snapshot {
             self.last_seq.fetch_max(s.seq, Ordering::Relaxed);
         }
-        let result = self
-            .runtime
-            .block_on(self.transport.send(&batch.request, bound));
+        batch
+    }
+
+    /// Sends a built export within `bound`, records the outcome, and on success lets the
+    /// series remember it. The encoder's lock is not held while the request is on the
+    /// network.
+    async fn send(&self, batch: super::encode::Batch, bound: Duration) -> bool {
+        let result = self.transport.send(&batch.request, bound).await;
         self.status.record(&result, &self.target);
         let ok = result.is_ok();
         if ok {
@@ -74,14 +80,63 @@ impl Exporter {
         ok
     }
 
-    /// The final export at shutdown: the latest snapshot if it is fresh and not exported
-    /// yet (the final sample), else only the agent's own metrics.
+    /// From the clock thread: builds the export of `snapshot`'s GPU metrics (none when
+    /// `None`) with the agent's own and recorded metrics, and hands the sending to the
+    /// runtime, so the thread goes back to waiting at once (it wakes once per sample). The
+    /// console exporter writes on this thread. While the previous export is still being
+    /// answered (a slow collector), this one is skipped: its counters are followed, and the
+    /// next export covers them; nothing queues up.
+    pub fn start_export(self: &Arc<Self>, snapshot: Option<&Snapshot>) {
+        let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+            if let Some(s) = snapshot {
+                self.observe(s);
+            }
+            tracing::debug!("the previous metrics export is still in flight; this one is skipped");
+            return;
+        };
+        let batch = self.build(snapshot);
+        if let Transport::Console = self.transport {
+            let result = super::transport::console(&batch.request);
+            self.status.record(&result, &self.target);
+            if result.is_ok() {
+                self.encoder().accepted(batch);
+            }
+            return;
+        }
+        let exporter = self.clone();
+        self.runtime.spawn(async move {
+            exporter.send(batch, exporter.bound).await;
+            drop(permit);
+        });
+    }
+
+    /// Waits at most `timeout` for the export in flight to be answered.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        self.runtime.block_on(async {
+            tokio::time::timeout(timeout, self.in_flight.acquire())
+                .await
+                .is_ok_and(|p| p.is_ok())
+        })
+    }
+
+    /// The final export at shutdown, within `bound` (the wait for an export still in flight
+    /// included): the latest snapshot if it is fresh and not exported yet (the final
+    /// sample), else only the agent's own metrics. Blocks; call from a plain thread.
     pub fn export_last(&self, max_age: Duration, bound: Duration) -> bool {
-        let latest = self
-            .shared
-            .fresh(max_age)
-            .filter(|s| s.seq > self.last_seq.load(Ordering::Relaxed));
-        self.export(latest.as_deref(), bound)
+        let deadline = Instant::now() + bound;
+        self.runtime.block_on(async {
+            let Ok(Ok(_permit)) = tokio::time::timeout(bound, self.in_flight.acquire()).await
+            else {
+                return false;
+            };
+            let latest = self
+                .shared
+                .fresh(max_age)
+                .filter(|s| s.seq > self.last_seq.load(Ordering::Relaxed));
+            let batch = self.build(latest.as_deref());
+            self.send(batch, deadline.saturating_duration_since(Instant::now()))
+                .await
+        })
     }
 }
 
@@ -119,12 +174,12 @@ impl ExportClock {
                             exporter.observe(&s);
                         }
                         Ok(s) if s.export => {
-                            exporter.export(Some(&s), exporter.bound);
+                            exporter.start_export(Some(&s));
                             idle_until = Instant::now() + idle;
                         }
                         Ok(s) => exporter.observe(&s),
                         Err(RecvTimeoutError::Timeout) => {
-                            exporter.export(None, exporter.bound);
+                            exporter.start_export(None);
                             idle_until = Instant::now() + export_interval;
                         }
                         Err(RecvTimeoutError::Disconnected) => return,
@@ -139,8 +194,8 @@ impl ExportClock {
         }
     }
 
-    /// Stops the clock; waits at most `timeout` for an export in flight to end.
-    pub fn stop(mut self, timeout: Duration) {
+    /// Stops the clock; waits at most `timeout` for it and for an export in flight to end.
+    pub fn stop(mut self, timeout: Duration, exporter: &Exporter) {
         self.shared.unsubscribe(self.subscription);
         let deadline = Instant::now() + timeout;
         if let Some(t) = self.thread.take() {
@@ -151,5 +206,6 @@ impl ExportClock {
                 let _ = t.join();
             }
         }
+        exporter.wait_idle(deadline.saturating_duration_since(Instant::now()));
     }
 }

@@ -118,6 +118,7 @@ impl Telemetry {
             target,
             bound: config.metrics_export_bound(),
             last_seq: AtomicU64::new(0),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(1)),
         });
         let clock = clock::ExportClock::start(
             exporter.clone(),
@@ -138,8 +139,8 @@ impl Telemetry {
     /// Stops the export clock (waiting at most `timeout` for an export in flight), so that
     /// the final sample is exported once, by [`Telemetry::shutdown`].
     pub fn stop_clock(&mut self, timeout: Duration) {
-        if let Some(clock) = self.clock.take() {
-            clock.stop(timeout);
+        if let (Some(clock), Some(exporter)) = (self.clock.take(), &self.exporter) {
+            clock.stop(timeout, exporter);
         }
     }
 

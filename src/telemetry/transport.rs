@@ -183,9 +183,9 @@ impl Transport {
             Self::Http { gzip, .. } => Some(http_body(request, *gzip)?),
             _ => None,
         };
-        let attempts = std::cell::Cell::new(0u32);
+        let attempts = std::sync::atomic::AtomicU32::new(0);
         let attempt = || {
-            attempts.set(attempts.get() + 1);
+            attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let left = deadline.saturating_duration_since(Instant::now());
             let body = body.clone();
             async move {
@@ -207,7 +207,7 @@ impl Transport {
                 tracing::debug!("metrics export attempt failed: {e}; retrying in {delay:?}");
             });
         let result = tokio::time::timeout(bound, outcome).await;
-        let attempts = attempts.get();
+        let attempts = attempts.load(std::sync::atomic::Ordering::Relaxed);
         match result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) if attempts > 1 => Err(ExportError::permanent(format!(
@@ -300,7 +300,11 @@ fn http_body(request: &ExportMetricsServiceRequest, gzip: bool) -> Result<Vec<u8
         .map_err(|e| ExportError::permanent(format!("gzip: {e}")))
 }
 
-fn console(request: &ExportMetricsServiceRequest) -> Result<(), ExportError> {
+/// Writes `request` as one line of OTLP/JSON on stdout.
+///
+/// # Errors
+/// Encoding or writing failed.
+pub fn console(request: &ExportMetricsServiceRequest) -> Result<(), ExportError> {
     let line = serde_json::to_string(request)
         .map_err(|e| ExportError::permanent(format!("JSON encoding: {e}")))?;
     let mut out = std::io::stdout().lock();
