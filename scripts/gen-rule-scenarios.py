@@ -18,6 +18,18 @@ checks them against the agent, with the phase times below.
   rule-overheating-card.json 88 C with SW thermal slowdown 120-420 s, one 86 C sample before
   rule-clean-run.json       two GPUs training for 25 minutes: loading, allocator sawtooth,
                             short power-cap blips, 80 C at most; must raise nothing
+  rule-tensor-cores.json    three GPUs: fp32 for 10 minutes then bf16 (tensor_cores_idle
+                            fires once, resolves after the switch); bf16 throughout with the
+                            H200's figures (nothing); an A100 without GPM (nothing)
+  rule-memory-bound.json    a copy loop (DRAM 92 %, SM 22 %) from 60 to 600 s, then bf16
+                            training: memory_bound fires once and resolves; nothing else
+  rule-preallocating-job.json two GPUs: a TensorFlow-style pool (97 % within 2 s of the
+                            process appearing, flat for 10 minutes, then the process exits):
+                            one memory_preallocated (info), no memory_near_full; a job that
+                            grows to 96 %: memory_near_full as before
+  report-efficiency.json    three GPUs for the run report's profiling figures (GPM means,
+                            p95, tensor share of busy time, idle time holding memory, memory
+                            patterns); see its description
 """
 
 import json
@@ -230,6 +242,142 @@ def clean_run():
     )
 
 
+# GPM values (percent) of the phases the profiling scenarios use. "bf16" is what the H200
+# read under two bf16 jobs (SM activity 0.88, tensor 0.82, DRAM 0.17 at utilization 1.0).
+FP32 = {"graphics_util": 99.0, "sm_util": 90.0, "sm_occupancy": 30.0, "any_tensor_util": 0.0,
+        "hmma_tensor_util": 0.0, "fp32_util": 62.0, "dram_bw_util": 20.0,
+        "pcie_tx_per_sec": 40.0, "pcie_rx_per_sec": 120.0}
+BF16 = {"graphics_util": 99.0, "sm_util": 88.0, "sm_occupancy": 40.0, "any_tensor_util": 82.0,
+        "hmma_tensor_util": 82.0, "fp32_util": 3.0, "dram_bw_util": 17.0,
+        "pcie_tx_per_sec": 40.0, "pcie_rx_per_sec": 120.0}
+COPY = {"graphics_util": 99.0, "sm_util": 22.0, "sm_occupancy": 10.0, "any_tensor_util": 0.0,
+        "hmma_tensor_util": 0.0, "fp32_util": 1.0, "dram_bw_util": 92.0,
+        "pcie_tx_per_sec": 40.0, "pcie_rx_per_sec": 120.0}
+IDLE = {k: 0.0 for k in FP32}
+
+
+def a100(i, rows):
+    """An A100 (Ampere): no GPM (nvmlGpmQueryDeviceSupport answers not supported)."""
+    d = device(i, rows)
+    d["name"] = "NVIDIA A100-SXM4-80GB"
+    d["architecture"] = 7
+    d["gpm_supported"] = False
+    return d
+
+
+def tensor_cores():
+    fp32_then_bf16, bf16, no_gpm = [], [], []
+    for t in range(0, 1201, 5):
+        mem = 40 * GIB + jitter(t)
+        fp32_then_bf16.append(row(float(t), 98, mem, 7100, gpm=dict(FP32 if t < 600 else BF16)))
+        bf16.append(row(float(t), 100, mem, 7101, gpm=dict(BF16)))
+        no_gpm.append(row(float(t), 98, mem, 7102))
+    return scenario(
+        "Rules: tensor cores. GPU 0 runs an fp32 matmul job (utilization 98 %, tensor activity "
+        "0, FP32 pipe 62 %) until 600 s, then the same job in bf16 (tensor 82 %). GPU 1 runs "
+        "bf16 throughout with the H200's figures (SM 88 %, tensor 82 %, DRAM 17 %, busy 100 %). "
+        "GPU 2 is an A100 without GPM running the fp32 job. Expected: one "
+        "nvidia.gpu.alert.tensor_cores_idle for GPU 0, fired after 300 s (5 minutes), resolved "
+        "after 900 s (5 minutes after the switch); nothing for GPU 1 or GPU 2; nothing else.",
+        [device(0, fp32_then_bf16), device(1, bf16), a100(2, no_gpm)],
+    )
+
+
+def memory_bound():
+    rows = []
+    for t in range(0, 1001, 5):
+        if t < 60:
+            rows.append(row(float(t), 5, 30 * GIB * (t + 5) / 65, 7200, gpm=dict(IDLE)))
+        elif t < 600:
+            rows.append(row(float(t), 99, 30 * GIB + jitter(t), 7200, gpm=dict(COPY)))
+        else:
+            rows.append(row(float(t), 97, 30 * GIB + jitter(t), 7200, gpm=dict(BF16)))
+    return scenario(
+        "Rules: a memory-bound copy loop. Loading for a minute (5 % busy), then a device-to-"
+        "device copy loop from 60 to 600 s (busy 99 %, DRAM bandwidth 92 % of peak, SM "
+        "activity 22 %, no tensor math), then bf16 training. Expected: "
+        "nvidia.gpu.alert.memory_bound fires after 360 s and resolves after 900 s; no "
+        "tensor_cores_idle (the copy loop is the more specific diagnosis); nothing else.",
+        [device(0, rows)],
+    )
+
+
+def preallocating_job():
+    tf, growing = [], []
+    for t in range(0, 721, 1):
+        # TensorFlow-style: no process until 10 s; the process appears with its context
+        # (0.5 GiB), 50 % one second later, 97 % the next; flat; it exits at 640 s.
+        if t < 10 or t >= 640:
+            tf.append(row(float(t), 0, 0))
+        elif t == 10:
+            tf.append(row(float(t), 3, 0.5 * GIB, 7300))
+        elif t == 11:
+            tf.append(row(float(t), 20, 0.50 * TOTAL, 7300))
+        else:
+            tf.append(row(float(t), 96, 0.97 * TOTAL, 7300))
+        # Growing: 10 GiB at start, +10 GiB/min to 96 % (76.8 GiB) at ~400 s, then flat.
+        mem = min(10 * GIB + 10 * GIB * t / 60, 0.96 * TOTAL)
+        growing.append(row(float(t), 95, mem, 7301))
+    for rows in (tf, growing):
+        rows[:] = [r for r in rows if r["t"] % 5 == 0 or r["t"] in (10.0, 11.0, 12.0)]
+    return scenario(
+        "Rules: memory preallocation. GPU 0: a TensorFlow-style job whose process appears at "
+        "10 s with its context (0.5 GiB), takes 50 % of the memory at 11 s and 97 % at 12 s, "
+        "stays flat, and exits at 640 s. GPU 1: a job that starts with 10 GiB and grows 10 GiB "
+        "per minute to 96 % (at ~400 s), then stays there. Expected: one "
+        "nvidia.gpu.alert.memory_preallocated (info) for GPU 0, fired a minute after the jump "
+        "and resolved when the process exits; no memory_near_full for GPU 0; "
+        "nvidia.gpu.alert.memory_near_full for GPU 1 10 s after it reaches 95 % (~394 s); "
+        "nothing else.",
+        [device(0, tf), device(1, growing)],
+    )
+
+
+def report_efficiency():
+    """Phases of 15 s (scenario time) after a 5 s lead-in; the lead-in and the tail hold the
+    middle's mean values, so a run's time-weighted means equal the middle's whatever the
+    exact start and stop (as long as the middle is covered whole)."""
+    idle_held = dict(IDLE)
+    phases = [(100, FP32), (100, BF16), (0, idle_held), (60, COPY)]
+    keys = ["sm_util", "sm_occupancy", "any_tensor_util", "hmma_tensor_util", "dram_bw_util"]
+    mean_util = sum(u for u, _ in phases) / len(phases)
+    mean_gpm = {k: sum(g[k] for _, g in phases) / len(phases) for k in keys}
+    rate = {"pcie_tx_per_sec": 40.0, "pcie_rx_per_sec": 120.0}
+
+    def gpm(values):
+        g = {k: values[k] for k in keys}
+        g.update(rate)
+        return g
+
+    mean_row = gpm(mean_gpm)
+    gpu0, gpu1, gpu2 = [], [], []
+    gpu0.append(row(0.0, int(mean_util), 30 * GIB, 7400, gpm=mean_row))
+    for k, (util, g) in enumerate(phases):
+        gpu0.append(row(5.0 + 15 * k, util, 30 * GIB, 7400, gpm=gpm(g)))
+    gpu0.append(row(65.0, int(mean_util), 30 * GIB, 7400, gpm=mean_row))
+    for t in range(0, 121, 5):
+        gpu1.append(row(float(t), 100, 10 * GIB + 0.5 * GIB * t, 7401))
+    gpu2.append(row(0.0, 0, 0))
+    gpu2.append(row(2.0, 3, 0.5 * GIB, 7402, gpm=gpm(BF16)))
+    gpu2.append(row(3.0, 100, 0.97 * TOTAL, 7402, gpm=gpm(BF16)))
+    gpu2[0]["gpm"] = gpm(BF16)
+    return scenario(
+        "Run report: profiling figures. Run at NVML_MOCK_TIME_SCALE=10 with GPM read every "
+        "sample. GPU 0 (GPM): a 5 s lead-in, then 15 s each of fp32 (busy 100 %, SM 90 %, "
+        "occupancy 30 %, tensor 0, DRAM 20 %), bf16 (100 %, 88 %, 40 %, 82 %, 17 %), idle while "
+        "its process holds 30 GiB (0 %, GPM 0) and a copy loop (60 %, SM 22 %, 10 %, 0, DRAM "
+        "92 %), then a tail; lead-in and tail hold the four phases' means (busy 65 %, SM 50 %, "
+        "occupancy 20 %, tensor 20.5 %, DRAM 32.25 %), so the run's time-weighted means are "
+        "those whatever the exact start and stop; the tensor cores' share of busy time is "
+        "20.5 / 65; idle time holding memory is the 15 s idle phase. PCIe 40 / 120 MiB/s "
+        "throughout. GPU 1: an A100 without GPM, busy 100 %, memory growing 0.5 GiB per "
+        "second from 10 GiB (pattern growing; profiling figures null). GPU 2: a "
+        "TensorFlow-style pool: its process appears at 2 s and holds 97 % from 3 s on, bf16 "
+        "GPM values (pattern preallocated).",
+        [device(0, gpu0), a100(1, gpu1), device(2, gpu2)],
+    )
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "tests", "scenarios")
     for name, build in [
@@ -239,6 +387,10 @@ def main():
         ("rule-throttling-card.json", throttling_card),
         ("rule-overheating-card.json", overheating_card),
         ("rule-clean-run.json", clean_run),
+        ("rule-tensor-cores.json", tensor_cores),
+        ("rule-memory-bound.json", memory_bound),
+        ("rule-preallocating-job.json", preallocating_job),
+        ("report-efficiency.json", report_efficiency),
     ]:
         s = build()
         with open(os.path.join(out, name), "w") as f:

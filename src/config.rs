@@ -88,8 +88,11 @@ pub enum DeviceSelection {
     /// Only these: NVML indices, GPU UUIDs (`GPU-…`) or MIG UUIDs (`MIG-…`).
     List(Vec<DeviceId>),
     /// The devices the kubelet allocated to this pod (`pod-resources`): asked at start from
-    /// the pod-resources socket, then used as a [`DeviceSelection::List`].
+    /// the pod-resources socket, then resolved into [`DeviceSelection::Allocated`].
     PodResources,
+    /// The devices the kubelet's pod-resources API lists for this pod (what
+    /// [`DeviceSelection::PodResources`] resolves to at start).
+    Allocated(Vec<AllocatedDevice>),
 }
 
 /// One entry of a device list.
@@ -99,6 +102,43 @@ pub enum DeviceId {
     Index(u32),
     /// A GPU UUID (`GPU-…`) or MIG device UUID (`MIG-…`).
     Uuid(String),
+    /// A GPU by its device-file minor number (`/dev/nvidia<N>`, `nvmlDeviceGetMinorNumber`):
+    /// GKE's device plugin names GPUs `nvidia<N>`.
+    Minor(u32),
+    /// A MIG device by its GPU's NVML index and its MIG device index
+    /// (`nvmlDeviceGetMigDeviceHandleByIndex`): the NVIDIA device plugin's `index` strategy
+    /// names MIG devices `<gpu>:<mig>`.
+    MigIndex {
+        /// The GPU's NVML index.
+        gpu: u32,
+        /// The MIG device index on it.
+        mig: u32,
+    },
+    /// A MIG device by its GPU's minor number and its GPU instance id
+    /// (`nvmlDeviceGetGpuInstanceId`): GKE names MIG partitions `nvidia<N>/gi<K>`.
+    GpuInstance {
+        /// The GPU's device-file minor number.
+        minor: u32,
+        /// The GPU instance id.
+        gpu_instance_id: u32,
+    },
+}
+
+/// `GPU_SIDECAR_DEVICES=pod-resources` in words for log lines: the variable, and the Helm
+/// chart value that sets it (users of the chart never set the variable themselves).
+pub const POD_RESOURCES_MODE: &str =
+    "GPU_SIDECAR_DEVICES=pod-resources (the Helm chart's gpuVisibility.mode=pod-resources)";
+
+/// A device the kubelet allocated to this pod, as its device plugin named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocatedDevice {
+    /// The GPU or MIG device NVML shows for it.
+    pub id: DeviceId,
+    /// The device plugin's id, as the kubelet lists it (e.g. `nvidia1/vgpu3`), for logs.
+    pub plugin_id: String,
+    /// Whether the plugin hands out this device as one replica of a shared GPU
+    /// (time-slicing: `<uuid>::<n>`, `nvidia<N>/vgpu<M>`): other pods may hold it too.
+    pub shared: bool,
 }
 
 /// A string whose value never appears in logs, errors or debug output (OTLP header values
@@ -350,6 +390,9 @@ pub struct Config {
     /// Standard `OTEL_*` variables that are set but do not apply to this agent, each with
     /// why; named in one warning at start (see [`OTEL_VARIABLES`]).
     pub otel_not_applied: Vec<(String, &'static str)>,
+    /// Price of one GPU-hour, `GPU_SIDECAR_PRICE_PER_GPU_HOUR` (any currency; no default):
+    /// the run report's `cost` and `idle_cost`.
+    pub price_per_gpu_hour: Option<f64>,
 }
 
 /// The events' batch log processor, from the `OTEL_BLRP_*` variables (given to the SDK's
@@ -635,6 +678,9 @@ pub struct RuleSettings {
     /// `_THRESHOLD` in the rule's unit (e.g. percent of total memory); `None` for a rule
     /// without one.
     pub threshold: Option<f64>,
+    /// The second threshold (`_UTILIZATION`, `_SM_ACTIVITY`, …) in its unit; `None` for a
+    /// rule without one.
+    pub second_threshold: Option<f64>,
     /// `_DURATION` or `_SAMPLES`: how long the condition must hold.
     pub hold: Hold,
 }
@@ -680,6 +726,16 @@ fn parse_rules<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<RulesConfig
                 })
             }
         };
+        let second_threshold = match spec.second_threshold {
+            None => None,
+            Some(t) => {
+                let var = spec.var(t.suffix);
+                Some(match get(&var) {
+                    None => t.spec.default,
+                    Some(v) => parse_threshold(&var, v, &t.spec)?,
+                })
+            }
+        };
         let hold = match spec.hold {
             HoldSpec::Immediate => Hold::Immediate,
             HoldSpec::Duration(d) => {
@@ -711,6 +767,7 @@ fn parse_rules<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<RulesConfig
             RuleSettings {
                 enabled,
                 threshold,
+                second_threshold,
                 hold,
             },
         ));
@@ -756,6 +813,7 @@ struct RawOwn {
     gpm_interval: Option<String>,
     energy_interval: Option<String>,
     pcie_interval: Option<String>,
+    price_per_gpu_hour: Option<String>,
 }
 
 /// Every `GPU_SIDECAR_*` variable the agent knows (without the prefix); any other one is
@@ -778,6 +836,9 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "RULE_MEMORY_NEAR_FULL_ENABLED",
     "RULE_MEMORY_NEAR_FULL_THRESHOLD",
     "RULE_MEMORY_NEAR_FULL_DURATION",
+    "RULE_MEMORY_PREALLOCATED_ENABLED",
+    "RULE_MEMORY_PREALLOCATED_THRESHOLD",
+    "RULE_MEMORY_PREALLOCATED_DURATION",
     "RULE_MEMORY_LEAK_ENABLED",
     "RULE_MEMORY_LEAK_THRESHOLD",
     "RULE_MEMORY_LEAK_DURATION",
@@ -794,6 +855,14 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "RULE_UTILIZATION_IMBALANCE_ENABLED",
     "RULE_UTILIZATION_IMBALANCE_THRESHOLD",
     "RULE_UTILIZATION_IMBALANCE_DURATION",
+    "RULE_TENSOR_CORES_IDLE_ENABLED",
+    "RULE_TENSOR_CORES_IDLE_THRESHOLD",
+    "RULE_TENSOR_CORES_IDLE_UTILIZATION",
+    "RULE_TENSOR_CORES_IDLE_DURATION",
+    "RULE_MEMORY_BOUND_ENABLED",
+    "RULE_MEMORY_BOUND_THRESHOLD",
+    "RULE_MEMORY_BOUND_SM_ACTIVITY",
+    "RULE_MEMORY_BOUND_DURATION",
     "RULE_GPU_LOST_ENABLED",
     "RULE_XID_ENABLED",
     "RULE_XID_DURATION",
@@ -803,6 +872,7 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "GPM_INTERVAL",
     "ENERGY_INTERVAL",
     "PCIE_INTERVAL",
+    "PRICE_PER_GPU_HOUR",
 ];
 
 /// Default `GPU_SIDECAR_HEALTH_ADDR`: every interface (kubelet probes come from the node), a
@@ -1006,6 +1076,19 @@ impl Config {
                 )
             })?),
         };
+        let price_per_gpu_hour = match raw.price_per_gpu_hour.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(v) => match v.parse::<f64>() {
+                Ok(p) if p.is_finite() && p >= 0.0 => Some(p),
+                _ => {
+                    return Err(ConfigError::new(
+                        "GPU_SIDECAR_PRICE_PER_GPU_HOUR",
+                        v,
+                        "a price per GPU-hour: a number from 0, in any currency, e.g. 2.50",
+                    ))
+                }
+            },
+        };
         let watchdog_timeout = match raw.watchdog_timeout.as_deref() {
             None | Some("") => (sample_interval * 3).max(Duration::from_secs(10)),
             Some(v) => parse_duration("GPU_SIDECAR_WATCHDOG_TIMEOUT", v)?,
@@ -1057,6 +1140,7 @@ impl Config {
             logs_batch,
             sdk_disabled,
             otel_not_applied,
+            price_per_gpu_hour,
         })
     }
 }
@@ -1785,6 +1869,7 @@ mod tests {
             RuleSettings {
                 enabled: true,
                 threshold: Some(95.0),
+                second_threshold: None,
                 hold: Hold::Duration(Duration::from_secs(10)),
             }
         );
@@ -1830,6 +1915,58 @@ mod tests {
         // A rule without a threshold has no such setting.
         let e = cfg(&[("GPU_SIDECAR_RULE_GPU_LOST_THRESHOLD", "1")]).unwrap_err();
         assert!(e.expected.starts_with("no such setting"), "{e}");
+    }
+
+    #[test]
+    fn price_and_second_thresholds() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.price_per_gpu_hour, None);
+        let tc = c.rules.get(RuleId::TensorCoresIdle);
+        assert_eq!(
+            (tc.threshold, tc.second_threshold),
+            (Some(10.0), Some(90.0))
+        );
+        let mb = c.rules.get(RuleId::MemoryBound);
+        assert_eq!(
+            (mb.threshold, mb.second_threshold),
+            (Some(80.0), Some(50.0))
+        );
+        assert_eq!(c.rules.get(RuleId::MemoryNearFull).second_threshold, None);
+        let c = cfg(&[
+            ("GPU_SIDECAR_PRICE_PER_GPU_HOUR", "2.5"),
+            ("GPU_SIDECAR_RULE_TENSOR_CORES_IDLE_UTILIZATION", "80%"),
+            ("GPU_SIDECAR_RULE_MEMORY_BOUND_SM_ACTIVITY", "30"),
+        ])
+        .unwrap();
+        assert_eq!(c.price_per_gpu_hour, Some(2.5));
+        assert_eq!(
+            c.rules.get(RuleId::TensorCoresIdle).second_threshold,
+            Some(80.0)
+        );
+        assert_eq!(
+            c.rules.get(RuleId::MemoryBound).second_threshold,
+            Some(30.0)
+        );
+        for (var, v, expected) in [
+            (
+                "GPU_SIDECAR_PRICE_PER_GPU_HOUR",
+                "-1",
+                "a price per GPU-hour: a number from 0, in any currency, e.g. 2.50",
+            ),
+            (
+                "GPU_SIDECAR_PRICE_PER_GPU_HOUR",
+                "$3",
+                "a price per GPU-hour: a number from 0, in any currency, e.g. 2.50",
+            ),
+            (
+                "GPU_SIDECAR_RULE_TENSOR_CORES_IDLE_UTILIZATION",
+                "0",
+                "a number above 0 up to 100 (percent GPU utilization)",
+            ),
+        ] {
+            let e = cfg(&[(var, v)]).unwrap_err();
+            assert_eq!((e.var.as_str(), e.expected.as_str()), (var, expected));
+        }
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //!
 //! `gpu-otel-sidecar health` asks the local agent's `/readyz` (for a Docker `HEALTHCHECK`
 //! in an image without curl): exit 0 when ready, 1 otherwise.
+//!
+//! `gpu-otel-sidecar check-config` reads the settings as the agent would and prints what it
+//! understood (one JSON object), without loading NVML or connecting anywhere: exit 0, or 2
+//! with the line the agent would print for a bad setting.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -13,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use gpu_otel_sidecar::attribution::pod_resources;
 use gpu_otel_sidecar::config::{Config, DeviceSelection, LogFormat};
-use gpu_otel_sidecar::report::{RunReporter, SampleLogger, XidRecorder};
+use gpu_otel_sidecar::report::{RunAccumulator, RunReporter, SampleLogger, XidRecorder};
 use gpu_otel_sidecar::rules::{Rules, XidHook, XidReport};
 use gpu_otel_sidecar::sampling::{
     DeviceEvent, DeviceEventKind, Observer, SampleGroup, Sampler, SamplerSettings, SharedState,
@@ -29,6 +33,11 @@ gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metric
 Usage: gpu-otel-sidecar [--help | --version]
        gpu-otel-sidecar health    ask the running agent's /readyz (GPU_SIDECAR_HEALTH_ADDR);
                                   exit 0 if ready, 1 if not
+       gpu-otel-sidecar check-config
+                                  read the settings from the environment as the agent
+                                  would and print what it understood as one JSON object
+                                  (resource attributes decoded); exit 0, or 2 naming the
+                                  bad setting. Loads no NVML, connects nowhere.
 
 Configured by environment variables (OTEL_* and GPU_SIDECAR_*); see the README.";
 
@@ -36,6 +45,7 @@ fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         None => {}
         Some("health") => return health_command(),
+        Some("check-config") => return check_config_command(),
         Some("--help" | "-h") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -58,6 +68,63 @@ fn main() -> ExitCode {
     };
     logging::init(&config.log_level, config.log_format == LogFormat::Json);
     run(config)
+}
+
+/// `gpu-otel-sidecar check-config`: the settings as the agent understands them, as one JSON
+/// object on stdout (header values never shown); exit 2 with the agent's own message for a
+/// bad setting.
+fn check_config_command() -> ExitCode {
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gpu-otel-sidecar: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("{}", config_summary(&config));
+    ExitCode::SUCCESS
+}
+
+/// The `OTEL_EXPORTER_OTLP_PROTOCOL` value of a protocol.
+fn protocol(p: gpu_otel_sidecar::config::Protocol) -> &'static str {
+    match p {
+        gpu_otel_sidecar::config::Protocol::Grpc => "grpc",
+        gpu_otel_sidecar::config::Protocol::HttpProtobuf => "http/protobuf",
+    }
+}
+
+/// What `check-config` prints.
+fn config_summary(config: &Config) -> serde_json::Value {
+    let resource: std::collections::BTreeMap<String, String> = attribution::resource(config)
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let devices = match &config.devices {
+        DeviceSelection::All => "all".to_string(),
+        DeviceSelection::PodResources | DeviceSelection::Allocated(_) => {
+            "pod-resources".to_string()
+        }
+        DeviceSelection::List(ids) => format!("{ids:?}"),
+    };
+    serde_json::json!({
+        "resource": resource,
+        "metrics_exporter": format!("{:?}", config.metrics_exporter).to_lowercase(),
+        "logs_exporter": format!("{:?}", config.logs_exporter).to_lowercase(),
+        "otlp": {
+            "protocol": protocol(config.otlp.metrics.protocol),
+            "metrics_endpoint": config.otlp.metrics.endpoint,
+            "logs_protocol": protocol(config.otlp.logs.protocol),
+            "logs_endpoint": config.otlp.logs.endpoint,
+            "header_names": config.otlp.metrics.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            "timeout_ms": config.otlp.metrics.timeout.as_millis() as u64,
+            "temporality": format!("{:?}", config.otlp.temporality).to_lowercase(),
+        },
+        "otel_not_applied": config.otel_not_applied.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        "export_interval_ms": config.export_interval.as_millis() as u64,
+        "sample_interval_ms": config.sample_interval.as_millis() as u64,
+        "devices": devices,
+        "health_addr": config.health_addr.map(|a| a.to_string()),
+    })
 }
 
 /// `gpu-otel-sidecar health`: prints the `/readyz` body; exit 0 when ready.
@@ -190,7 +257,7 @@ fn run(config: Config) -> ExitCode {
                 }
             });
             match resolved {
-                Some(ids) => settings.devices = DeviceSelection::List(ids),
+                Some(ids) => settings.devices = DeviceSelection::Allocated(ids),
                 None => {
                     tracing::info!("stopped before the pod's GPUs were known");
                     runtime.shutdown_background();
@@ -233,7 +300,16 @@ fn run(config: Config) -> ExitCode {
     };
     checks.exports_started(telemetry.status.clone());
     // Subscribed before the sampler starts, so that they see every tick.
-    let run_report = RunReporter::start(&shared, config.sample_interval);
+    let run_report = RunReporter::start_with(
+        &shared,
+        RunAccumulator::new(config.sample_interval)
+            .with_price_per_gpu_hour(config.price_per_gpu_hour)
+            .with_pool_params(gpu_otel_sidecar::rules::pool_params(
+                config
+                    .rules
+                    .get(gpu_otel_sidecar::rules::RuleId::MemoryPreallocated),
+            )),
+    );
     let sample_log = config
         .sample_log
         .clone()

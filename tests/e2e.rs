@@ -233,6 +233,8 @@ fn h200_end_to_end(protocol: Protocol, extra: &[(&str, &str)]) -> (Receiver, Age
         ("k8s.node.name", "from-otel"),
         ("k8s.container.name", "trainer"),
         ("deployment.environment.name", "test"),
+        // The semantic conventions' Kubernetes recommendation: namespace.pod.container.
+        ("service.instance.id", "ml.resnet-train-0.trainer"),
     ]
     .into();
     for (k, v) in expect {
@@ -398,6 +400,51 @@ fn device_selection_by_index_and_uuid() {
     assert_eq!(ids, BTreeSet::from([uuid1, uuid3]));
 }
 
+/// Two sidecars outside Kubernetes reporting the same GPU to one collector: each has its own
+/// `service.instance.id`, so the collector's Prometheus exporter (which makes it the
+/// `instance` label) keeps their series apart, the agent's own `gpu_sidecar.*` ones included.
+#[test]
+fn two_sidecars_behind_one_collector_keep_distinct_identities() {
+    let rx = Receiver::start(Protocol::Grpc);
+    let spawn = || {
+        Agent::builder()
+            .otlp(&rx)
+            .env_mock("h200-under-load.json")
+            .env("GPU_SIDECAR_SAMPLE_INTERVAL", "200ms")
+            .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+            .spawn()
+    };
+    let (a, b) = (spawn(), spawn());
+    let instances = |name: &str| -> BTreeSet<String> {
+        rx.points(name)
+            .iter()
+            .filter_map(|p| p.resource.get("service.instance.id").cloned())
+            .collect()
+    };
+    assert!(
+        rx.wait_until(WAIT, |_| instances("hw.power").len() == 2
+            && instances("gpu_sidecar.export.last_success").len() == 2),
+        "{}\n{}",
+        a.dump(),
+        b.dump()
+    );
+    for id in instances("hw.power") {
+        assert_eq!(uuid_version(&id), Some(4), "{id}");
+    }
+    // Every point of one export carries the same identity as its resource.
+    for p in rx.points("hw.power") {
+        assert!(p.resource.contains_key("service.instance.id"), "{p:?}");
+    }
+}
+
+/// The version digit of a UUID in its text form, `None` if it is not one.
+fn uuid_version(s: &str) -> Option<u32> {
+    let groups: Vec<&str> = s.split('-').collect();
+    let ok = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && s.chars().all(|c| c == '-' || c.is_ascii_hexdigit());
+    ok.then(|| groups[2].chars().next()?.to_digit(16)).flatten()
+}
+
 #[test]
 fn console_exporter_prints_otlp_json_lines_on_stdout() {
     let mut agent = Agent::builder()
@@ -446,6 +493,58 @@ fn console_exporter_prints_otlp_json_lines_on_stdout() {
         agent.stderr_lines().iter().any(|l| l.contains("starting")),
         "logs go to stderr"
     );
+}
+
+/// `check-config`: the settings as the agent understood them (resource attributes decoded),
+/// without NVML; a bad setting exits 2 with the agent's own line.
+#[test]
+fn check_config_prints_what_the_agent_understood() {
+    let mut agent = Agent::builder()
+        .arg("check-config")
+        .env("K8S_POD_NAME", "train-0")
+        .env("K8S_NAMESPACE_NAME", "ml")
+        .env(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "team=vision%2C%20research,run.id=12345678,city=Z%C3%BCrich",
+        )
+        .env(
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "authorization=Bearer%20secret",
+        )
+        // No NVML library here: check-config must not need one.
+        .env("GPU_SIDECAR_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")
+        .spawn();
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits at once");
+    assert_eq!(status.code(), Some(0), "{}", agent.dump());
+    let out: Value = serde_json::from_str(&agent.stdout_lines().join("\n")).unwrap();
+    let res = &out["resource"];
+    assert_eq!(res["team"], "vision, research");
+    assert_eq!(res["run.id"], "12345678");
+    assert_eq!(res["city"], "Zürich");
+    assert_eq!(res["service.instance.id"], "ml.train-0");
+    assert_eq!(
+        out["otlp"]["header_names"],
+        serde_json::json!(["authorization"])
+    );
+    assert!(
+        !agent.dump().contains("secret"),
+        "header values never shown"
+    );
+
+    let mut agent = Agent::builder()
+        .arg("check-config")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "team=vision, research")
+        .spawn();
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits at once");
+    assert_eq!(status.code(), Some(2), "{}", agent.dump());
+    assert!(agent.stdout_lines().is_empty());
+    let err = agent.stderr_lines();
+    assert_eq!(err.len(), 1, "{err:?}");
+    assert!(err[0].contains("OTEL_RESOURCE_ATTRIBUTES"), "{}", err[0]);
 }
 
 #[test]

@@ -212,6 +212,8 @@ fn a_stuck_event_watcher_is_not_ready_logged_once_counted_and_its_xids_arrive_la
         1,
         "logged once"
     );
+    // Said by the health watchdog at its next round, which may come after /readyz is 200.
+    agent.wait_for_stderr("the event watcher's call returned", WAIT);
     assert_eq!(
         count_lines(&agent, "the event watcher's call returned"),
         1,

@@ -51,3 +51,22 @@ fn catalogue_names_are_unique_and_namespaced() {
         );
     }
 }
+
+/// Wherever the docs show the NVML index, they say it is not the trainer's `cuda:N` and
+/// point at the UUID and the PCI bus id.
+#[test]
+fn every_index_is_explained() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let readme = read("README.md");
+    assert!(readme.contains("### Which GPU is it"));
+    for place in [
+        "`gpu_index` (`nvidia-smi`'s index, not the trainer's `cuda:N`",
+        "Each GPU's `index` is `nvidia-smi`'s, not the trainer's `cuda:N`",
+    ] {
+        assert!(readme.contains(place), "README: {place}");
+    }
+    let note = "`nvidia.gpu.index` (NVML's node-wide index as `nvidia-smi` numbers GPUs, not the training process's `cuda:N`: match GPUs by `hw.id` (UUID) or `nvidia.gpu.pci.bus_id`)";
+    assert!(read("docs/metrics.md").contains(note), "docs/metrics.md");
+    assert!(read("docs/events.md").contains(note), "docs/events.md");
+}

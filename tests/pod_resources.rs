@@ -110,6 +110,28 @@ impl tower::Service<http::Request<Body>> for FakeKubelet {
 }
 
 fn start_kubelet(get_enabled: bool, dir: &std::path::Path) -> (PathBuf, tokio::runtime::Runtime) {
+    serve_kubelet(
+        get_enabled,
+        dir,
+        vec![
+            pod("other-job", &["GPU-00000000-0000-4000-8000-000000000000"]),
+            pod(
+                "resnet-train-0",
+                &[
+                    "GPU-00000000-0000-4000-8000-000000000001",
+                    "GPU-00000000-0000-4000-8000-000000000003",
+                ],
+            ),
+        ],
+    )
+}
+
+/// A fake kubelet serving `pods` on `<dir>/kubelet.sock`.
+fn serve_kubelet(
+    get_enabled: bool,
+    dir: &std::path::Path,
+    pods: Vec<PodResources>,
+) -> (PathBuf, tokio::runtime::Runtime) {
     let socket = dir.join("kubelet.sock");
     let _ = std::fs::remove_file(&socket);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -120,19 +142,7 @@ fn start_kubelet(get_enabled: bool, dir: &std::path::Path) -> (PathBuf, tokio::r
     let listener = rt
         .block_on(async { tokio::net::UnixListener::bind(&socket) })
         .unwrap();
-    let kubelet = FakeKubelet {
-        get_enabled,
-        pods: vec![
-            pod("other-job", &["GPU-00000000-0000-4000-8000-000000000000"]),
-            pod(
-                "resnet-train-0",
-                &[
-                    "GPU-00000000-0000-4000-8000-000000000001",
-                    "GPU-00000000-0000-4000-8000-000000000003",
-                ],
-            ),
-        ],
-    };
+    let kubelet = FakeKubelet { get_enabled, pods };
     rt.spawn(async move {
         tonic::transport::Server::builder()
             .add_service(kubelet)
@@ -257,4 +267,204 @@ fn classic_sidecar_exits_when_the_training_process_ends() {
     let _ = std::fs::remove_file(&bin);
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", agent.dump());
     assert!(agent.dump().contains("the training process ended"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Other device plugins' ids (GKE), shared GPUs
+
+/// A copy of scenario `name` under `dir`, changed by `edit`.
+fn scenario_copy(
+    dir: &std::path::Path,
+    name: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> PathBuf {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(scenario(name)).unwrap()).unwrap();
+    edit(&mut v);
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+    path
+}
+
+fn gpu(i: usize) -> String {
+    format!("GPU-00000000-0000-4000-8000-00000000000{i}")
+}
+
+/// Runs the agent in pod `resnet-train-0` whose devices the kubelet lists as `ids`, on
+/// scenario `scenario_path`, until two exports; returns the receiver and the stopped agent.
+fn run_in_pod(
+    dir: &std::path::Path,
+    scenario_path: &std::path::Path,
+    ids: &[&str],
+) -> (Receiver, Agent) {
+    let (socket, _rt) = serve_kubelet(true, dir, vec![pod("resnet-train-0", ids)]);
+    let rx = Receiver::start(Protocol::Grpc);
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock_path(scenario_path)
+        .env("GPU_SIDECAR_DEVICES", "pod-resources")
+        .env("GPU_SIDECAR_POD_RESOURCES_SOCKET", &socket)
+        .env("K8S_POD_NAME", "resnet-train-0")
+        .env("K8S_NAMESPACE_NAME", "ml")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "200ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .spawn();
+    assert!(
+        rx.wait_until(Duration::from_secs(20), |r| r.metrics_requests().len() >= 3),
+        "{}",
+        agent.dump()
+    );
+    agent.sigterm();
+    assert_eq!(
+        agent
+            .wait_exit(Duration::from_secs(10))
+            .and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        agent.dump()
+    );
+    (rx, agent)
+}
+
+/// `hw.id` → `nvidia.gpu.sharing` (empty when unmarked) of every reported device.
+fn reported(rx: &Receiver) -> std::collections::BTreeMap<String, String> {
+    rx.points("hw.status")
+        .iter()
+        .map(|p| {
+            (
+                p.attr("hw.id").unwrap().to_string(),
+                p.attr("nvidia.gpu.sharing").unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// GKE names GPUs by their device file's minor number (`nvidia<N>`, not the NVML index)
+/// and time-shared ones `nvidia<N>/vgpu<M>`. Here minor numbers run backwards (GPU index 3
+/// is /dev/nvidia0): the pod's GPUs are indices 3 and 2, and the time-shared one is marked.
+#[test]
+fn gke_minor_numbers_and_time_sharing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = scenario_copy(dir.path(), "four-gpu.json", |v| {
+        for (i, d) in v["devices"].as_array_mut().unwrap().iter_mut().enumerate() {
+            d["minor_number"] = (3 - i).into();
+        }
+    });
+    let (rx, agent) = run_in_pod(dir.path(), &path, &["nvidia0", "nvidia1/vgpu3"]);
+    assert_eq!(
+        reported(&rx),
+        std::collections::BTreeMap::from([
+            (gpu(2), "time_slicing".to_string()),
+            (gpu(3), String::new()),
+        ]),
+        "{}",
+        agent.dump()
+    );
+    // Every point of the shared GPU says so, not only hw.status.
+    for p in rx.points("hw.gpu.utilization") {
+        let shared = p.attr("hw.id") == Some(gpu(2).as_str());
+        assert_eq!(
+            p.attr("nvidia.gpu.sharing"),
+            shared.then_some("time_slicing"),
+            "{p:?}"
+        );
+    }
+    let warnings: Vec<String> = agent
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("is shared with other pods"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "once: {warnings:#?}");
+    assert!(warnings[0].contains(&gpu(2)), "{warnings:#?}");
+    assert!(!agent
+        .dump()
+        .contains("no GPU or MIG device NVML shows matches"));
+}
+
+/// GKE's MIG partitions are `nvidia<N>/gi<K>` (K the GPU instance id); the NVIDIA plugin's
+/// `index` strategy writes `<gpu>:<mig>`.
+#[test]
+fn mig_devices_by_gpu_instance_and_by_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = scenario("h200-mig-3g2g1g1g.json");
+    let mig = |k: char| format!("MIG-7a8b9c0d-1e2f-5a3b-8c4d-5e6f7a8b9cb{k}");
+    let (rx, agent) = run_in_pod(dir.path(), &path, &["nvidia0/gi3", "0:2"]);
+    let ids: BTreeSet<String> = reported(&rx).into_keys().collect();
+    assert_eq!(
+        ids,
+        BTreeSet::from([mig('1'), mig('2')]),
+        "{}",
+        agent.dump()
+    );
+}
+
+/// Ids no plugin writes, and ids NVML has no device for: warned about, naming the mode the
+/// user chose (the variable and the chart value that sets it); the rest is reported.
+#[test]
+fn unknown_and_unmatched_ids_name_the_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = scenario("four-gpu.json");
+    let (rx, agent) = run_in_pod(dir.path(), &path, &["nvidia1", "nvidia9", "gpu-zero"]);
+    let ids: BTreeSet<String> = reported(&rx).into_keys().collect();
+    assert_eq!(ids, BTreeSet::from([gpu(1)]), "{}", agent.dump());
+    let mode =
+        "GPU_SIDECAR_DEVICES=pod-resources (the Helm chart's gpuVisibility.mode=pod-resources)";
+    let lines = agent.stderr_lines();
+    let unknown: Vec<&String> = lines.iter().filter(|l| l.contains("gpu-zero")).collect();
+    assert!(
+        unknown
+            .iter()
+            .any(|l| l.contains(mode) && l.contains("no known device plugin writes")),
+        "{unknown:#?}"
+    );
+    let unmatched: Vec<&String> = lines.iter().filter(|l| l.contains("nvidia9")).collect();
+    assert!(
+        unmatched
+            .iter()
+            .any(|l| l.contains(mode) && l.contains("no GPU or MIG device NVML shows matches")),
+        "{unmatched:#?}"
+    );
+    assert!(!agent.dump().contains("GPU_SIDECAR_DEVICES names a device"));
+}
+
+/// The NVIDIA plugin's time-slicing replicas (`<uuid>::<n>`) mark the GPU shared; MPS
+/// clients on a GPU mark it `mps` (here through `_v2`: the `_v3` call is refused).
+#[test]
+fn nvidia_replicas_and_mps_mark_the_gpu_shared() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = scenario_copy(dir.path(), "four-gpu.json", |v| {
+        let d = &mut v["devices"][1];
+        d["defaults"]["mps_processes"] = serde_json::json!([[1001, 536870912]]);
+        d["errors"]["nvmlDeviceGetMPSComputeRunningProcesses_v3"] = 13.into();
+    });
+    let (rx, agent) = run_in_pod(
+        dir.path(),
+        &path,
+        &[
+            "GPU-00000000-0000-4000-8000-000000000000::0",
+            "GPU-00000000-0000-4000-8000-000000000000::3",
+            "GPU-00000000-0000-4000-8000-000000000001",
+            "GPU-00000000-0000-4000-8000-000000000002",
+        ],
+    );
+    assert_eq!(
+        reported(&rx),
+        std::collections::BTreeMap::from([
+            (gpu(0), "time_slicing".to_string()),
+            (gpu(1), "mps".to_string()),
+            (gpu(2), String::new()),
+        ]),
+        "{}",
+        agent.dump()
+    );
+    assert_eq!(
+        agent
+            .stderr_lines()
+            .iter()
+            .filter(|l| l.contains("is shared with other pods"))
+            .count(),
+        2,
+        "{}",
+        agent.dump()
+    );
 }

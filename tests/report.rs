@@ -474,3 +474,219 @@ fn sample_log_write_errors_do_not_stop_metric_export() {
         );
     }
 }
+
+/// The profiling figures of the run report against values computed here from
+/// `report-efficiency.json` (written by `scripts/gen-rule-scenarios.py`): GPU 0's four
+/// phases (fp32, bf16, idle holding memory, a copy loop) between a lead-in and a tail that
+/// hold the phases' means, so the run's time-weighted GPM means are the phases' means
+/// whatever the exact start and stop; GPU 1 has no GPM; GPU 2 takes a TensorFlow-style pool.
+#[test]
+fn report_profiling_figures_match_the_scenario() {
+    let scen = load(&scenario("report-efficiency.json"));
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("samples.jsonl");
+    let report_path = dir.path().join("report.json");
+    let mut agent = Agent::builder()
+        .env_mock("report-efficiency.json")
+        .env("NVML_MOCK_TIME_SCALE", "10")
+        .env("NVML_MOCK_NO_LATENCY", "1")
+        .env("OTEL_METRICS_EXPORTER", "none")
+        .env("OTEL_LOGS_EXPORTER", "none")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("GPU_SIDECAR_GPM_INTERVAL", "100ms")
+        .env("GPU_SIDECAR_PRICE_PER_GPU_HOUR", "3.6")
+        .env("GPU_SIDECAR_RULE_MEMORY_PREALLOCATED_DURATION", "1s")
+        .env("GPU_SIDECAR_REPORT_FILE", &report_path)
+        .env("GPU_SIDECAR_SAMPLE_LOG", &log_path)
+        .env("GPU_SIDECAR_SAMPLE_LOG_FORMAT", "jsonl")
+        .spawn();
+    let gpu0_rows = || -> Vec<Value> {
+        std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["gpu_index"] == 0)
+            .collect()
+    };
+    // Stop once the tail (busy 65 %) has followed the copy loop (60 %) for half a second.
+    let in_tail = || {
+        let utils: Vec<Value> = gpu0_rows()
+            .iter()
+            .map(|r| r["utilization_gpu_percent"].clone())
+            .collect();
+        utils
+            .iter()
+            .position(|u| u == 60)
+            .is_some_and(|i| utils[i..].iter().filter(|u| **u == 65).count() >= 5)
+    };
+    assert!(wait_until(WAIT, in_tail), "{}", agent.dump());
+    stop(&mut agent);
+    let report = load(&report_path);
+    let close = |v: &Value, expected: f64, tol: f64| {
+        let x = v
+            .as_f64()
+            .unwrap_or_else(|| panic!("not a number: {v} (expected {expected})"));
+        assert!((x - expected).abs() <= tol, "{x} vs {expected} ± {tol}");
+    };
+
+    // GPU 0: the phases' means, from the scenario's rows (phase rows: t = 5, 20, 35, 50).
+    let rows = scen["devices"][0]["timeline"].as_array().unwrap();
+    let phases: Vec<&Value> = rows
+        .iter()
+        .filter(|r| (5.0..65.0).contains(&num(r, "t")))
+        .collect();
+    assert_eq!(phases.len(), 4);
+    let phase_mean = |key: &str| {
+        phases.iter().map(|r| num(&r["gpm"], key)).sum::<f64>() / phases.len() as f64 / 100.0
+    };
+    let phase_max = |key: &str| {
+        phases
+            .iter()
+            .map(|r| num(&r["gpm"], key))
+            .fold(0.0, f64::max)
+            / 100.0
+    };
+    let gpu0 = &report["gpus"][0];
+    close(&gpu0["sm_activity_mean"], phase_mean("sm_util"), 1e-3);
+    close(&gpu0["sm_occupancy_mean"], phase_mean("sm_occupancy"), 1e-3);
+    close(
+        &gpu0["dram_activity_mean"],
+        phase_mean("dram_bw_util"),
+        1e-3,
+    );
+    close(
+        &gpu0["tensor_activity_mean"]["any"],
+        phase_mean("any_tensor_util"),
+        1e-3,
+    );
+    close(
+        &gpu0["tensor_activity_mean"]["hmma"],
+        phase_mean("hmma_tensor_util"),
+        1e-3,
+    );
+    assert!(
+        gpu0["tensor_activity_mean"].get("imma").is_none(),
+        "not answered: absent"
+    );
+    // p95 over windows: the busiest phase's value (each phase is ~15 of ~75 windows).
+    close(&gpu0["sm_activity_p95"], phase_max("sm_util"), 1e-9);
+    close(&gpu0["dram_activity_p95"], phase_max("dram_bw_util"), 1e-9);
+    close(
+        &gpu0["tensor_activity_p95"]["any"],
+        phase_max("any_tensor_util"),
+        1e-9,
+    );
+    // Tensor-active time over busy time: Σ tensor / Σ utilization over the phases. The
+    // report pairs each window with the utilization sampled at its end: each of the four
+    // phase changes can shift up to one window (1 s of ~75 s) of the busy time.
+    let util_sum: f64 = phases.iter().map(|r| num(r, "util_gpu")).sum();
+    let tensor_sum: f64 = phases
+        .iter()
+        .map(|r| num(&r["gpm"], "any_tensor_util"))
+        .sum();
+    close(
+        &gpu0["tensor_active_share_of_busy"],
+        tensor_sum / util_sum,
+        0.015,
+    );
+    // PCIe: the scenario's MiB/s over the time GPM covered (the sampler counts each window
+    // up to the end of its read, never twice: a few µs per window apart from the windows'
+    // own lengths, hence 0.2 %).
+    let covered = num(gpu0, "gpm_window_s");
+    let wall = num(gpu0, "wall_time_s");
+    assert!(
+        covered <= wall + 1e-3 && covered >= wall - 0.25,
+        "{covered} of {wall}"
+    );
+    let rate = |key: &str| num(&rows[0]["gpm"], key) * 1048576.0;
+    for (field, key) in [
+        ("pcie_transmit_bytes", "pcie_tx_per_sec"),
+        ("pcie_receive_bytes", "pcie_rx_per_sec"),
+    ] {
+        let expected = rate(key) * covered;
+        close(&gpu0[field], expected, expected * 0.002);
+    }
+    assert!(gpu0["nvlink_transmit_bytes"].is_null());
+    // Idle while holding memory: the 0 % rows of the sample log, each held until the next
+    // row (at most two intervals), as the report holds its samples.
+    let log = gpu0_rows();
+    let at = |r: &Value| humantime::parse_rfc3339(r["timestamp"].as_str().unwrap()).unwrap();
+    let idle_s: f64 = log
+        .windows(2)
+        .filter(|w| w[0]["utilization_gpu_percent"] == 0)
+        .map(|w| {
+            at(&w[1])
+                .duration_since(at(&w[0]))
+                .unwrap()
+                .min(Duration::from_millis(200))
+                .as_secs_f64()
+        })
+        .sum();
+    assert!(
+        (1.3..=1.7).contains(&idle_s),
+        "the 15 s phase at 10x: {idle_s}"
+    );
+    close(
+        &gpu0["idle_memory_held_gpu_h"],
+        idle_s / 3600.0,
+        0.01 / 3600.0,
+    );
+    // 3.6 per GPU-hour is 0.001 per GPU-second.
+    close(&gpu0["cost"], wall * 0.001, 1e-4);
+    close(&gpu0["idle_cost"], idle_s * 0.001, 2e-5);
+    assert_eq!(gpu0["memory_pattern"], "steady");
+
+    // GPU 1, without GPM: every profiling figure null, said once in the notes.
+    let gpu1 = &report["gpus"][1];
+    for key in [
+        "gpm_window_s",
+        "sm_activity_mean",
+        "sm_activity_p95",
+        "sm_occupancy_mean",
+        "tensor_activity_mean",
+        "tensor_activity_p95",
+        "dram_activity_mean",
+        "tensor_active_share_of_busy",
+        "pcie_transmit_bytes",
+    ] {
+        assert!(gpu1[key].is_null(), "{key}: {}", gpu1[key]);
+    }
+    assert_eq!(gpu1["idle_memory_held_gpu_h"], 0.0);
+    assert_eq!(gpu1["memory_pattern"], "growing");
+    let notes = report["notes"].as_array().unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let uuid1 = scen["devices"][1]["uuid"].as_str().unwrap();
+    assert!(
+        notes[0].as_str().unwrap().contains(uuid1) && notes[0].as_str().unwrap().contains("GPM"),
+        "{notes:?}"
+    );
+
+    // GPU 2: a TensorFlow-style pool, bf16 figures throughout.
+    let gpu2 = &report["gpus"][2];
+    assert_eq!(gpu2["memory_pattern"], "preallocated");
+    let bf16 = &scen["devices"][2]["timeline"][1]["gpm"];
+    close(
+        &gpu2["sm_activity_mean"],
+        num(bf16, "sm_util") / 100.0,
+        1e-6,
+    );
+
+    // The pod: GPM means weighted by each GPU's covered time; costs and idle time summed.
+    let pod = &report["pod"];
+    let (w0, w2) = (covered, num(gpu2, "gpm_window_s"));
+    close(
+        &pod["sm_activity_mean"],
+        (phase_mean("sm_util") * w0 + num(bf16, "sm_util") / 100.0 * w2) / (w0 + w2),
+        1e-3,
+    );
+    close(&pod["gpm_window_s"], w0 + w2, 2e-3);
+    let gpus = report["gpus"].as_array().unwrap();
+    let cost: f64 = gpus.iter().map(|g| num(g, "cost")).sum();
+    close(&pod["cost"], cost, 2e-4);
+    close(
+        &pod["idle_memory_held_gpu_h"],
+        num(gpu0, "idle_memory_held_gpu_h"),
+        2e-6,
+    );
+    assert_eq!(report["price_per_gpu_hour"], 3.6);
+}

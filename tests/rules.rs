@@ -188,6 +188,9 @@ fn check_record(r: &LogRecordView, rule: RuleId, state: &str, hw_id: &str) {
             (number, text)
         );
         assert!(r.body.ends_with(spec.hint), "{}", r.body);
+        // The text names the GPU by its UUID (the training process's cuda:N is not
+        // NVML's index).
+        assert!(r.body.contains(hw_id), "{}", r.body);
         assert!(
             r.attrs.keys().any(|k| k.starts_with("nvidia.gpu.reading.")),
             "no readings: {:#?}",
@@ -633,5 +636,168 @@ fn a_bad_rule_setting_stops_with_exit_2_naming_it() {
     assert!(
         err.contains("invalid GPU_SIDECAR_RULE_MEMORY_NEAR_FULL_THRESHOLD=\"150\": expected a number above 0 up to 100 (percent of total GPU memory)"),
         "{err}"
+    );
+}
+
+/// Alert records of `rx` by rule, state and GPU, in arrival order.
+fn alert_list(rx: &Receiver) -> Vec<(String, String, String)> {
+    rx.log_records()
+        .into_iter()
+        .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
+        .map(|r| {
+            (
+                r.attr("nvidia.gpu.alert.rule").unwrap_or("").to_string(),
+                r.attr("nvidia.gpu.alert.state").unwrap_or("").to_string(),
+                r.attr("hw.id").unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `a` within 1e-9 of `b` (GPM values are the mock's time-weighted means: exact to an ulp).
+fn approx(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+/// GPM read at every sample, as the rules need in compressed time.
+const GPM_EVERY_SAMPLE: (&str, &str) = ("GPU_SIDECAR_GPM_INTERVAL", "100ms");
+
+#[test]
+fn fp32_job_fires_tensor_cores_idle_once_and_resolves_on_bf16() {
+    let scale = 120.0;
+    let run = Run::start("rule-tensor-cores.json", scale, &[GPM_EVERY_SAMPLE]);
+    let fired = run.wait_for("tensor_cores_idle", "firing", 500.0);
+    check_record(&fired, RuleId::TensorCoresIdle, "firing", &uuid(0));
+    // fp32 from the start: 5 minutes of it are needed.
+    let at = run.scen(&fired);
+    assert!(at >= 300.0 - run.slack(), "fired at scenario {at:.0} s");
+    // The scenario's fp32 phase: 98 % busy, tensor 0, SM 90 %, FP32 pipe 62 %, DRAM 20 %.
+    assert_eq!(num(&fired, "hw.gpu.utilization"), 0.98);
+    assert_eq!(num(&fired, "nvidia.gpu.tensor.activity"), 0.0);
+    assert!(
+        approx(num(&fired, "nvidia.gpu.sm.activity"), 0.9),
+        "{:?}",
+        fired.attrs
+    );
+    assert!(
+        approx(num(&fired, "nvidia.gpu.pipe.activity.fp32"), 0.62),
+        "{:?}",
+        fired.attrs
+    );
+    assert!(
+        approx(num(&fired, "nvidia.gpu.dram.activity"), 0.2),
+        "{:?}",
+        fired.attrs
+    );
+    assert_eq!(num(&fired, "nvidia.gpu.alert.threshold"), 10.0);
+    assert!(
+        fired
+            .body
+            .contains("the GPU is busy (98% of the time) but its tensor cores are not"),
+        "{}",
+        fired.body
+    );
+    assert_eq!(
+        num(&fired, "nvidia.gpu.reading.nvidia.gpu.tensor.activity.hmma"),
+        0.0
+    );
+    // bf16 from 600 s: resolved 5 minutes later.
+    let resolved = run.wait_for("tensor_cores_idle", "resolved", 1100.0);
+    check_record(&resolved, RuleId::TensorCoresIdle, "resolved", &uuid(0));
+    let at = run.scen(&resolved);
+    assert!(at >= 900.0 - run.slack(), "resolved at scenario {at:.0} s");
+    assert!(approx(num(&resolved, "nvidia.gpu.tensor.activity"), 0.82));
+    run.run_until(1200.0);
+    let rx = run.stop();
+    // Nothing for GPU 1 (bf16 throughout) or GPU 2 (no GPM), nothing else.
+    assert_eq!(
+        alert_list(&rx),
+        vec![
+            ("tensor_cores_idle".into(), "firing".into(), uuid(0)),
+            ("tensor_cores_idle".into(), "resolved".into(), uuid(0)),
+        ]
+    );
+    // The A100 exports no GPM metric at all: absent, not 0.
+    let no_gpm: Vec<_> = rx
+        .points("nvidia.gpu.tensor.activity")
+        .into_iter()
+        .filter(|p| p.attr("hw.id") == Some(uuid(2).as_str()))
+        .collect();
+    assert!(no_gpm.is_empty(), "{no_gpm:?}");
+    assert!(rx
+        .points("nvidia.gpu.tensor.activity")
+        .iter()
+        .any(|p| p.attr("hw.id") == Some(uuid(1).as_str()) && approx(p.value, 0.82)));
+}
+
+#[test]
+fn copy_loop_fires_memory_bound_not_tensor_cores_idle() {
+    let scale = 120.0;
+    let run = Run::start("rule-memory-bound.json", scale, &[GPM_EVERY_SAMPLE]);
+    let fired = run.wait_for("memory_bound", "firing", 500.0);
+    check_record(&fired, RuleId::MemoryBound, "firing", &uuid(0));
+    // The copy loop runs from 60 s: 5 minutes of it.
+    let at = run.scen(&fired);
+    assert!(at >= 360.0 - run.slack(), "fired at scenario {at:.0} s");
+    assert!(approx(num(&fired, "nvidia.gpu.dram.activity"), 0.92));
+    assert!(approx(num(&fired, "nvidia.gpu.sm.activity"), 0.22));
+    assert_eq!(num(&fired, "nvidia.gpu.alert.threshold"), 80.0);
+    assert!(
+        fired.body.contains("the kernels wait on memory"),
+        "{}",
+        fired.body
+    );
+    let resolved = run.wait_for("memory_bound", "resolved", 1000.0);
+    let at = run.scen(&resolved);
+    assert!(at >= 900.0 - run.slack(), "resolved at scenario {at:.0} s");
+    run.run_until(1000.0);
+    let rx = run.stop();
+    assert_eq!(
+        alert_list(&rx),
+        vec![
+            ("memory_bound".into(), "firing".into(), uuid(0)),
+            ("memory_bound".into(), "resolved".into(), uuid(0)),
+        ]
+    );
+}
+
+#[test]
+fn preallocated_pool_is_one_info_event_and_growing_memory_still_near_full() {
+    let scale = 60.0;
+    let run = Run::start("rule-preallocating-job.json", scale, &[]);
+    let pool = run.wait_for("memory_preallocated", "firing", 200.0);
+    check_record(&pool, RuleId::MemoryPreallocated, "firing", &uuid(0));
+    // The process appears at 10 s and takes 97 % at 12 s; flat for a minute.
+    let at = run.scen(&pool);
+    assert!(at >= 72.0 - run.slack(), "fired at scenario {at:.0} s");
+    assert_eq!(num(&pool, "process.pid"), 7300.0);
+    let ratio = num(&pool, "hw.gpu.memory.utilization");
+    assert!((ratio - 0.97).abs() < 1e-6, "{ratio}");
+    assert_eq!(num(&pool, "hw.gpu.memory.limit"), 80.0 * GIB);
+    assert!(
+        pool.body.contains("memory preallocated: 97.0%"),
+        "{}",
+        pool.body
+    );
+    let full = run.wait_for("memory_near_full", "firing", 500.0);
+    check_record(&full, RuleId::MemoryNearFull, "firing", &uuid(1));
+    let at = run.scen(&full);
+    assert!(
+        at >= 396.0 + 10.0 - run.slack(),
+        "fired at scenario {at:.0} s"
+    );
+    let released = run.wait_for("memory_preallocated", "resolved", 700.0);
+    assert!(run.scen(&released) >= 640.0 - run.slack());
+    run.run_until(720.0);
+    let rx = run.stop();
+    // One info event for the pool (and its end when the process exits); memory_near_full
+    // only for the GPU whose memory grew.
+    assert_eq!(
+        alert_list(&rx),
+        vec![
+            ("memory_preallocated".into(), "firing".into(), uuid(0)),
+            ("memory_near_full".into(), "firing".into(), uuid(1)),
+            ("memory_preallocated".into(), "resolved".into(), uuid(0)),
+        ]
     );
 }

@@ -7,6 +7,10 @@
 //! `K8S_NODE_NAME` → `k8s.node.name`, `K8S_CONTAINER_NAME` → `k8s.container.name`, the
 //! GPU-using container, not the sidecar); `host.name` from the kernel. All but the last are
 //! already merged in [`Config::resource_attributes`].
+//!
+//! `service.instance.id` is always set, so that two sidecars behind one collector never share
+//! an identity (the Prometheus exporter turns it into the `instance` label and needs it for
+//! `target_info`); see [`service_instance_id`].
 
 pub mod pod_resources;
 
@@ -16,10 +20,55 @@ use opentelemetry_sdk::Resource;
 
 use crate::config::Config;
 
-/// Builds the resource: `service.name`, `service.version`, the `telemetry.sdk.*`
-/// attributes, `host.name` (`gethostname(2)`, unless given), and the configured attributes.
+/// The semantic conventions' key for the instance identity.
+pub const SERVICE_INSTANCE_ID: &str = "service.instance.id";
+
+/// `service.instance.id` when `OTEL_RESOURCE_ATTRIBUTES` does not give one, as the semantic
+/// conventions recommend for Kubernetes (`docs/non-normative/k8s-attributes.md`, "How
+/// `service.instance.id` should be calculated"):
+///
+/// - `<k8s.namespace.name>.<k8s.pod.name>.<k8s.container.name>` when the namespace and pod
+///   name are known (`K8S_NAMESPACE_NAME`, `K8S_POD_NAME`; the container part is left out
+///   when `K8S_CONTAINER_NAME` is unset). The container is the GPU-using one this sidecar
+///   reports for: one sidecar per pod, so the id is unique among running pods, and stable
+///   across restarts of the sidecar (a crash loop keeps one series).
+/// - else `<k8s.pod.uid>.<k8s.container.name>` (or the UID alone) when only `K8S_POD_UID` is
+///   known;
+/// - else (outside Kubernetes) a random version 4 UUID, new at each start.
+///
+/// `attributes` are the merged configured attributes ([`Config::resource_attributes`]).
+pub fn service_instance_id(attributes: &std::collections::BTreeMap<String, String>) -> String {
+    if let Some(id) = attributes.get(SERVICE_INSTANCE_ID) {
+        return id.clone();
+    }
+    let get = |k: &str| attributes.get(k).map(String::as_str);
+    let container = get("k8s.container.name");
+    let parts: Vec<&str> = match (
+        get("k8s.namespace.name"),
+        get("k8s.pod.name"),
+        get("k8s.pod.uid"),
+    ) {
+        (Some(ns), Some(pod), _) => [Some(ns), Some(pod), container]
+            .into_iter()
+            .flatten()
+            .collect(),
+        (_, _, Some(uid)) => [Some(uid), container].into_iter().flatten().collect(),
+        _ => return uuid::Uuid::new_v4().to_string(),
+    };
+    parts.join(".")
+}
+
+/// Builds the resource: `service.name`, `service.version`, `service.instance.id` (see
+/// [`service_instance_id`]), the `telemetry.sdk.*` attributes, `host.name`
+/// (`gethostname(2)`, unless given), and the configured attributes.
 pub fn resource(config: &Config) -> Resource {
     let mut attrs: Vec<KeyValue> = Vec::new();
+    if !config.resource_attributes.contains_key(SERVICE_INSTANCE_ID) {
+        attrs.push(KeyValue::new(
+            SERVICE_INSTANCE_ID,
+            service_instance_id(&config.resource_attributes),
+        ));
+    }
     if !config.resource_attributes.contains_key("host.name") {
         if let Some(h) = gethostname::gethostname()
             .to_str()
@@ -71,5 +120,58 @@ mod tests {
         assert_eq!(get("service.name").as_deref(), Some("gpu-otel-sidecar"));
         assert_eq!(get("telemetry.sdk.language").as_deref(), Some("rust"));
         assert_eq!(get("k8s.pod.uid"), None);
+    }
+
+    fn instance_id(vars: &[(&str, &str)]) -> String {
+        let c =
+            Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap();
+        resource(&c)
+            .get(&opentelemetry::Key::from_static_str(SERVICE_INSTANCE_ID))
+            .expect("service.instance.id is always set")
+            .to_string()
+    }
+
+    #[test]
+    fn service_instance_id_follows_the_kubernetes_recommendation() {
+        assert_eq!(
+            instance_id(&[
+                ("K8S_NAMESPACE_NAME", "ml"),
+                ("K8S_POD_NAME", "resnet-train-0"),
+                ("K8S_POD_UID", "0f3c1d2e-aaaa-4bbb-8ccc-123456789abc"),
+                ("K8S_CONTAINER_NAME", "trainer"),
+            ]),
+            "ml.resnet-train-0.trainer"
+        );
+        assert_eq!(
+            instance_id(&[("K8S_NAMESPACE_NAME", "ml"), ("K8S_POD_NAME", "train-0")]),
+            "ml.train-0"
+        );
+        assert_eq!(
+            instance_id(&[
+                ("K8S_POD_UID", "0f3c1d2e-aaaa-4bbb-8ccc-123456789abc"),
+                ("K8S_CONTAINER_NAME", "trainer"),
+            ]),
+            "0f3c1d2e-aaaa-4bbb-8ccc-123456789abc.trainer"
+        );
+        // OTEL_RESOURCE_ATTRIBUTES wins.
+        assert_eq!(
+            instance_id(&[
+                ("K8S_NAMESPACE_NAME", "ml"),
+                ("K8S_POD_NAME", "train-0"),
+                ("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=mine"),
+            ]),
+            "mine"
+        );
+    }
+
+    #[test]
+    fn outside_kubernetes_each_start_gets_a_random_uuid() {
+        let (a, b) = (instance_id(&[]), instance_id(&[]));
+        let parsed = uuid::Uuid::parse_str(&a).expect("a UUID");
+        assert_eq!(parsed.get_version_num(), 4);
+        assert_ne!(
+            a, b,
+            "two sidecars outside Kubernetes never share an identity"
+        );
     }
 }

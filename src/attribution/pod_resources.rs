@@ -9,9 +9,9 @@
 //! reports only those.
 //!
 //! It calls `Get` (Kubernetes ≥ 1.34 by default; feature gate `KubeletPodResourcesGet`
-//! before) and falls back to `List` when the kubelet answers `UNIMPLEMENTED`. Device ids
-//! of the NVIDIA device plugin are GPU or MIG UUIDs (its default `DEVICE_ID_STRATEGY=uuid`)
-//! or indices (`index`); both are understood.
+//! before) and falls back to `List` when the kubelet answers `UNIMPLEMENTED`. The device ids
+//! of the NVIDIA device plugin (UUIDs or indices, time-slicing replicas) and of GKE's
+//! (`nvidia<minor>`, `/gi<k>`, `/vgpu<n>`) are understood: [`parse_device_id`].
 //!
 //! The messages below are the subset of `k8s.io/kubelet/pkg/apis/podresources/v1/api.proto`
 //! the agent reads, with the same field numbers.
@@ -23,7 +23,7 @@ use hyper_util::rt::TokioIo;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::config::DeviceId;
+use crate::config::{AllocatedDevice, DeviceId, POD_RESOURCES_MODE as MODE};
 
 /// `ListPodResourcesRequest {}`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -143,30 +143,107 @@ pub fn is_nvidia_gpu_resource(name: &str) -> bool {
         || name.starts_with("nvidia.com/mig-")
 }
 
-/// The NVIDIA devices allocated to any container of `pod`, as device ids the sampler
-/// understands (UUIDs, or indices), in order, without duplicates.
-pub fn gpu_devices(pod: &PodResources) -> Vec<DeviceId> {
-    let mut out = Vec::new();
+/// What a device-plugin device id names, and whether it is one replica of a shared GPU;
+/// `None` for a form no known plugin writes. The forms:
+///
+/// | plugin | GPU | MIG device | shared replica |
+/// | --- | --- | --- | --- |
+/// | NVIDIA, `DEVICE_ID_STRATEGY=uuid` (default) | `GPU-…` | `MIG-…` | `<id>::<n>` (time-slicing, MPS) |
+/// | NVIDIA, `DEVICE_ID_STRATEGY=index` | `<index>` | `<gpu index>:<mig index>` | `<id>::<n>` |
+/// | GKE (`container-engine-accelerators`) | `nvidia<minor>` | `nvidia<minor>/gi<gpu instance id>` | `…/vgpu<n>` (time-sharing) |
+///
+/// GKE's number is the device file's minor number (`/dev/nvidia<minor>`,
+/// `nvmlDeviceGetMinorNumber`), not the NVML index; its `gi<k>` is the GPU instance id
+/// (`nvmlDeviceGetGpuInstanceId`).
+pub fn parse_device_id(id: &str) -> Option<(DeviceId, bool)> {
+    let number = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u32>().ok())
+            .flatten()
+    };
+    // The NVIDIA plugin's replicas: `<id>::<replica>`.
+    let (base, replica) = match id.split_once("::") {
+        Some((base, n)) => {
+            number(n)?;
+            (base, true)
+        }
+        None => (id, false),
+    };
+    if let Some(rest) = base.strip_prefix("nvidia") {
+        // GKE: nvidia<minor>[/gi<k>][/vgpu<n>]
+        let mut parts = rest.split('/');
+        let minor = number(parts.next()?)?;
+        let mut gpu_instance_id = None;
+        let mut shared = replica;
+        let mut next = parts.next();
+        if let Some(gi) = next.and_then(|p| p.strip_prefix("gi")) {
+            gpu_instance_id = Some(number(gi)?);
+            next = parts.next();
+        }
+        if let Some(n) = next {
+            number(n.strip_prefix("vgpu")?)?;
+            shared = true;
+            next = parts.next();
+        }
+        if next.is_some() {
+            return None;
+        }
+        let id = match gpu_instance_id {
+            None => DeviceId::Minor(minor),
+            Some(gpu_instance_id) => DeviceId::GpuInstance {
+                minor,
+                gpu_instance_id,
+            },
+        };
+        return Some((id, shared));
+    }
+    if (base.starts_with("GPU-") || base.starts_with("MIG-")) && base.len() > 4 {
+        return Some((DeviceId::Uuid(base.to_string()), replica));
+    }
+    if let Some(i) = number(base) {
+        return Some((DeviceId::Index(i), replica));
+    }
+    let (gpu, mig) = base.split_once(':')?;
+    Some((
+        DeviceId::MigIndex {
+            gpu: number(gpu)?,
+            mig: number(mig)?,
+        },
+        replica,
+    ))
+}
+
+/// The NVIDIA devices allocated to any container of `pod`, in order, one entry per device
+/// (replicas of one GPU merged, shared if any is), and the device ids of NVIDIA resources
+/// no known plugin form matches ([`parse_device_id`]).
+pub fn gpu_devices(pod: &PodResources) -> (Vec<AllocatedDevice>, Vec<String>) {
+    let mut out: Vec<AllocatedDevice> = Vec::new();
+    let mut unknown = Vec::new();
     for c in &pod.containers {
         for d in c
             .devices
             .iter()
             .filter(|d| is_nvidia_gpu_resource(&d.resource_name))
         {
-            for id in &d.device_ids {
-                // Time-slicing replicas are named `<uuid>::<replica>`: the GPU is the uuid.
-                let id = id.split_once("::").map_or(id.as_str(), |(gpu, _)| gpu);
-                let id = match id.parse::<u32>() {
-                    Ok(i) => DeviceId::Index(i),
-                    Err(_) => DeviceId::Uuid(id.to_string()),
+            for plugin_id in &d.device_ids {
+                let Some((id, shared)) = parse_device_id(plugin_id) else {
+                    if !unknown.contains(plugin_id) {
+                        unknown.push(plugin_id.clone());
+                    }
+                    continue;
                 };
-                if !out.contains(&id) {
-                    out.push(id);
+                match out.iter_mut().find(|a| a.id == id) {
+                    Some(a) => a.shared |= shared,
+                    None => out.push(AllocatedDevice {
+                        id,
+                        plugin_id: plugin_id.clone(),
+                        shared,
+                    }),
                 }
             }
         }
     }
-    out
+    (out, unknown)
 }
 
 async fn connect(socket: &Path) -> Result<Channel, PodResourcesError> {
@@ -220,7 +297,7 @@ pub async fn pod_gpus(
     socket: &Path,
     namespace: &str,
     name: &str,
-) -> Result<Vec<DeviceId>, PodResourcesError> {
+) -> Result<(Vec<AllocatedDevice>, Vec<String>), PodResourcesError> {
     let channel = connect(socket).await?;
     let get = GetPodResourcesRequest {
         pod_name: name.to_string(),
@@ -262,8 +339,9 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Asks until the kubelet answers with this pod's GPUs: every 5 s (each try bounded by
 /// [`ANSWER_TIMEOUT`]), logging the first failure and then once a minute. Never returns an
-/// error; cancel it to give up.
-pub async fn wait_for_pod_gpus(socket: &Path, namespace: &str, name: &str) -> Vec<DeviceId> {
+/// error; cancel it to give up. A device id of an NVIDIA resource that no known
+/// device-plugin form matches is warned about (naming the mode) and left out.
+pub async fn wait_for_pod_gpus(socket: &Path, namespace: &str, name: &str) -> Vec<AllocatedDevice> {
     let mut tries = 0u32;
     loop {
         let answer = tokio::time::timeout(ANSWER_TIMEOUT, pod_gpus(socket, namespace, name))
@@ -275,21 +353,30 @@ pub async fn wait_for_pod_gpus(socket: &Path, namespace: &str, name: &str) -> Ve
                 })
             });
         match answer {
-            Ok(ids) => {
-                if ids.is_empty() {
+            Ok((devices, unknown)) => {
+                if !unknown.is_empty() {
                     tracing::warn!(
                         pod = name,
                         namespace,
-                        "the kubelet lists no NVIDIA GPU for this pod: nothing to report"
+                        device_ids = ?unknown,
+                        "{MODE}: the kubelet lists NVIDIA devices for this pod whose ids no known device plugin writes (GPU-/MIG- UUIDs, NVML indices, <gpu>:<mig>, nvidia<N>[/gi<K>][/vgpu<M>], each optionally ::<replica>); they are not reported"
+                    );
+                }
+                if devices.is_empty() {
+                    tracing::warn!(
+                        pod = name,
+                        namespace,
+                        "{MODE}: the kubelet lists no NVIDIA GPU for this pod: nothing to report"
                     );
                 } else {
+                    let ids: Vec<&str> = devices.iter().map(|d| d.plugin_id.as_str()).collect();
                     tracing::info!(pod = name, namespace, devices = ?ids, "this pod's GPUs, from the kubelet pod-resources API");
                 }
-                return ids;
+                return devices;
             }
             Err(e) => {
                 if tries % 12 == 0 {
-                    tracing::warn!("{e}; GPU_SIDECAR_DEVICES=pod-resources needs the socket mounted read-only from the host (hostPath /var/lib/kubelet/pod-resources); retrying every 5 s");
+                    tracing::warn!("{e}; {MODE} needs the socket mounted read-only from the host (hostPath /var/lib/kubelet/pod-resources); retrying every 5 s");
                 }
                 tries += 1;
                 tokio::time::sleep(Duration::from_secs(5)).await;
@@ -301,6 +388,14 @@ pub async fn wait_for_pod_gpus(socket: &Path, namespace: &str, name: &str) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn allocated(id: DeviceId, plugin_id: &str, shared: bool) -> AllocatedDevice {
+        AllocatedDevice {
+            id,
+            plugin_id: plugin_id.into(),
+            shared,
+        }
+    }
 
     #[test]
     fn collects_nvidia_devices_of_every_container_once() {
@@ -330,7 +425,12 @@ mod tests {
                         },
                         ContainerDevices {
                             resource_name: "nvidia.com/gpu".into(),
-                            device_ids: vec!["3".into(), "GPU-b::1".into(), "GPU-d::0".into()],
+                            device_ids: vec![
+                                "3".into(),
+                                "GPU-b::1".into(),
+                                "GPU-d::0".into(),
+                                "gpu-zero".into(),
+                            ],
                         },
                     ],
                 },
@@ -338,13 +438,72 @@ mod tests {
         };
         assert_eq!(
             gpu_devices(&pod),
-            vec![
-                DeviceId::Uuid("GPU-a".into()),
-                DeviceId::Uuid("GPU-b".into()),
-                DeviceId::Uuid("MIG-c".into()),
-                DeviceId::Index(3),
-                DeviceId::Uuid("GPU-d".into()),
-            ]
+            (
+                vec![
+                    allocated(DeviceId::Uuid("GPU-a".into()), "GPU-a", false),
+                    allocated(DeviceId::Uuid("GPU-b".into()), "GPU-b", true),
+                    allocated(DeviceId::Uuid("MIG-c".into()), "MIG-c", false),
+                    allocated(DeviceId::Index(3), "3", false),
+                    allocated(DeviceId::Uuid("GPU-d".into()), "GPU-d::0", true),
+                ],
+                vec!["gpu-zero".to_string()]
+            )
         );
+    }
+
+    #[test]
+    fn device_plugin_id_forms() {
+        let parse = |s: &str| parse_device_id(s);
+        // NVIDIA device plugin
+        assert_eq!(
+            parse("GPU-8f6c"),
+            Some((DeviceId::Uuid("GPU-8f6c".into()), false))
+        );
+        assert_eq!(
+            parse("MIG-12ab::3"),
+            Some((DeviceId::Uuid("MIG-12ab".into()), true))
+        );
+        assert_eq!(parse("2"), Some((DeviceId::Index(2), false)));
+        assert_eq!(parse("2::0"), Some((DeviceId::Index(2), true)));
+        assert_eq!(
+            parse("1:4"),
+            Some((DeviceId::MigIndex { gpu: 1, mig: 4 }, false))
+        );
+        // GKE
+        assert_eq!(parse("nvidia0"), Some((DeviceId::Minor(0), false)));
+        assert_eq!(parse("nvidia1/vgpu3"), Some((DeviceId::Minor(1), true)));
+        assert_eq!(
+            parse("nvidia0/gi3"),
+            Some((
+                DeviceId::GpuInstance {
+                    minor: 0,
+                    gpu_instance_id: 3
+                },
+                false
+            ))
+        );
+        assert_eq!(
+            parse("nvidia2/gi9/vgpu0"),
+            Some((
+                DeviceId::GpuInstance {
+                    minor: 2,
+                    gpu_instance_id: 9
+                },
+                true
+            ))
+        );
+        for bad in [
+            "nvidia",
+            "nvidiaX",
+            "nvidia0/vgpu1/gi2",
+            "nvidia0/foo",
+            "GPU-",
+            "1:",
+            "a::1",
+            "GPU-a::x",
+            "",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
     }
 }

@@ -9,7 +9,8 @@
 //!
 //! - [`run_report`]: at shutdown, one summary per GPU and one for the pod (wall time,
 //!   utilization, memory, energy, power, temperatures, time held back by power cap /
-//!   thermal / HW slowdown, XIDs, samples taken and missed), emitted as the event
+//!   thermal / HW slowdown, XIDs, samples taken and missed, and [`efficiency`]: GPM
+//!   profiling means, idle time holding memory, cost, memory pattern), emitted as the event
 //!   `gpu.run.report` and optionally written to `GPU_SIDECAR_REPORT_FILE`.
 //! - [`sample_log`]: one CSV or JSONL row per GPU per sample (`GPU_SIDECAR_SAMPLE_LOG`),
 //!   flushed per sample, rotated at a size limit.
@@ -18,9 +19,11 @@
 //! [`SharedState::close_subscriptions`] ends the queues, the consumers drain them, then the
 //! report is emitted before the events and metrics pipelines are flushed.
 
+pub mod efficiency;
 pub mod run_report;
 pub mod sample_log;
 
+pub use efficiency::{Efficiency, MemoryPattern};
 pub use run_report::{RunAccumulator, RunReport, RunReporter, XidRecorder};
 pub use sample_log::{SampleLog, SampleLogger};
 

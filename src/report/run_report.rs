@@ -48,8 +48,12 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
 use serde::Serialize;
 
+use super::efficiency::{self, Efficiency, EfficiencyAcc, MemoryPattern};
 use crate::config::OutputTarget;
-use crate::sampling::{DeviceInfo, DeviceSample, SharedState, Snapshot, CLOCKS_EVENT_REASONS};
+use crate::rules::preallocation::PoolParams;
+use crate::sampling::{
+    DeviceInfo, DeviceSample, SharedState, Sharing, Snapshot, CLOCKS_EVENT_REASONS,
+};
 use crate::telemetry::events::{Event, Events};
 
 /// `event.name` of the report's log record, and the value of the `event.name` key that
@@ -125,17 +129,31 @@ pub struct Summary {
     pub clocks_event_s: BTreeMap<&'static str, f64>,
     /// XID errors by code (decimal string) → count.
     pub xid_count: BTreeMap<String, u64>,
+    /// Profiling (GPM) figures, idle time holding memory and cost
+    /// ([`super::efficiency`]).
+    #[serde(flatten)]
+    pub efficiency: Efficiency,
 }
 
 /// One GPU's summary with its identity.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuSummary {
-    /// NVML index.
+    /// NVML index: the node-wide number `nvidia-smi` shows, not the training process's
+    /// `cuda:N` (which counts the GPUs visible to it from 0, in `CUDA_DEVICE_ORDER`); match
+    /// GPUs by `uuid` or `pci_bus_id`.
     pub index: u32,
     /// GPU (or MIG) UUID, the metrics' `hw.id`.
     pub uuid: String,
+    /// PCI bus id (`nvmlDeviceGetPciInfo_v3`), as `nvidia-smi` and `/sys/bus/pci` show it.
+    pub pci_bus_id: Option<String>,
     /// Product name, the metrics' `hw.model`.
     pub name: Option<String>,
+    /// `time_slicing` or `mps` when the GPU was shared with other pods during the run (its
+    /// figures are then the whole GPU's); `null` otherwise.
+    pub sharing: Option<&'static str>,
+    /// How its memory was used: `preallocated`, `growing` or `steady`; `null` when memory
+    /// was never read.
+    pub memory_pattern: Option<MemoryPattern>,
     /// The numbers.
     #[serde(flatten)]
     pub summary: Summary,
@@ -157,6 +175,10 @@ pub struct RunReport {
     pub ticks: u64,
     /// Snapshots the subscription queue dropped (also counted in `samples_missed`).
     pub ticks_dropped: u64,
+    /// `GPU_SIDECAR_PRICE_PER_GPU_HOUR`, the price behind `cost` and `idle_cost`.
+    pub price_per_gpu_hour: Option<f64>,
+    /// What the figures cannot say, once each (e.g. a GPU without GPM).
+    pub notes: Vec<String>,
     /// The OTel resource (`service.name`, `k8s.pod.name`, `host.name`, …).
     pub resource: BTreeMap<String, String>,
     /// Pod totals.
@@ -167,7 +189,7 @@ pub struct RunReport {
 
 /// Integer-percent histogram: exact mean and percentiles in fixed memory.
 #[derive(Debug, Clone)]
-struct Histogram([u64; 101]);
+pub(super) struct Histogram([u64; 101]);
 
 impl Default for Histogram {
     fn default() -> Self {
@@ -176,11 +198,11 @@ impl Default for Histogram {
 }
 
 impl Histogram {
-    fn add(&mut self, percent: u32) {
+    pub(super) fn add(&mut self, percent: u32) {
         self.0[percent.min(100) as usize] += 1;
     }
 
-    fn merge(&mut self, other: &Histogram) {
+    pub(super) fn merge(&mut self, other: &Histogram) {
         for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
             *a += b;
         }
@@ -198,7 +220,7 @@ impl Histogram {
     }
 
     /// Nearest-rank percentile `q` (0 < q ≤ 1) as a ratio 0..1.
-    fn percentile(&self, q: f64) -> Option<f64> {
+    pub(super) fn percentile(&self, q: f64) -> Option<f64> {
         let n = self.count();
         if n == 0 {
             return None;
@@ -267,9 +289,10 @@ impl EnergyCounter {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct GpuAcc {
     info: Arc<DeviceInfo>,
+    efficiency: EfficiencyAcc,
     first: Option<Instant>,
     last: Option<Instant>,
     taken: u64,
@@ -289,6 +312,8 @@ struct GpuAcc {
     reasons_known_s: f64,
     reason_s: [f64; CLOCKS_EVENT_REASONS.len()],
     held_back_s: [f64; HELD_BACK.len()],
+    /// How the GPU was shared, when it was (the last mode seen).
+    sharing: Option<Sharing>,
 }
 
 /// The report's held-back categories and the clock-event reasons each one covers (a sample
@@ -344,9 +369,10 @@ fn round(x: f64, decimals: i32) -> f64 {
 }
 
 impl GpuAcc {
-    fn new(info: Arc<DeviceInfo>) -> Self {
+    fn new(info: Arc<DeviceInfo>, pools: PoolParams) -> Self {
         Self {
             info,
+            efficiency: EfficiencyAcc::new(pools),
             first: None,
             last: None,
             taken: 0,
@@ -366,6 +392,7 @@ impl GpuAcc {
             reasons_known_s: 0.0,
             reason_s: [0.0; CLOCKS_EVENT_REASONS.len()],
             held_back_s: [0.0; HELD_BACK.len()],
+            sharing: None,
         }
     }
 
@@ -399,8 +426,12 @@ impl GpuAcc {
 
     fn add(&mut self, s: &DeviceSample, at: Instant, cap: Duration) {
         self.close_hold(at, cap);
+        self.efficiency.add(s, at, cap);
         self.first.get_or_insert(at);
         self.last = Some(at);
+        if s.sharing.is_some() {
+            self.sharing = s.sharing;
+        }
         if s.answered_nothing() {
             self.missed += 1;
             // The energy counter may still have been read at this tick (its own cadence);
@@ -462,7 +493,7 @@ impl GpuAcc {
         self.reasons_known_s > 0.0 || self.held.and_then(|h| h.reasons).is_some()
     }
 
-    fn summary(&self, xids: Option<&BTreeMap<u64, u64>>) -> Summary {
+    fn summary(&self, xids: Option<&BTreeMap<u64, u64>>, price: Option<f64>) -> Summary {
         let wall = match (self.first, self.last) {
             (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
             _ => 0.0,
@@ -499,6 +530,7 @@ impl GpuAcc {
                 .map(|((_, name), s)| (*name, round(*s, 3)))
                 .collect(),
             xid_count: xid_strings(xids),
+            efficiency: self.efficiency.summary(wall, price, !is_mig(&self.info)),
         }
     }
 }
@@ -514,9 +546,11 @@ fn xid_strings(xids: Option<&BTreeMap<u64, u64>>) -> BTreeMap<String, u64> {
 /// ([`RunAccumulator::record_xid`]), and build the report at the end
 /// ([`RunAccumulator::report`]). The stream is taken to start at tick 1: any earlier or
 /// skipped [`Snapshot::seq`] is a snapshot the queue dropped.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct RunAccumulator {
     sample_interval: Duration,
+    price_per_gpu_hour: Option<f64>,
+    pools: PoolParams,
     first: Option<(SystemTime, Instant)>,
     last: Option<(SystemTime, Instant)>,
     ticks: u64,
@@ -534,6 +568,8 @@ impl RunAccumulator {
     pub fn new(sample_interval: Duration) -> Self {
         Self {
             sample_interval,
+            price_per_gpu_hour: None,
+            pools: PoolParams::default(),
             first: None,
             last: None,
             ticks: 0,
@@ -545,6 +581,19 @@ impl RunAccumulator {
             pod_power: Stats::default(),
             xids: BTreeMap::new(),
         }
+    }
+
+    /// Prices the run (`cost`, `idle_cost`) at `price` per GPU-hour.
+    pub fn with_price_per_gpu_hour(mut self, price: Option<f64>) -> Self {
+        self.price_per_gpu_hour = price;
+        self
+    }
+
+    /// Recognizes preallocated memory with these parameters (the `memory_preallocated`
+    /// rule's settings, [`crate::rules::pool_params`]) for `memory_pattern`.
+    pub fn with_pool_params(mut self, pools: PoolParams) -> Self {
+        self.pools = pools;
+        self
     }
 
     /// The longest time one sample's value is held: two sample intervals.
@@ -571,7 +620,7 @@ impl RunAccumulator {
             let i = match self.by_uuid.get(&s.info.uuid) {
                 Some(i) => *i,
                 None => {
-                    self.gpus.push(GpuAcc::new(s.info.clone()));
+                    self.gpus.push(GpuAcc::new(s.info.clone(), self.pools));
                     self.by_uuid
                         .insert(s.info.uuid.clone(), self.gpus.len() - 1);
                     self.gpus.len() - 1
@@ -621,14 +670,39 @@ impl RunAccumulator {
 
     /// The report so far, with `resource` as its resource attributes.
     pub fn report(&self, resource: BTreeMap<String, String>) -> RunReport {
+        let price = self.price_per_gpu_hour;
         let gpus: Vec<GpuSummary> = self
             .gpus
             .iter()
             .map(|g| GpuSummary {
                 index: g.info.index,
                 uuid: g.info.uuid.clone(),
+                pci_bus_id: g.info.pci_bus_id.clone(),
                 name: g.info.name.clone(),
-                summary: g.summary(self.xids.get(&g.info.uuid)),
+                sharing: g.sharing.map(Sharing::as_str),
+                memory_pattern: g.efficiency.pattern(),
+                summary: g.summary(self.xids.get(&g.info.uuid), price),
+            })
+            .collect();
+        let mut pod = self.pod_summary();
+        pod.efficiency = efficiency::pod(
+            &self
+                .gpus
+                .iter()
+                .zip(&gpus)
+                .map(|(g, s)| (&g.efficiency, &s.summary.efficiency, !is_mig(&g.info)))
+                .collect::<Vec<_>>(),
+            price,
+        );
+        let notes = self
+            .gpus
+            .iter()
+            .filter(|g| !g.efficiency.has_gpm())
+            .map(|g| {
+                format!(
+                    "{} gave no GPM reading (GPM needs Hopper or newer, nvmlGpmQueryDeviceSupport): its profiling figures (sm_activity, tensor_activity, dram_activity, tensor_active_share_of_busy, ...) are null",
+                    crate::rules::engine::device_label(&g.info)
+                )
             })
             .collect();
         RunReport {
@@ -638,8 +712,10 @@ impl RunAccumulator {
             sample_interval_s: self.sample_interval.as_secs_f64(),
             ticks: self.ticks,
             ticks_dropped: self.dropped,
+            price_per_gpu_hour: price,
+            notes,
             resource,
-            pod: self.pod_summary(),
+            pod,
             gpus,
         }
     }
@@ -741,6 +817,7 @@ impl RunAccumulator {
                 .map(|(k, v)| (k, round(v, 3)))
                 .collect(),
             xid_count: xid_strings(Some(&xids)),
+            efficiency: Efficiency::default(),
         }
     }
 }
@@ -862,8 +939,17 @@ impl RunReporter {
     /// # Panics
     /// If the OS refuses to create a thread.
     pub fn start(shared: &SharedState, sample_interval: Duration) -> Self {
+        Self::start_with(shared, RunAccumulator::new(sample_interval))
+    }
+
+    /// As [`RunReporter::start`], with an accumulator set up by the caller (price, pool
+    /// recognition).
+    ///
+    /// # Panics
+    /// If the OS refuses to create a thread.
+    pub fn start_with(shared: &SharedState, acc: RunAccumulator) -> Self {
         let rx = shared.subscribe(super::QUEUE_CAPACITY);
-        let acc = Arc::new(Mutex::new(RunAccumulator::new(sample_interval)));
+        let acc = Arc::new(Mutex::new(acc));
         let (done_tx, done) = mpsc::channel();
         let thread_acc = acc.clone();
         let thread = std::thread::Builder::new()

@@ -8,10 +8,10 @@
 //! | column | unit | source |
 //! | --- | --- | --- |
 //! | `timestamp` | RFC 3339 UTC, ms | the tick's wall-clock time |
-//! | `gpu_index` | | NVML index |
+//! | `gpu_index` | | NVML's node-wide index, as `nvidia-smi` numbers GPUs (not the training process's `cuda:N`; match by `gpu_uuid`) |
 //! | `gpu_uuid` | | `nvmlDeviceGetUUID` |
 //! | `utilization_gpu_percent` | % | `nvmlDeviceGetUtilizationRates.gpu` |
-//! | `memory_used_mib` | MiB (floor) | `nvmlDeviceGetMemoryInfo_v2.used` (reserved memory not included) |
+//! | `memory_used_mib` | MiB (floor) | `nvmlDeviceGetMemoryInfo_v2.used` (reserved memory not included; v1 on older drivers, reserved included) |
 //! | `memory_total_mib` | MiB (floor) | `nvmlDeviceGetMemoryInfo_v2.total` |
 //! | `temperature_gpu_c` | °C | `nvmlDeviceGetTemperature(GPU)` |
 //! | `power_w` | W (mW resolution) | `nvmlDeviceGetPowerUsage` |

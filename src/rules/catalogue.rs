@@ -14,6 +14,8 @@ use opentelemetry::logs::Severity;
 pub enum RuleId {
     /// Memory used at or above a fraction of total.
     MemoryNearFull,
+    /// Memory taken as a framework's pool at start and held flat.
+    MemoryPreallocated,
     /// Memory used rising without returning, with the projected time until full.
     MemoryLeak,
     /// GPU die temperature at or above a limit.
@@ -26,6 +28,10 @@ pub enum RuleId {
     InputStarvation,
     /// Large utilization spread among the pod's GPUs.
     UtilizationImbalance,
+    /// GPU busy while its tensor cores are idle (GPM).
+    TensorCoresIdle,
+    /// DRAM bandwidth near its peak while the SMs are mostly idle (GPM).
+    MemoryBound,
     /// NVML reports the GPU lost.
     GpuLost,
     /// An XID error was reported for the GPU.
@@ -103,6 +109,16 @@ pub struct ThresholdSpec {
     pub percent: bool,
 }
 
+/// A rule's second threshold (`GPU_SIDECAR_RULE_<ENV>_<suffix>`), for rules judged on two
+/// readings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NamedThreshold {
+    /// The setting's suffix, e.g. `UTILIZATION`.
+    pub suffix: &'static str,
+    /// Its default, unit and bounds.
+    pub spec: ThresholdSpec,
+}
+
 /// A rule's hold setting: which variable sets it and its default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HoldSpec {
@@ -129,6 +145,8 @@ pub struct RuleSpec {
     pub severity: AlertSeverity,
     /// Threshold setting, if the rule has one.
     pub threshold: Option<ThresholdSpec>,
+    /// A second threshold setting, if the rule has one.
+    pub second_threshold: Option<NamedThreshold>,
     /// Hold setting.
     pub hold: HoldSpec,
     /// When it fires and when it resolves, in words (for `docs/events.md`).
@@ -145,12 +163,15 @@ impl RuleSpec {
         format!("{}RULE_{}_{suffix}", crate::config::PREFIX, self.env)
     }
 
-    /// The setting suffixes this rule reads: `ENABLED`, and `THRESHOLD`, `DURATION` or
-    /// `SAMPLES` where it has them.
+    /// The setting suffixes this rule reads: `ENABLED`, and `THRESHOLD`, the second
+    /// threshold's, `DURATION` or `SAMPLES` where it has them.
     pub fn setting_suffixes(&self) -> Vec<&'static str> {
         let mut v = vec!["ENABLED"];
         if self.threshold.is_some() {
             v.push("THRESHOLD");
+        }
+        if let Some(t) = self.second_threshold {
+            v.push(t.suffix);
         }
         match self.hold {
             HoldSpec::Immediate => {}
@@ -190,10 +211,24 @@ pub static RULES: &[RuleSpec] = &[
         event_name: "nvidia.gpu.alert.memory_near_full",
         severity: AlertSeverity::Warning,
         threshold: percent(95.0, "percent of total GPU memory"),
+        second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(10)),
-        condition: "Memory used (`nvmlDeviceGetMemoryInfo_v2.used / .total`) at or above THRESHOLD for DURATION. Resolves once it has been below for DURATION.",
+        condition: "Memory used (`nvmlDeviceGetMemoryInfo_v2.used / .total`) at or above THRESHOLD for DURATION. Not judged while the memory is a framework's preallocated pool (`memory_preallocated`, when that rule is enabled): only memory that grows past the pool counts. Resolves once it has been below for DURATION.",
         attributes: "`hw.gpu.memory.utilization` (0..1), `hw.gpu.memory.usage`, `hw.gpu.memory.limit` (By)",
         hint: "The next allocation may fail with out-of-memory: reduce the batch size, or let the framework grow its memory instead of preallocating (TF_FORCE_GPU_ALLOW_GROWTH=true, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).",
+    },
+    RuleSpec {
+        id: RuleId::MemoryPreallocated,
+        name: "memory_preallocated",
+        env: "MEMORY_PREALLOCATED",
+        event_name: "nvidia.gpu.alert.memory_preallocated",
+        severity: AlertSeverity::Info,
+        threshold: percent(70.0, "percent of total GPU memory taken at the jump"),
+        second_threshold: None,
+        hold: HoldSpec::Duration(Duration::from_secs(60)),
+        condition: "A compute process appears (`nvmlDeviceGetComputeRunningProcesses_v3`: listed now, not at the previous sample; processes already running when the agent starts do not count) and, at that sample, the next one, or within DURATION/6 of it (10 s at the default), memory used (`nvmlDeviceGetMemoryInfo_v2`) reaches THRESHOLD of total from below: a framework's pool (TensorFlow maps nearly all memory at start unless memory growth is on, JAX 75 %). Fires once the memory has stayed within 1 % of total of that level for DURATION. While it does, `memory_near_full` does not judge the GPU (NVML sees the pool, not how full it is). Resolves at the first sample where the memory leaves that level: it grew (then `memory_near_full` and `memory_leak` judge it again) or the pool was released.",
+        attributes: "`process.pid` (the process that appeared), `nvidia.gpu.alert.memory.jump_time` (s from its appearance to the level), `hw.gpu.memory.utilization` (0..1), `hw.gpu.memory.usage`, `hw.gpu.memory.limit` (By)",
+        hint: "Turn memory growth on so that near-full and leaks can be judged from outside: TF_FORCE_GPU_ALLOW_GROWTH=true (or tf.config.experimental.set_memory_growth) for TensorFlow, XLA_PYTHON_CLIENT_PREALLOCATE=false for JAX; PyTorch's caching allocator tells how full its pool is (torch.cuda.memory_allocated against memory_reserved).",
     },
     RuleSpec {
         id: RuleId::MemoryLeak,
@@ -209,8 +244,9 @@ pub static RULES: &[RuleSpec] = &[
             max: 100.0,
             percent: true,
         }),
+        second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(600)),
-        condition: "Memory used rising without coming back for DURATION: at every sample the Theil-Sen slope of the last DURATION/5 is at least half the rate THRESHOLD per DURATION (so a plateau, a drop or a sawtooth breaks it), and over the whole last DURATION memory grew by at least THRESHOLD percent of total (Theil-Sen slope x DURATION). Resolves once it has not been rising for DURATION/5.",
+        condition: "Memory used rising without coming back for DURATION: at every sample the Theil-Sen slope of the last DURATION/5 is at least half the rate THRESHOLD per DURATION (so a plateau, a drop or a sawtooth breaks it), and over the whole last DURATION memory grew by at least THRESHOLD percent of total (Theil-Sen slope x DURATION). The slopes are fitted to the means of DURATION/120 buckets (5 s at the default), again each time a bucket closes, so the cost per sample stays flat however long the run. Resolves once it has not been rising for DURATION/5.",
         attributes: "`nvidia.gpu.alert.memory.growth_rate` (By/s, Theil-Sen slope over DURATION), `nvidia.gpu.alert.memory.growth` (By over DURATION), `nvidia.gpu.alert.memory.time_to_full` (s until used reaches total at that rate), `hw.gpu.memory.usage`, `hw.gpu.memory.limit` (By)",
         hint: "Something keeps GPU memory across steps: look for tensors kept in Python lists or histories (losses without .item(), accumulated outputs), caches that grow, or graphs rebuilt every step.",
     },
@@ -228,6 +264,7 @@ pub static RULES: &[RuleSpec] = &[
             max: 150.0,
             percent: false,
         }),
+        second_threshold: None,
         hold: HoldSpec::Samples(3),
         condition: "GPU die temperature (`nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`) at or above THRESHOLD on SAMPLES consecutive samples. Resolves after SAMPLES consecutive samples below.",
         attributes: "`hw.temperature` (Cel, GPU die), `nvidia.gpu.alert.temperature.memory` (Cel, HBM, when NVML gives it)",
@@ -240,8 +277,9 @@ pub static RULES: &[RuleSpec] = &[
         event_name: "nvidia.gpu.alert.clocks_power_capped",
         severity: AlertSeverity::Info,
         threshold: None,
+        second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(30)),
-        condition: "Clock-event reason `sw_power_cap` (`nvmlDeviceGetCurrentClocksThrottleReasons` bit 0x4) set for DURATION. Resolves once it has been clear for DURATION.",
+        condition: "Clock-event reason `sw_power_cap` (`nvmlDeviceGetCurrentClocksEventReasons` bit 0x4) set for DURATION. Resolves once it has been clear for DURATION.",
         attributes: "`nvidia.gpu.alert.clocks_event.reasons` (the active reasons), `hw.power`, `nvidia.gpu.power.limit` (W)",
         hint: "The card is working at its power limit, which is normal under full load; it only costs speed if the limit was lowered (compare with the board's default limit).",
     },
@@ -252,6 +290,7 @@ pub static RULES: &[RuleSpec] = &[
         event_name: "nvidia.gpu.alert.clocks_slowdown",
         severity: AlertSeverity::Warning,
         threshold: None,
+        second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(30)),
         condition: "Any of the clock-event reasons `hw_slowdown`, `sw_thermal_slowdown`, `hw_thermal_slowdown`, `hw_power_brake_slowdown` set for DURATION (the same set that makes `hw.status` `degraded`). Resolves once all have been clear for DURATION.",
         attributes: "`nvidia.gpu.alert.clocks_event.reasons` (the active reasons), `hw.temperature` (Cel), `hw.power` (W)",
@@ -264,6 +303,7 @@ pub static RULES: &[RuleSpec] = &[
         event_name: "nvidia.gpu.alert.input_starvation",
         severity: AlertSeverity::Warning,
         threshold: percent(20.0, "percent GPU utilization"),
+        second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(120)),
         condition: "GPU utilization (`nvmlDeviceGetUtilizationRates.gpu`) below THRESHOLD for DURATION while a compute process holds GPU memory (`nvmlDeviceGetComputeRunningProcesses_v3`: a process listed with used memory above 0 or unknown). Never fires when the process list cannot be read. Resolves once that has not been the case for DURATION.",
         attributes: "`hw.gpu.utilization` (0..1), `nvidia.gpu.alert.process.count`, `nvidia.gpu.alert.process.memory` (By held by the listed processes, where NVML tells), `hw.gpu.memory.usage` (By)",
@@ -276,10 +316,57 @@ pub static RULES: &[RuleSpec] = &[
         event_name: "nvidia.gpu.alert.utilization_imbalance",
         severity: AlertSeverity::Warning,
         threshold: percent(50.0, "percentage points between the busiest and the idlest GPU"),
+        second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(120)),
         condition: "Among the GPUs this agent reads (the pod's), at least two answering, every one with a compute process holding memory: busiest minus idlest utilization at or above THRESHOLD points for DURATION. One alert for the pod; its `hw.id` is the idlest GPU when it fired. Resolves once that has not been the case for DURATION.",
         attributes: "`nvidia.gpu.alert.utilization.max`, `nvidia.gpu.alert.utilization.min`, `nvidia.gpu.alert.utilization.spread` (0..1), `nvidia.gpu.alert.busiest.hw.id`, `nvidia.gpu.alert.hw_ids` and `nvidia.gpu.alert.utilizations` (every GPU, in NVML index order)",
         hint: "Some GPUs wait for the others: check that the distribution strategy gives every replica the same work (uneven shards or batch sizes, one rank doing extra work such as evaluation or checkpointing).",
+    },
+    RuleSpec {
+        id: RuleId::TensorCoresIdle,
+        name: "tensor_cores_idle",
+        env: "TENSOR_CORES_IDLE",
+        event_name: "nvidia.gpu.alert.tensor_cores_idle",
+        severity: AlertSeverity::Info,
+        threshold: percent(10.0, "percent of the time the tensor pipes are active"),
+        second_threshold: Some(NamedThreshold {
+            suffix: "UTILIZATION",
+            spec: ThresholdSpec {
+                default: 90.0,
+                unit: "percent GPU utilization",
+                min: 0.0,
+                min_exclusive: true,
+                max: 100.0,
+                percent: true,
+            },
+        }),
+        hold: HoldSpec::Duration(Duration::from_secs(300)),
+        condition: "Judged on each GPM window (`GPU_SIDECAR_GPM_INTERVAL`; GPUs with GPM, Hopper and newer; the judgement holds until the next window): GPU utilization (`nvmlDeviceGetUtilizationRates.gpu`, mean of the window's samples) at or above UTILIZATION while the tensor pipes (`NVML_GPM_METRIC_ANY_TENSOR_UTIL`) are active less than THRESHOLD of the time, for DURATION; a window that `memory_bound` would call memory-bound does not count (the more specific diagnosis). Resolves once that has not been the case for DURATION. Never fires on a GPU without GPM, where GPM does not answer tensor activity, or where NVML gives no utilization (MIG devices and GPUs in MIG mode).",
+        attributes: "`hw.gpu.utilization`, `nvidia.gpu.tensor.activity` (any tensor op), `nvidia.gpu.tensor.activity.hmma`, `nvidia.gpu.sm.activity`, `nvidia.gpu.pipe.activity.fp32`, `nvidia.gpu.dram.activity` (0..1, each where GPM answers it), `nvidia.gpu.alert.gpm.window` (s)",
+        hint: "Let the tensor cores do the math: mixed precision (bf16/fp16 autocast, tf.keras.mixed_precision, or TF32 for fp32 matmuls with torch.set_float32_matmul_precision('high')), larger batches, and fused kernels (torch.compile, XLA) instead of many small element-wise ones.",
+    },
+    RuleSpec {
+        id: RuleId::MemoryBound,
+        name: "memory_bound",
+        env: "MEMORY_BOUND",
+        event_name: "nvidia.gpu.alert.memory_bound",
+        severity: AlertSeverity::Info,
+        threshold: percent(80.0, "percent of the peak DRAM bandwidth"),
+        second_threshold: Some(NamedThreshold {
+            suffix: "SM_ACTIVITY",
+            spec: ThresholdSpec {
+                default: 50.0,
+                unit: "percent SM activity",
+                min: 0.0,
+                min_exclusive: true,
+                max: 100.0,
+                percent: true,
+            },
+        }),
+        hold: HoldSpec::Duration(Duration::from_secs(300)),
+        condition: "Judged on each GPM window (as `tensor_cores_idle`): DRAM bandwidth (`NVML_GPM_METRIC_DRAM_BW_UTIL`, share of the peak) at or above THRESHOLD while SM activity (`NVML_GPM_METRIC_SM_UTIL`) is below SM_ACTIVITY, for DURATION. Resolves once that has not been the case for DURATION. Never fires on a GPU without GPM. A kernel that streams memory through every SM (SM activity high) is not caught: DRAM activity alone near its peak says so (`nvidia.gpu.dram.activity`).",
+        attributes: "`nvidia.gpu.dram.activity`, `nvidia.gpu.sm.activity`, `nvidia.gpu.sm.occupancy`, `nvidia.gpu.tensor.activity`, `hw.gpu.utilization` (0..1, each where answered), `nvidia.gpu.alert.gpm.window` (s)",
+        hint: "Move fewer bytes per step: fuse element-wise kernels (torch.compile, XLA), drop needless copies, dtype casts and .contiguous() calls, use bf16 to halve the traffic, and keep data on the GPU instead of reloading it.",
     },
     RuleSpec {
         id: RuleId::GpuLost,
@@ -288,9 +375,10 @@ pub static RULES: &[RuleSpec] = &[
         event_name: "nvidia.gpu.alert.gpu_lost",
         severity: AlertSeverity::Critical,
         threshold: None,
+        second_threshold: None,
         hold: HoldSpec::Immediate,
         condition: "NVML answers `NVML_ERROR_GPU_IS_LOST` or `NVML_ERROR_RESET_REQUIRED` for the GPU (`hw.status` `failed`). Fires at the first such sample; resolves at the first sample where it answers again.",
-        attributes: "`nvidia.gpu.index`; the readings are the last ones taken before it was lost",
+        attributes: "`nvidia.gpu.index` (NVML's node-wide index as `nvidia-smi` numbers GPUs, not the training process's `cuda:N`: match GPUs by `hw.id` (UUID) or `nvidia.gpu.pci.bus_id`); the readings are the last ones taken before it was lost",
         hint: "The GPU has fallen off the bus or needs a reset; the job on it cannot go on: drain the node, reset or replace the GPU, and check the kernel log for XID 79.",
     },
     RuleSpec {
@@ -300,6 +388,7 @@ pub static RULES: &[RuleSpec] = &[
         event_name: "nvidia.gpu.alert.xid",
         severity: AlertSeverity::Critical,
         threshold: None,
+        second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(300)),
         condition: "An XID error reported for the GPU by the NVML event watcher (`nvmlEventSetWait`, `nvmlEventTypeXidCriticalError`). Fires at the first report of an XID code on a GPU; repeats of that code while firing are counted, not re-sent. Resolves once that code has not been reported for DURATION.",
         attributes: "`nvidia.gpu.xid.code` (the XID), `nvidia.gpu.alert.xid.count` (reports while firing, on the resolved record), `nvidia.gpu.mig.gpu_instance_id` / `nvidia.gpu.mig.compute_instance_id` when NVML names them",
@@ -326,6 +415,40 @@ pub fn xid_hint(xid: u64) -> &'static str {
         _ => "Look the code up in NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors) and the kernel log (dmesg) of the node.",
     }
 }
+
+/// What each reading behind the profiling rules and the run report means, for
+/// `docs/events.md`.
+const READINGS: &str = "\n## Reading the profiling figures\n\n\
+Utilization is what `nvidia-smi` shows; the others come from GPM (GPU Performance Monitoring, \
+Hopper and newer: `nvidia.gpu.*` metrics, the `tensor_cores_idle` and `memory_bound` rules and \
+the run report's means). As an example, the H200 these were checked on, running two bf16 \
+training jobs, read utilization 1.0, SM activity 0.88, tensor (HMMA) activity 0.82 and DRAM \
+activity 0.17: busy, and busy with the right work.\n\n\
+- **Utilization** (`hw.gpu.utilization`, `nvmlDeviceGetUtilizationRates`): the share of time at \
+least one kernel was running, however small. One fp32 kernel at a time on a single SM reads \
+100 %, so it says the GPU was never left waiting, not that it was used well (the H200: 1.0).\n\
+- **SM activity** (`nvidia.gpu.sm.activity`, `NVML_GPM_METRIC_SM_UTIL`): the share of the \
+streaming multiprocessors that had work, averaged over the window. Low SM activity under high \
+utilization means kernels too small to fill the GPU: larger batches or fused kernels help (the \
+H200: 0.88, nearly every SM busy).\n\
+- **SM occupancy** (`nvidia.gpu.sm.occupancy`, `NVML_GPM_METRIC_SM_OCCUPANCY`): resident warps as \
+a share of the most the SMs can hold. Matmul-heavy kernels run few, large warps and read low \
+here while doing well, so read it beside tensor activity, not alone.\n\
+- **Tensor activity** (`nvidia.gpu.tensor.activity`, `NVML_GPM_METRIC_ANY_TENSOR_UTIL`, by op: \
+`hmma` half precision, `imma` integer, `dfma` FP64): the share of time the tensor cores did \
+math. This is where a training job's speed comes from; near 0 under high utilization means \
+fp32 or element-wise work, which `tensor_cores_idle` reports (the H200: 0.82 of the time, on \
+bf16 HMMA).\n\
+- **DRAM activity** (`nvidia.gpu.dram.activity`, `NVML_GPM_METRIC_DRAM_BW_UTIL`): the memory \
+bandwidth used, as a share of the peak. Near 1 the kernels wait on memory rather than on math \
+(`memory_bound` when the SMs are also mostly idle); the H200's 0.17 left bandwidth to spare.\n\
+- **PCIe and NVLink bytes** (`hw.gpu.io`, `nvidia.gpu.nvlink.io`): data moved between the GPU \
+and the host, and between GPUs. A steady stream from the host during training is the input \
+pipeline; bursts on NVLink are gradient exchanges between the GPUs.\n\
+- **Memory used** (`hw.gpu.memory.usage`, `nvmlDeviceGetMemoryInfo_v2`): what the driver gave out, \
+not what the framework is using. TensorFlow (without memory growth) and JAX take a pool at \
+start and PyTorch keeps what it reserved, so a full GPU is often a full pool: \
+`memory_preallocated` says so once, and `memory_near_full` waits for memory that grows.\n";
 
 /// `docs/events.md`, generated from [`RULES`].
 pub fn markdown() -> String {
@@ -364,8 +487,8 @@ pub fn markdown() -> String {
          The body is one line: what was seen, then what to do.\n\n\
          ## Rules\n\n\
          Settings are `GPU_SIDECAR_RULE_<NAME>_ENABLED` (`true`/`false`, default `true`) and, \
-         where the rule has them, `_THRESHOLD`, `_DURATION` (with a unit: `30s`, `2m`) or \
-         `_SAMPLES`.\n\n",
+         where the rule has them, `_THRESHOLD` (and a second threshold, named in the table), \
+         `_DURATION` (with a unit: `30s`, `2m`) or `_SAMPLES`.\n\n",
     );
     s.push_str(
         "| `event.name` | severity | settings (defaults) | condition | attributes |\n\
@@ -380,6 +503,14 @@ pub fn markdown() -> String {
                 r.var("THRESHOLD"),
                 t.default,
                 t.unit
+            ));
+        }
+        if let Some(t) = r.second_threshold {
+            settings.push(format!(
+                "`{}` = `{}` ({})",
+                r.var(t.suffix),
+                t.spec.default,
+                t.spec.unit
             ));
         }
         match r.hold {
@@ -409,6 +540,7 @@ pub fn markdown() -> String {
         s.push_str(&format!("- {}\n", xid_hint(code)));
     }
     s.push_str(&format!("- any other code: {}\n", xid_hint(0)));
+    s.push_str(READINGS);
     s.push_str(
         "\n## For the XID watcher\n\n\
          XIDs come from the NVML event watcher, not from samples: it calls \
@@ -426,12 +558,15 @@ mod tests {
     fn every_rule_has_one_row_and_consistent_names() {
         let ids = [
             RuleId::MemoryNearFull,
+            RuleId::MemoryPreallocated,
             RuleId::MemoryLeak,
             RuleId::TemperatureHigh,
             RuleId::ClocksPowerCapped,
             RuleId::ClocksSlowdown,
             RuleId::InputStarvation,
             RuleId::UtilizationImbalance,
+            RuleId::TensorCoresIdle,
+            RuleId::MemoryBound,
             RuleId::GpuLost,
             RuleId::Xid,
         ];
@@ -452,6 +587,20 @@ mod tests {
         assert_eq!(t(RuleId::TemperatureHigh), 85.0);
         assert_eq!(t(RuleId::InputStarvation), 20.0);
         assert_eq!(t(RuleId::UtilizationImbalance), 50.0);
+        // Issue 17: utilization >= 90 % while tensor activity < 10 % for 5 minutes.
+        assert_eq!(t(RuleId::TensorCoresIdle), 10.0);
+        let second = |id: RuleId| id.spec().second_threshold.unwrap();
+        assert_eq!(second(RuleId::TensorCoresIdle).suffix, "UTILIZATION");
+        assert_eq!(second(RuleId::TensorCoresIdle).spec.default, 90.0);
+        assert_eq!(
+            RuleId::TensorCoresIdle.spec().default_hold(),
+            Hold::Duration(Duration::from_secs(300))
+        );
+        assert_eq!(second(RuleId::MemoryBound).suffix, "SM_ACTIVITY");
+        assert_eq!(
+            RuleId::MemoryPreallocated.spec().severity,
+            AlertSeverity::Info
+        );
         assert_eq!(
             RuleId::MemoryNearFull.spec().default_hold(),
             Hold::Duration(Duration::from_secs(10))

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant, SystemTime};
 use opentelemetry::KeyValue;
 
 use super::catalogue::{xid_hint, Hold, RuleId};
-use super::{clocks, health, memory, workload};
+use super::preallocation::PoolParams;
+use super::{clocks, health, memory, profiling, workload};
 use crate::config::RulesConfig;
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, Snapshot};
 use crate::telemetry::catalogue::{device_attributes, info_attributes, Number, CATALOGUE};
 
 /// What a rule judged about one subject (a GPU, or the pod's GPUs together) at one sample.
@@ -117,7 +118,7 @@ pub struct Alert {
     pub hw_id: Option<String>,
     /// `hw.id`, `hw.type`, `hw.vendor`, `hw.model` of that GPU, as on its metrics.
     pub device: Vec<KeyValue>,
-    /// `GPU <index> (<uuid>)`, for the body.
+    /// The device as the body names it ([`label`]: UUID, nvidia-smi index, PCI bus id).
     pub label: String,
     /// The sample's wall-clock time (`Snapshot::taken_at`), or the XID's.
     pub time: SystemTime,
@@ -290,6 +291,18 @@ impl Engine {
     pub fn new(config: &RulesConfig) -> Self {
         let mut slots = Vec::new();
         let mut xid = None;
+        // What other rules need of the rules they defer to, when those are enabled.
+        let enabled = |id: RuleId| {
+            config
+                .0
+                .iter()
+                .find(|(i, _)| *i == id)
+                .map(|(_, s)| *s)
+                .filter(|s| s.enabled)
+        };
+        let pools = enabled(RuleId::MemoryPreallocated).map(pool_params);
+        let memory_bound =
+            enabled(RuleId::MemoryBound).and_then(|s| s.threshold.zip(s.second_threshold));
         for (id, s) in &config.0 {
             if !s.enabled {
                 continue;
@@ -297,7 +310,11 @@ impl Engine {
             let threshold = s.threshold;
             let t = threshold.unwrap_or_default();
             let (rule, clear): (Box<dyn Rule>, Hold) = match id {
-                RuleId::MemoryNearFull => (Box::new(memory::NearFull::new(t)), s.hold),
+                RuleId::MemoryNearFull => (Box::new(memory::NearFull::new(t, pools)), s.hold),
+                RuleId::MemoryPreallocated => (
+                    Box::new(memory::Preallocated::new(pool_params(*s))),
+                    Hold::Immediate,
+                ),
                 RuleId::MemoryLeak => {
                     let window = match s.hold {
                         Hold::Duration(d) => d,
@@ -313,6 +330,21 @@ impl Engine {
                 RuleId::ClocksSlowdown => (Box::new(clocks::Slowdown), s.hold),
                 RuleId::InputStarvation => (Box::new(workload::Starvation::new(t)), s.hold),
                 RuleId::UtilizationImbalance => (Box::new(workload::Imbalance::new(t)), s.hold),
+                RuleId::TensorCoresIdle => (
+                    Box::new(profiling::TensorCoresIdle::new(
+                        t,
+                        s.second_threshold.unwrap_or(90.0),
+                        memory_bound,
+                    )),
+                    s.hold,
+                ),
+                RuleId::MemoryBound => (
+                    Box::new(profiling::MemoryBound::new(
+                        t,
+                        s.second_threshold.unwrap_or(50.0),
+                    )),
+                    s.hold,
+                ),
                 RuleId::GpuLost => (Box::new(health::GpuLost), Hold::Immediate),
                 RuleId::Xid => {
                     let quiet = match s.hold {
@@ -381,7 +413,7 @@ impl Engine {
                     .any(|g| g.info.uuid == m.parent_uuid)
                 {
                     let p = parent_info(&d.info);
-                    let lbl = format!("GPU {} ({})", p.index, p.uuid);
+                    let lbl = device_label(&p);
                     self.known
                         .entry(p.uuid.clone())
                         .or_insert_with(|| (info_attributes(&p), lbl));
@@ -432,15 +464,7 @@ impl Engine {
                                         .collect()
                                 }),
                             d.map(label)
-                                .or_else(|| {
-                                    parent.map(|m| {
-                                        format!(
-                                            "GPU {} ({})",
-                                            m.info.index,
-                                            parent_info(&m.info).uuid
-                                        )
-                                    })
-                                })
+                                .or_else(|| parent.map(|m| device_label(&parent_info(&m.info))))
                                 .unwrap_or_else(|| "the GPUs".to_string()),
                         )
                     }
@@ -603,11 +627,23 @@ impl Engine {
     }
 }
 
+/// The pool recognition of `memory_preallocated`'s settings (THRESHOLD percent, reached
+/// within DURATION / 6, held for DURATION); the run report uses it too.
+pub fn pool_params(s: crate::config::RuleSettings) -> PoolParams {
+    let duration = match s.hold {
+        Hold::Duration(d) => d,
+        _ => std::time::Duration::from_secs(60),
+    };
+    PoolParams::from_rule(s.threshold.unwrap_or(70.0), duration)
+}
+
 /// What is known of the physical GPU of a MIG device from the MIG device's own facts: its
-/// UUID, index and driver (its product name is not known, so `hw.model` is absent).
-fn parent_info(mig: &crate::sampling::DeviceInfo) -> crate::sampling::DeviceInfo {
-    crate::sampling::DeviceInfo {
+/// UUID, index, PCI bus id (a MIG device is on its GPU's) and driver (its product name is not
+/// known, so `hw.model` is absent).
+fn parent_info(mig: &DeviceInfo) -> DeviceInfo {
+    DeviceInfo {
         index: mig.index,
+        pci_bus_id: mig.pci_bus_id.clone(),
         uuid: mig
             .mig
             .as_ref()
@@ -618,9 +654,24 @@ fn parent_info(mig: &crate::sampling::DeviceInfo) -> crate::sampling::DeviceInfo
     }
 }
 
-/// `GPU <index> (<uuid>)`.
+/// How an alert text names a device: its UUID (the `hw.id`, what `nvidia-smi -L` and
+/// `torch.cuda.get_device_properties(i).uuid` show), then NVML's node-wide index as
+/// `nvidia-smi` numbers GPUs (not the training process's `cuda:N`) and the PCI bus id:
+/// `GPU-8f6c… (nvidia-smi GPU 2, PCI 00000000:19:00.0)`; a MIG device
+/// `MIG-… (on nvidia-smi GPU 2)`.
 pub fn label(d: &DeviceSample) -> String {
-    format!("GPU {} ({})", d.info.index, d.info.uuid)
+    device_label(&d.info)
+}
+
+/// [`label`] from the static facts.
+pub fn device_label(info: &DeviceInfo) -> String {
+    if info.mig.is_some() {
+        return format!("{} (on nvidia-smi GPU {})", info.uuid, info.index);
+    }
+    match &info.pci_bus_id {
+        Some(pci) => format!("{} (nvidia-smi GPU {}, PCI {pci})", info.uuid, info.index),
+        None => format!("{} (nvidia-smi GPU {})", info.uuid, info.index),
+    }
 }
 
 /// Every reading of a GPU as attributes `nvidia.gpu.reading.<metric>[.<attribute value>]`,

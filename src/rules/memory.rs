@@ -1,6 +1,7 @@
-//! Memory rules: `memory_near_full` (used at or above a fraction of total) and
-//! `memory_leak` (used rising without coming back, with a robust slope and the projected
-//! time until full).
+//! Memory rules: `memory_near_full` (used at or above a fraction of total, unless the
+//! memory is a framework's preallocated pool), `memory_preallocated` (that pool, reported
+//! once) and `memory_leak` (used rising without coming back, with a robust slope and the
+//! projected time until full).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use opentelemetry::KeyValue;
 
 use super::catalogue::RuleId;
 use super::engine::{Rule, Verdict};
+use super::preallocation::{MemoryState, PoolEnd, PoolParams, PoolTracker};
 use super::{gib, mib};
 use crate::sampling::{DeviceSample, DeviceState, Snapshot};
 
@@ -26,15 +28,22 @@ fn memory_values(used: u64, total: u64) -> Vec<KeyValue> {
     ]
 }
 
-/// `memory_near_full`: `used / total >= threshold` (`nvmlDeviceGetMemoryInfo_v2`).
+/// `memory_near_full`: `used / total >= threshold` (`nvmlDeviceGetMemoryInfo_v2`), not
+/// judged while the memory is a preallocated pool ([`PoolTracker`], when `memory_preallocated`
+/// is enabled): NVML sees the pool, not how full it is.
 pub(crate) struct NearFull {
     percent: f64,
+    pools: Option<PoolTracker>,
 }
 
 impl NearFull {
-    /// `percent`: of total memory, e.g. 95.
-    pub(crate) fn new(percent: f64) -> Self {
-        Self { percent }
+    /// `percent`: of total memory, e.g. 95; `pools`: the `memory_preallocated` rule's
+    /// recognition, when it is enabled.
+    pub(crate) fn new(percent: f64, pools: Option<PoolParams>) -> Self {
+        Self {
+            percent,
+            pools: pools.map(PoolTracker::new),
+        }
     }
 }
 
@@ -44,8 +53,14 @@ impl Rule for NearFull {
     }
 
     fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
+        if let Some(p) = &mut self.pools {
+            p.retain(|uuid| snapshot.devices.iter().any(|d| d.info.uuid == uuid));
+        }
         for d in &snapshot.devices {
-            let Some((used, total)) = memory(d) else {
+            let pooled = self.pools.as_mut().is_some_and(|p| {
+                matches!(p.observe(d, snapshot.taken_instant), MemoryState::Pool(_))
+            });
+            let Some((used, total)) = memory(d).filter(|_| !pooled) else {
                 out.push(Verdict::unknown(d));
                 continue;
             };
@@ -63,6 +78,88 @@ impl Rule for NearFull {
                     gib(total as f64),
                     self.percent
                 ),
+            ));
+        }
+    }
+}
+
+/// `memory_preallocated`: the memory is a framework's pool ([`PoolTracker`]): a process
+/// appeared and the memory jumped to most of the GPU, then stayed flat.
+pub(crate) struct Preallocated {
+    pools: PoolTracker,
+}
+
+impl Preallocated {
+    pub(crate) fn new(params: PoolParams) -> Self {
+        Self {
+            pools: PoolTracker::new(params),
+        }
+    }
+}
+
+impl Rule for Preallocated {
+    fn id(&self) -> RuleId {
+        RuleId::MemoryPreallocated
+    }
+
+    fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>) {
+        self.pools
+            .retain(|uuid| snapshot.devices.iter().any(|d| d.info.uuid == uuid));
+        for d in &snapshot.devices {
+            let state = self.pools.observe(d, snapshot.taken_instant);
+            let (MemoryState::Pool(_) | MemoryState::Plain { .. }, Some((used, total))) =
+                (state, memory(d))
+            else {
+                out.push(Verdict::unknown(d));
+                continue;
+            };
+            let ratio = used as f64 / total as f64;
+            let mut values = Vec::new();
+            let summary = match state {
+                MemoryState::Pool(p) => {
+                    let jump = p.since.saturating_duration_since(p.appeared);
+                    values.push(KeyValue::new("process.pid", i64::from(p.pid)));
+                    values.push(KeyValue::new(
+                        "nvidia.gpu.alert.memory.jump_time",
+                        jump.as_secs_f64(),
+                    ));
+                    format!(
+                        "memory preallocated: {:.1}% of it ({} of {}) taken within {} of process {} appearing, and held flat: a framework's pool (TensorFlow maps nearly all GPU memory at start unless memory growth is on, JAX 75 %). NVML sees the pool, not how full it is, so near-full and leak judgements are not possible from outside: memory_near_full waits for memory that grows past the pool",
+                        ratio * 100.0,
+                        gib(used as f64),
+                        gib(total as f64),
+                        humantime::format_duration(Duration::from_millis(jump.as_millis() as u64)),
+                        p.pid
+                    )
+                }
+                MemoryState::Plain {
+                    ended: Some((p, PoolEnd::Grew { .. })),
+                } => format!(
+                    "memory grew past the pool of process {} ({} used of {}): judged as growing memory again",
+                    p.pid,
+                    gib(used as f64),
+                    gib(total as f64)
+                ),
+                MemoryState::Plain {
+                    ended: Some((p, PoolEnd::Released { .. })),
+                } => format!(
+                    "the pool of process {} was released ({} used of {})",
+                    p.pid,
+                    gib(used as f64),
+                    gib(total as f64)
+                ),
+                _ => format!(
+                    "memory {:.1}% used, not a preallocated pool",
+                    ratio * 100.0
+                ),
+            };
+            values.push(KeyValue::new("hw.gpu.memory.utilization", ratio));
+            values.extend(memory_values(used, total));
+            out.push(Verdict::device(
+                d,
+                Some(matches!(state, MemoryState::Pool(_))),
+                values,
+                summary,
             ));
         }
     }
@@ -107,27 +204,57 @@ pub(crate) fn theil_sen(points: &[(f64, f64)], max_points: usize) -> Option<f64>
     Some((lower + upper) / 2.0)
 }
 
-/// `memory_leak`: per GPU, the series of memory used over the last `window` (the rule's
-/// DURATION). At each sample:
-/// - **rising**: the Theil-Sen slope of the last `window / LOCAL_PARTS` is at least half
-///   the rate `min_growth x total / window` (a plateau, a drop or a sawtooth's fall makes
-///   it false);
-/// - once the series spans the whole window: the Theil-Sen slope over it, times the
-///   window, is at least `min_growth x total`.
+/// `memory_leak`: per GPU, the memory used over the last `window` (the rule's DURATION),
+/// kept as the means of time buckets `window / (LOCAL_PARTS x LOCAL_BUCKETS)` wide (5 s for
+/// the default 10 minutes; at most 121 points per GPU whatever the sample rate). Each time a
+/// bucket closes, two Theil-Sen slopes are fitted to the closed buckets, and every sample
+/// until the next close is judged on them:
+/// - **rising**: the slope of the last `window / LOCAL_PARTS` is at least half the rate
+///   `min_growth x total / window` (a plateau, a drop or a sawtooth's fall makes it false);
+/// - once the series spans the whole window: the slope over it, times the window, is at
+///   least `min_growth x total`.
 ///
 /// The engine fires when that has held for `window` (so a rise shorter than the window
-/// never fires), and resolves once it has not held for `window / LOCAL_PARTS`.
+/// never fires), and resolves once it has not held for `window / LOCAL_PARTS`. The cost per
+/// sample is flat: an O(1) update, plus the two fits once per bucket (at most 25 and 64
+/// points), however long the run and however fast the sampling.
 pub(crate) struct Leak {
     min_growth: f64,
     window: Duration,
     local: Duration,
-    series: HashMap<String, VecDeque<(Instant, f64)>>,
+    bucket: Duration,
+    series: HashMap<String, Series>,
 }
 
-/// Points kept per GPU before the series is thinned (every other point dropped).
-const MAX_POINTS: usize = 4096;
-/// Points a slope is computed from (evenly spread): 128 points are 8128 pairs.
-const FIT_POINTS: usize = 128;
+/// Buckets in the "still rising" span (`window / LOCAL_PARTS`).
+const LOCAL_BUCKETS: u32 = 24;
+/// Points the whole-window slope is fitted to (evenly spread over the buckets): 64 points
+/// are 2016 pairs.
+const FIT_POINTS: usize = 64;
+
+/// One GPU's bucketed series.
+struct Series {
+    /// Time of the GPU's first sample: bucket `k` spans `origin + k x width`.
+    origin: Instant,
+    /// The open bucket: its index, and the sums of its samples' times (s since `origin`),
+    /// values and count.
+    open: (u64, f64, f64, u32),
+    /// Closed buckets' means, oldest first: (s since `origin`, bytes).
+    closed: VecDeque<(f64, f64)>,
+    /// The slopes fitted at the last close: (last `local`, whole window), bytes per second.
+    fit: Option<(f64, f64)>,
+}
+
+impl Series {
+    fn new(origin: Instant) -> Self {
+        Self {
+            origin,
+            open: (0, 0.0, 0.0, 0),
+            closed: VecDeque::new(),
+            fit: None,
+        }
+    }
+}
 
 impl Leak {
     /// The "still rising" check looks at the last `window / LOCAL_PARTS`.
@@ -135,11 +262,40 @@ impl Leak {
 
     /// `percent`: minimum growth over `window`, percent of total memory.
     pub(crate) fn new(percent: f64, window: Duration) -> Self {
+        let local = window / Self::LOCAL_PARTS;
         Self {
             min_growth: percent / 100.0,
             window,
-            local: window / Self::LOCAL_PARTS,
+            local,
+            bucket: (local / LOCAL_BUCKETS).max(Duration::from_micros(1)),
             series: HashMap::new(),
+        }
+    }
+
+    /// Adds one sample to `s`; when it closes a bucket, trims the series to the window and
+    /// fits the slopes again.
+    fn add(&self, s: &mut Series, now: Instant, used: f64) {
+        let t = now.saturating_duration_since(s.origin).as_secs_f64();
+        let k = (t / self.bucket.as_secs_f64()) as u64;
+        let (open_k, sum_t, sum_v, n) = s.open;
+        if n > 0 && k != open_k {
+            let n = f64::from(n);
+            s.closed.push_back((sum_t / n, sum_v / n));
+            // Keep the window, plus the newest point at or before its start (coverage).
+            let window = self.window.as_secs_f64();
+            while s.closed.len() >= 2 && t - s.closed[1].0 >= window {
+                s.closed.pop_front();
+            }
+            let local = self.local.as_secs_f64();
+            let pts: Vec<(f64, f64)> = s.closed.iter().copied().collect();
+            let from = pts.partition_point(|(pt, _)| t - pt > local);
+            s.fit = Some((
+                theil_sen(&pts[from..], FIT_POINTS).unwrap_or(0.0),
+                theil_sen(&pts, FIT_POINTS).unwrap_or(0.0),
+            ));
+            s.open = (k, t, used, 1);
+        } else {
+            s.open = (k, sum_t + t, sum_v + used, n + 1);
         }
     }
 }
@@ -158,71 +314,63 @@ impl Rule for Leak {
                 out.push(Verdict::unknown(d));
                 continue;
             };
-            let series = self.series.entry(d.info.uuid.clone()).or_default();
-            series.push_back((now, used as f64));
-            // Keep the window, plus the newest point at or before its start (coverage).
-            while series.len() >= 2 && now.saturating_duration_since(series[1].0) >= self.window {
-                series.pop_front();
-            }
-            if series.len() > MAX_POINTS {
-                let last = series.len() - 1;
-                let thinned: VecDeque<_> = series
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| i % 2 == 0 || *i == last)
-                    .map(|(_, p)| *p)
-                    .collect();
-                *series = thinned;
-            }
-            let span = now.saturating_duration_since(series[0].0);
-            let rel = |age: Duration| -> Vec<(f64, f64)> {
-                series
-                    .iter()
-                    .filter(|(t, _)| now.saturating_duration_since(*t) <= age)
-                    .map(|(t, v)| (-(now.saturating_duration_since(*t).as_secs_f64()), *v))
-                    .collect()
-            };
-            if span < self.local {
-                out.push(Verdict::unknown(d));
-                continue;
-            }
-            let window_s = self.window.as_secs_f64();
-            let min_bytes = self.min_growth * total as f64;
-            let local_slope = theil_sen(&rel(self.local), FIT_POINTS).unwrap_or(0.0);
-            let rising = local_slope > 0.0 && local_slope * window_s >= min_bytes / 2.0;
-            let covered = span >= self.window;
-            let slope = theil_sen(&rel(self.window), FIT_POINTS).unwrap_or(0.0);
-            let growth = slope * window_s;
-            let holds = rising && (!covered || growth >= min_bytes);
-            let free = total.saturating_sub(used) as f64;
-            let mut values = vec![
-                KeyValue::new("nvidia.gpu.alert.memory.growth_rate", slope),
-                KeyValue::new("nvidia.gpu.alert.memory.growth", growth.round() as i64),
-            ];
-            let to_full = (slope > 0.0).then(|| free / slope);
-            if let Some(s) = to_full {
-                values.push(KeyValue::new("nvidia.gpu.alert.memory.time_to_full", s));
-            }
-            values.extend(memory_values(used, total));
-            let over = humantime::format_duration(if covered { self.window } else { span });
-            let summary = match to_full {
-                Some(s) if rising => format!(
-                    "memory used {} of {}, rising {}/min over the last {over} ({} gained); full in about {}",
-                    gib(used as f64),
-                    gib(total as f64),
-                    mib(slope * 60.0),
-                    gib(growth),
-                    humantime::format_duration(Duration::from_secs(s.round().min(1e12) as u64)),
-                ),
-                _ => format!(
-                    "memory used {} of {}, not rising ({}/min over the last {over})",
-                    gib(used as f64),
-                    gib(total as f64),
-                    mib(slope * 60.0),
-                ),
-            };
-            out.push(Verdict::device(d, Some(holds), values, summary));
+            let mut series = self
+                .series
+                .remove(&d.info.uuid)
+                .unwrap_or_else(|| Series::new(now));
+            self.add(&mut series, now, used as f64);
+            let verdict = self.judge(d, &series, now, used, total);
+            self.series.insert(d.info.uuid.clone(), series);
+            out.push(verdict);
         }
+    }
+}
+
+impl Leak {
+    fn judge(&self, d: &DeviceSample, s: &Series, now: Instant, used: u64, total: u64) -> Verdict {
+        let span = match s.closed.front() {
+            Some((t0, _)) => now
+                .saturating_duration_since(s.origin)
+                .saturating_sub(Duration::from_secs_f64(*t0)),
+            None => Duration::ZERO,
+        };
+        let Some((local_slope, slope)) = s.fit.filter(|_| span >= self.local) else {
+            return Verdict::unknown(d);
+        };
+        let window_s = self.window.as_secs_f64();
+        let min_bytes = self.min_growth * total as f64;
+        let rising = local_slope > 0.0 && local_slope * window_s >= min_bytes / 2.0;
+        let covered = span >= self.window;
+        let growth = slope * window_s;
+        let holds = rising && (!covered || growth >= min_bytes);
+        let free = total.saturating_sub(used) as f64;
+        let mut values = vec![
+            KeyValue::new("nvidia.gpu.alert.memory.growth_rate", slope),
+            KeyValue::new("nvidia.gpu.alert.memory.growth", growth.round() as i64),
+        ];
+        let to_full = (slope > 0.0).then(|| free / slope);
+        if let Some(s) = to_full {
+            values.push(KeyValue::new("nvidia.gpu.alert.memory.time_to_full", s));
+        }
+        values.extend(memory_values(used, total));
+        let over = humantime::format_duration(if covered { self.window } else { span });
+        let summary = match to_full {
+            Some(s) if rising => format!(
+                "memory used {} of {}, rising {}/min over the last {over} ({} gained); full in about {}",
+                gib(used as f64),
+                gib(total as f64),
+                mib(slope * 60.0),
+                gib(growth),
+                humantime::format_duration(Duration::from_secs(s.round().min(1e12) as u64)),
+            ),
+            _ => format!(
+                "memory used {} of {}, not rising ({}/min over the last {over})",
+                gib(used as f64),
+                gib(total as f64),
+                mib(slope * 60.0),
+            ),
+        };
+        Verdict::device(d, Some(holds), values, summary)
     }
 }
 

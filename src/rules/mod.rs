@@ -3,7 +3,8 @@
 //! [`Rules::start`] subscribes to every snapshot ([`SharedState::subscribe`]) and judges
 //! each one on its own thread, `rules`, so the sampler never waits for it (a full queue
 //! drops a snapshot for the rules, never blocks the sampler). The judgement is the pure
-//! [`Engine`]: one file per rule family (`memory.rs`, `clocks.rs`, `workload.rs`, `health.rs`),
+//! [`Engine`]: one file per rule family (`memory.rs` with `preallocation.rs`, `clocks.rs`,
+//! `workload.rs`, `profiling.rs`, `health.rs`),
 //! all following the one table [`catalogue::RULES`] (names, severities, settings, hints;
 //! `docs/events.md` is generated from it). Each transition becomes one log record with
 //! `event.name` `nvidia.gpu.alert.<rule>` ([`crate::telemetry::events::Events::emit`]) and
@@ -16,7 +17,9 @@ pub mod catalogue;
 mod clocks;
 pub mod engine;
 mod health;
-mod memory;
+pub(crate) mod memory;
+pub mod preallocation;
+pub(crate) mod profiling;
 mod workload;
 
 use std::sync::mpsc;
@@ -28,7 +31,8 @@ use opentelemetry::logs::Severity;
 use opentelemetry::KeyValue;
 
 pub use catalogue::{AlertSeverity, Hold, RuleId, RULES};
-pub use engine::{Alert, AlertState, Engine, XidReport};
+pub use engine::{pool_params, Alert, AlertState, Engine, XidReport};
+pub(crate) use workload::holds_memory;
 
 use crate::config::RulesConfig;
 use crate::sampling::SharedState;
@@ -301,3 +305,5 @@ impl Rules {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_efficiency;

@@ -14,16 +14,16 @@ use super::to_event;
 use crate::config::{Config, RulesConfig};
 use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, ProcessSample, Snapshot};
 
-const GIB: u64 = 1 << 30;
-const TOTAL: u64 = 80 * GIB;
+pub(super) const GIB: u64 = 1 << 30;
+pub(super) const TOTAL: u64 = 80 * GIB;
 
-fn info(index: u32) -> Arc<DeviceInfo> {
+pub(super) fn info(index: u32) -> Arc<DeviceInfo> {
     Arc::new(DeviceInfo {
         index,
         uuid: format!("GPU-00000000-0000-4000-8000-00000000000{index}"),
         name: Some("NVIDIA H100 80GB HBM3".into()),
         serial: None,
-        pci_bus_id: None,
+        pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + 0x10 * index)),
         vbios_version: None,
         driver_version: None,
         mig: None,
@@ -32,7 +32,7 @@ fn info(index: u32) -> Arc<DeviceInfo> {
 
 /// A healthy busy GPU: 95 % busy, 40 GiB of 80 used by one process, 70 °C, 500 W of 700,
 /// no clock-event reason.
-fn busy(index: u32) -> DeviceSample {
+pub(super) fn busy(index: u32) -> DeviceSample {
     let mut d = DeviceSample::empty(info(index), DeviceState::Ok);
     d.utilization_gpu_percent = Some(95);
     d.utilization_memory_controller_percent = Some(30);
@@ -54,14 +54,14 @@ fn busy(index: u32) -> DeviceSample {
     d
 }
 
-struct Clock {
+pub(super) struct Clock {
     instant: Instant,
     wall: SystemTime,
     seq: u64,
 }
 
 impl Clock {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             instant: Instant::now(),
             wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
@@ -69,7 +69,7 @@ impl Clock {
         }
     }
 
-    fn at(&mut self, secs: f64, devices: Vec<DeviceSample>) -> Snapshot {
+    pub(super) fn at(&mut self, secs: f64, devices: Vec<DeviceSample>) -> Snapshot {
         self.seq += 1;
         let d = Duration::from_secs_f64(secs);
         Snapshot {
@@ -81,12 +81,12 @@ impl Clock {
         }
     }
 
-    fn secs(&self, a: &Alert) -> f64 {
+    pub(super) fn secs(&self, a: &Alert) -> f64 {
         a.time.duration_since(self.wall).unwrap().as_secs_f64()
     }
 }
 
-fn config(vars: &[(&str, &str)]) -> RulesConfig {
+pub(super) fn config(vars: &[(&str, &str)]) -> RulesConfig {
     Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
         .unwrap()
         .rules
@@ -94,7 +94,7 @@ fn config(vars: &[(&str, &str)]) -> RulesConfig {
 
 /// Feeds samples every `step` seconds from 0 to `end` (inclusive), built by `f(t)`;
 /// returns the alerts with their sample time in seconds.
-fn replay(
+pub(super) fn replay(
     engine: &mut Engine,
     step: f64,
     end: f64,
@@ -113,7 +113,7 @@ fn replay(
     out
 }
 
-fn value<'a>(a: &'a Alert, key: &str) -> &'a Value {
+pub(super) fn value<'a>(a: &'a Alert, key: &str) -> &'a Value {
     &a.values
         .iter()
         .find(|kv| kv.key.as_str() == key)
@@ -121,7 +121,7 @@ fn value<'a>(a: &'a Alert, key: &str) -> &'a Value {
         .value
 }
 
-fn f64_of(v: &Value) -> f64 {
+pub(super) fn f64_of(v: &Value) -> f64 {
     match v {
         Value::F64(f) => *f,
         Value::I64(i) => *i as f64,
@@ -129,7 +129,7 @@ fn f64_of(v: &Value) -> f64 {
     }
 }
 
-fn summary(alerts: &[(f64, Alert)]) -> Vec<(f64, RuleId, AlertState)> {
+pub(super) fn summary(alerts: &[(f64, Alert)]) -> Vec<(f64, RuleId, AlertState)> {
     alerts.iter().map(|(t, a)| (*t, a.rule, a.state)).collect()
 }
 
@@ -372,6 +372,18 @@ fn imbalance_fires_once_for_the_pod_named_after_the_idlest_gpu() {
         value(a, "nvidia.gpu.alert.utilizations").to_string(),
         "[0.9,0.91,0.3,0.93]"
     );
+    // The text names every GPU by its UUID, with the nvidia-smi index and PCI bus id.
+    let body = to_event(a).body;
+    for i in 0..4 {
+        assert!(body.contains(&info(i).uuid), "{body}");
+    }
+    assert!(
+        body.contains(&format!(
+            "{} (nvidia-smi GPU 2, PCI 00000000:38:00.0) 30%",
+            info(2).uuid
+        )),
+        "{body}"
+    );
     // GPU 2 at 30 % is not starving (threshold 20 %): nothing else fired.
     // One GPU alone: the rule has nothing to compare.
     let mut engine = Engine::new(&config(&[]));
@@ -560,7 +572,7 @@ fn gpu_lost_fires_once_per_gpu_when_only_its_mig_devices_are_sampled() {
         assert_eq!(a.hw_id.as_deref(), Some(gpu.as_str()));
         assert!(a.device.contains(&KeyValue::new("hw.id", gpu.clone())));
         assert!(a.device.contains(&KeyValue::new("hw.type", "gpu")));
-        assert_eq!(a.label, format!("GPU 0 ({gpu})"));
+        assert_eq!(a.label, format!("{gpu} (nvidia-smi GPU 0)"));
     }
     // The GPU sampled with its MIG devices: still one alert, the GPU's, with its model.
     let mut engine = Engine::new(&config(&[]));
@@ -714,7 +726,7 @@ fn event_record_carries_names_severity_attributes_and_hint() {
     assert_eq!(
         e.body,
         format!(
-            "GPU 0 ({}): memory 97.5% used (78.0 GiB of 80.0 GiB; threshold 95%) for 10s. {}",
+            "{} (nvidia-smi GPU 0, PCI 00000000:18:00.0): memory 97.5% used (78.0 GiB of 80.0 GiB; threshold 95%) for 10s. {}",
             info(0).uuid,
             RuleId::MemoryNearFull.spec().hint
         )
@@ -794,9 +806,10 @@ fn h200_recording_fires_only_the_power_cap() {
     assert_eq!(to_event(a).severity, Severity::Info);
 }
 
-/// Cost of judging one snapshot: 8 GPUs, all leaking (both leak slopes computed every
-/// sample), 1 s samples for 20 minutes. A measurement, not an assertion:
-/// `cargo test --release --lib rules::tests::observe_cost -- --ignored --nocapture`.
+/// Cost of judging one snapshot: 8 GPUs, all leaking (both leak slopes fitted at each 5 s
+/// bucket), 1 s samples for 20 minutes. A measurement, not an assertion:
+/// `cargo test --release --lib rules::tests::observe_cost -- --ignored --nocapture`; the
+/// curve over a run's length is `GPU_SIDECAR_BENCH_RULES_CURVE=1 cargo bench --bench tick`.
 #[test]
 #[ignore]
 fn observe_cost() {

@@ -155,7 +155,7 @@ impl Rule for Imbalance {
         ];
         let busy: Vec<String> = gpus
             .iter()
-            .map(|g| format!("GPU {} {}%", g.0.info.index, g.1))
+            .map(|g| format!("{} {}%", super::engine::device_label(&g.0.info), g.1))
             .collect();
         let mut summary = format!(
             "GPU utilization spread {spread} points across {} GPUs ({}; threshold {} points)",

@@ -25,6 +25,7 @@
 //! when) so that a call wedged in the driver, which cannot be interrupted, is seen by the
 //! health checks, and it counts every error NVML answers ([`SharedState::nvml_errors`]).
 
+pub mod bounds;
 pub mod cadence;
 mod gpm;
 mod processes;
@@ -46,9 +47,10 @@ use nvml_wrapper::Nvml;
 
 use crate::config::{Config, DeviceSelection, SlowIntervals};
 use cadence::{Cadence, Due};
+pub use raw::{refused_version, Versioned, VERSIONED};
 pub use snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
-    ProcessUtilization, RemappedRows, Snapshot,
+    ProcessUtilization, RemappedRows, Sharing, Snapshot,
 };
 pub use watch::{DeviceEvent, DeviceEventKind, WatcherCall};
 

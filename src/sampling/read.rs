@@ -23,17 +23,18 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
+use super::bounds::{self, Reading};
 use super::cadence::{Due, SLOW_GROUPS};
 use super::gpm::{GpmState, MIB};
 use super::processes;
-use super::raw::{self, ProcessInfoLayout, RawProcess};
+use super::raw::{self, ProcessInfoLayout, ProcessList, RawProcess, Versioned};
 use super::snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
-    ProcessUtilization,
+    ProcessUtilization, Sharing,
 };
 use super::watch::Target;
 use super::SampleGroup;
-use crate::config::{DeviceId, DeviceSelection};
+use crate::config::{DeviceId, DeviceSelection, POD_RESOURCES_MODE};
 use crate::logging::LogLimiter;
 
 /// NVML field id of the HBM temperature (`NVML_FI_DEV_MEMORY_TEMP`).
@@ -59,6 +60,7 @@ pub(crate) enum Field {
     EccCorrected,
     EccUncorrected,
     Processes,
+    MpsProcesses,
     RemappedRows,
     ProcessUtilization,
     PcieThroughput,
@@ -81,11 +83,12 @@ impl Field {
             Field::ClockGraphics => "nvmlDeviceGetClockInfo(NVML_CLOCK_GRAPHICS)",
             Field::ClockSm => "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)",
             Field::ClockMemory => "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)",
-            Field::ClocksEventReasons => "nvmlDeviceGetCurrentClocksThrottleReasons",
+            Field::ClocksEventReasons => "nvmlDeviceGetCurrentClocksEventReasons",
             Field::PerformanceState => "nvmlDeviceGetPerformanceState",
             Field::EccCorrected => "nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE)",
             Field::EccUncorrected => "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)",
             Field::Processes => "nvmlDeviceGetComputeRunningProcesses_v3",
+            Field::MpsProcesses => "nvmlDeviceGetMPSComputeRunningProcesses_v3",
             Field::RemappedRows => "nvmlDeviceGetRemappedRows",
             Field::ProcessUtilization => "nvmlDeviceGetProcessUtilization",
             Field::PcieThroughput => "nvmlDeviceGetPcieThroughput",
@@ -143,6 +146,62 @@ pub(crate) struct Gate {
     failing: HashMap<(usize, Field), bool>,
     lines: LogLimiter<(usize, Field)>,
     errors: ErrorCounts,
+    /// The version in use of each versioned call, by device slot (index into
+    /// [`Versioned::versions`]; absent: the newest).
+    versions: HashMap<(usize, Versioned), usize>,
+    /// Readings that answered an impossible value, by device slot (said once).
+    rejected: HashSet<(usize, Reading)>,
+}
+
+/// Calls version `*chosen` of `v` (`call(k)` makes version `k`), then the older ones while a
+/// version is missing or refused ([`raw::refused_version`]). The first older version that
+/// answers becomes `*chosen` for the next calls, and one line says so (`index`, `uuid` name
+/// the device; `None` for a library-wide call).
+///
+/// Returns the answer or the error to judge (the newest version's, unless an older one
+/// failed for another reason, such as a lost GPU), and, when it switched, the newer
+/// version's refusal (to be counted under its name).
+pub(crate) fn call_versioned<T>(
+    chosen: &mut usize,
+    v: Versioned,
+    index: Option<u32>,
+    uuid: &str,
+    mut call: impl FnMut(usize) -> Result<T, NvmlError>,
+) -> (Result<T, NvmlError>, Option<NvmlError>) {
+    let names = v.versions();
+    let start = (*chosen).min(names.len() - 1);
+    let mut error: Option<NvmlError> = None;
+    for k in start..names.len() {
+        match call(k) {
+            Ok(t) => {
+                if k == start {
+                    return (Ok(t), None);
+                }
+                let refused = error.take();
+                *chosen = k;
+                tracing::info!(
+                    gpu = index,
+                    uuid,
+                    call = names[start],
+                    error = %refused.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+                    instead = names[k],
+                    "this driver does not answer the newer NVML call; the older one answers and is used from now on. It gives {}",
+                    v.older_lacks()
+                );
+                return (Ok(t), refused);
+            }
+            Err(e) => {
+                let go_on = raw::refused_version(&e);
+                if error.is_none() || !go_on {
+                    error = Some(e);
+                }
+                if !go_on {
+                    break;
+                }
+            }
+        }
+    }
+    (Err(error.expect("at least one version was called")), None)
 }
 
 impl Default for Gate {
@@ -152,6 +211,8 @@ impl Default for Gate {
             failing: HashMap::new(),
             lines: LogLimiter::new(crate::logging::LOG_PERIOD),
             errors: ErrorCounts::new(),
+            versions: HashMap::new(),
+            rejected: HashSet::new(),
         }
     }
 }
@@ -190,6 +251,38 @@ impl Gate {
         std::mem::take(&mut self.errors)
     }
 
+    /// An impossible `value` of `reading` on the device in `slot` was dropped
+    /// ([`bounds`]): one warning per device and reading.
+    pub(crate) fn reject(&mut self, slot: usize, info: &DeviceInfo, reading: Reading, value: f64) {
+        if self.rejected.insert((slot, reading)) {
+            let b = bounds::bound(reading);
+            tracing::warn!(
+                gpu = info.index,
+                uuid = %info.uuid,
+                reading = b.name,
+                value,
+                valid = %format!("{} to {} {}", b.min, b.max, b.unit),
+                "NVML answered an impossible value (a sentinel or a corrupt reading): it is left out (absent), as is every impossible value of this reading on this GPU"
+            );
+        }
+    }
+
+    /// `value` of `reading` if it is possible, else `None` (and [`Gate::reject`]).
+    pub(crate) fn admit(
+        &mut self,
+        slot: usize,
+        info: &DeviceInfo,
+        reading: Reading,
+        value: f64,
+    ) -> Option<f64> {
+        if bounds::admits(reading, value) {
+            Some(value)
+        } else {
+            self.reject(slot, info, reading, value);
+            None
+        }
+    }
+
     /// Whether `field` of the device in `slot` is known unsupported.
     pub(crate) fn is_unsupported(&self, slot: usize, field: Field) -> bool {
         self.unsupported.contains(&(slot, field))
@@ -206,6 +299,44 @@ impl Gate {
         lost: &mut bool,
         call: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
+        self.read_named(slot, info, field, field.nvml_call(), lost, call)
+    }
+
+    /// As [`Gate::read`] for a field read through a versioned call `v`: `call(k)` makes
+    /// version `k` ([`Versioned::versions`]); see [`call_versioned`]. The version chosen is
+    /// kept for the device in `slot` for the rest of the NVML session.
+    pub(crate) fn read_versioned<T>(
+        &mut self,
+        slot: usize,
+        info: &DeviceInfo,
+        field: Field,
+        v: Versioned,
+        lost: &mut bool,
+        call: impl FnMut(usize) -> Result<T, NvmlError>,
+    ) -> Option<T> {
+        if *lost || self.unsupported.contains(&(slot, field)) {
+            return None;
+        }
+        let start = self.versions.get(&(slot, v)).copied().unwrap_or(0);
+        let mut chosen = start;
+        let (result, refused) = call_versioned(&mut chosen, v, Some(info.index), &info.uuid, call);
+        if let Some(e) = refused {
+            self.count(v.versions()[start], &e);
+            self.versions.insert((slot, v), chosen);
+        }
+        self.read_named(slot, info, field, v.versions()[chosen], lost, || result)
+    }
+
+    /// [`Gate::read`], with the C name `call_name` in logs and counts.
+    fn read_named<T>(
+        &mut self,
+        slot: usize,
+        info: &DeviceInfo,
+        field: Field,
+        call_name: &'static str,
+        lost: &mut bool,
+        call: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
         if *lost || self.unsupported.contains(&(slot, field)) {
             return None;
         }
@@ -215,19 +346,19 @@ impl Gate {
         match call() {
             Ok(v) => {
                 if self.failing.remove(&key) == Some(true) {
-                    tracing::info!(gpu = index, uuid, call = field.nvml_call(), "answers again");
+                    tracing::info!(gpu = index, uuid, call = call_name, "answers again");
                 }
                 Some(v)
             }
             Err(e) => {
-                self.count(field.nvml_call(), &e);
+                self.count(call_name, &e);
                 match verdict(&e) {
                     Verdict::Unsupported => {
                         self.unsupported.insert(key);
                         tracing::info!(
                             gpu = index,
                             uuid,
-                            call = field.nvml_call(),
+                            call = call_name,
                             error = %e,
                             "not supported on this device; the value will be absent and not asked again"
                         );
@@ -242,7 +373,7 @@ impl Gate {
                                 tracing::warn!(
                                     gpu = index,
                                     uuid,
-                                    call = field.nvml_call(),
+                                    call = call_name,
                                     error = %e,
                                     failed_runs_not_logged = not_logged,
                                     "failed; the value is absent until it answers again (said at most once a minute)"
@@ -274,6 +405,12 @@ struct Selected<'n> {
     info: Arc<DeviceInfo>,
     role: Role<'n>,
     lost: bool,
+    /// The kubelet lists this device as one replica of a shared GPU (time-slicing).
+    kubelet_shared: bool,
+    /// MPS clients were seen on this device in this NVML session.
+    mps_seen: bool,
+    /// The sharing warning was given for this device.
+    sharing_said: bool,
     /// `None` where GPM is unsupported.
     gpm: Option<GpmState<'n>>,
     /// Whether the last GPM window answered PCIe bytes (`None` before the first window):
@@ -306,6 +443,9 @@ impl<'n> Selected<'n> {
             info: Arc::new(info),
             role,
             lost: false,
+            kubelet_shared: false,
+            mps_seen: false,
+            sharing_said: false,
             gpm: None,
             gpm_pcie: None,
             gpm_unanswered_said: false,
@@ -395,18 +535,30 @@ fn counted<T>(gate: &mut Gate, call: &'static str, r: Result<T, NvmlError>) -> O
     r.map_err(|e| gate.count(call, &e)).ok()
 }
 
+/// The static facts of a device, errors counted. `pci_version` is the version of
+/// `nvmlDeviceGetPciInfo` in use for this listing (see [`call_versioned`]).
 fn static_info(
     gate: &mut Gate,
+    nvml: &Nvml,
     device: &Device<'_>,
     index: u32,
     uuid: String,
     driver: &Option<String>,
+    pci_version: &mut usize,
 ) -> DeviceInfo {
+    let start = *pci_version;
+    let (pci, refused) = call_versioned(pci_version, Versioned::PciInfo, Some(index), &uuid, |k| {
+        raw::pci_bus_id(nvml, device, k)
+    });
+    if let Some(e) = refused {
+        gate.count(Versioned::PciInfo.versions()[start], &e);
+    }
+    let pci_bus_id = counted(gate, Versioned::PciInfo.versions()[*pci_version], pci);
     DeviceInfo {
         index,
         name: counted(gate, "nvmlDeviceGetName", device.name()),
         serial: counted(gate, "nvmlDeviceGetSerial", device.serial()),
-        pci_bus_id: counted(gate, "nvmlDeviceGetPciInfo_v3", device.pci_info()).map(|p| p.bus_id),
+        pci_bus_id,
         vbios_version: counted(gate, "nvmlDeviceGetVbiosVersion", device.vbios_version()),
         driver_version: driver.clone(),
         uuid,
@@ -443,15 +595,29 @@ impl<'n> Reader<'n> {
         let mut devices = Vec::new();
         let mut unselected_parents = Vec::new();
         let mut matched = HashSet::new();
-        let mut wanted = |id_matches: &dyn Fn(&DeviceId) -> bool| match selection {
-            DeviceSelection::All => true,
-            DeviceSelection::List(ids) => {
-                let hits: Vec<usize> = (0..ids.len()).filter(|&p| id_matches(&ids[p])).collect();
-                matched.extend(hits.iter().copied());
-                !hits.is_empty()
+        let mut pci_version = 0;
+        // The ids to match (a user's list, or the kubelet's), with the kubelet's "shared".
+        let (ids, shared): (Vec<&DeviceId>, Vec<bool>) = match selection {
+            DeviceSelection::List(ids) => (ids.iter().collect(), vec![false; ids.len()]),
+            DeviceSelection::Allocated(a) => (
+                a.iter().map(|d| &d.id).collect(),
+                a.iter().map(|d| d.shared).collect(),
+            ),
+            // Resolved into Allocated before sampling starts; never "all".
+            DeviceSelection::All | DeviceSelection::PodResources => (Vec::new(), Vec::new()),
+        };
+        let all = *selection == DeviceSelection::All;
+        let needs_minor = ids
+            .iter()
+            .any(|id| matches!(id, DeviceId::Minor(_) | DeviceId::GpuInstance { .. }));
+        // Some(shared) when selected.
+        let mut wanted = |id_matches: &dyn Fn(&DeviceId) -> bool| -> Option<bool> {
+            if all {
+                return Some(false);
             }
-            // Resolved into a list before sampling starts; never "all".
-            DeviceSelection::PodResources => false,
+            let hits: Vec<usize> = (0..ids.len()).filter(|&p| id_matches(ids[p])).collect();
+            matched.extend(hits.iter().copied());
+            (!hits.is_empty()).then(|| hits.iter().any(|&p| shared[p]))
         };
         for index in 0..count {
             let device = match nvml.device_by_index(index) {
@@ -470,10 +636,19 @@ impl<'n> Reader<'n> {
                     continue;
                 }
             };
-            let gpu_selected = wanted(&|id| match id {
+            // The device file's minor number, for device plugins that name GPUs by it.
+            let minor = if needs_minor {
+                device.minor_number().ok()
+            } else {
+                None
+            };
+            let gpu_wanted = wanted(&|id| match id {
                 DeviceId::Index(i) => *i == index,
                 DeviceId::Uuid(u) => *u == uuid,
+                DeviceId::Minor(m) => Some(*m) == minor,
+                DeviceId::MigIndex { .. } | DeviceId::GpuInstance { .. } => false,
             });
+            let gpu_selected = gpu_wanted.is_some();
             let mig_enabled = counted(&mut gate, "nvmlDeviceGetMigMode", device.mig_mode())
                 .is_some_and(|m| m.current == 1);
             let mut migs = Vec::new();
@@ -508,32 +683,57 @@ impl<'n> Reader<'n> {
                             continue;
                         }
                     };
-                    let selected = wanted(&|id| matches!(id, DeviceId::Uuid(u) if *u == mig_uuid));
-                    if !(gpu_selected || selected) {
+                    let gpu_instance_id = counted(
+                        &mut gate,
+                        "nvmlDeviceGetGpuInstanceId",
+                        raw::gpu_instance_id(nvml, &md),
+                    );
+                    let mig_wanted = wanted(&|id| match id {
+                        DeviceId::Uuid(u) => *u == mig_uuid,
+                        DeviceId::MigIndex { gpu, mig } => *gpu == index && *mig == mig_index,
+                        DeviceId::GpuInstance {
+                            minor: m,
+                            gpu_instance_id: g,
+                        } => Some(*m) == minor && Some(*g) == gpu_instance_id,
+                        DeviceId::Index(_) | DeviceId::Minor(_) => false,
+                    });
+                    let Some(mig_shared) = mig_wanted.or(gpu_wanted) else {
                         continue;
-                    }
-                    let mut info = static_info(&mut gate, &md, index, mig_uuid, &driver_version);
+                    };
+                    let mut info = static_info(
+                        &mut gate,
+                        nvml,
+                        &md,
+                        index,
+                        mig_uuid,
+                        &driver_version,
+                        &mut pci_version,
+                    );
                     info.mig = Some(MigPlacement {
                         parent_uuid: uuid.clone(),
                         mig_index,
-                        gpu_instance_id: counted(
-                            &mut gate,
-                            "nvmlDeviceGetGpuInstanceId",
-                            raw::gpu_instance_id(nvml, &md),
-                        ),
+                        gpu_instance_id,
                         compute_instance_id: counted(
                             &mut gate,
                             "nvmlDeviceGetComputeInstanceId",
                             raw::compute_instance_id(nvml, &md),
                         ),
                     });
-                    migs.push((md, info));
+                    migs.push((md, info, mig_shared || gpu_wanted == Some(true)));
                 }
             }
             if !gpu_selected && migs.is_empty() {
                 continue;
             }
-            let info = static_info(&mut gate, &device, index, uuid, &driver_version);
+            let info = static_info(
+                &mut gate,
+                nvml,
+                &device,
+                index,
+                uuid,
+                &driver_version,
+                &mut pci_version,
+            );
             tracing::info!(
                 gpu = index,
                 uuid = %info.uuid,
@@ -551,20 +751,21 @@ impl<'n> Reader<'n> {
             ) {
                 Some(true) => true,
                 Some(false) | None => {
-                    tracing::info!(gpu = index, uuid = %info.uuid, "GPM is not supported on this GPU (nvmlGpmQueryDeviceSupport; Hopper and newer): the GPM profiling metrics (nvidia.gpu.sm.activity, nvidia.gpu.tensor.activity, ...) are not emitted for it, and PCIe bytes come from nvmlDeviceGetPcieThroughput");
+                    tracing::info!(gpu = index, uuid = %info.uuid, "GPM is not supported on this GPU (nvmlGpmQueryDeviceSupport; Hopper and newer): the GPM profiling metrics (nvidia.gpu.sm.activity, nvidia.gpu.tensor.activity, ...) are not emitted for it, the rules tensor_cores_idle and memory_bound do not judge it, its run report profiling figures are null, and PCIe bytes come from nvmlDeviceGetPcieThroughput");
                     false
                 }
             };
             let parent_uuid = info.uuid.clone();
-            if gpu_selected {
+            if let Some(shared) = gpu_wanted {
                 let io0 = io.get(&info.uuid).copied().unwrap_or_default();
                 let mut sel = Selected::new(device, info, Role::Gpu { mig_enabled }, io0);
                 sel.gpm = gpm_supported.then(GpmState::default);
+                sel.kubelet_shared = shared;
                 devices.push(sel);
             } else {
                 unselected_parents.push(Arc::new(info));
             }
-            for (md, info) in migs {
+            for (md, info, shared) in migs {
                 tracing::info!(
                     gpu = index,
                     uuid = %info.uuid,
@@ -593,22 +794,41 @@ impl<'n> Reader<'n> {
                     io0,
                 );
                 sel.gpm = (gpm_supported && gpu_instance_id.is_some()).then(GpmState::default);
+                sel.kubelet_shared = shared;
                 devices.push(sel);
             }
         }
-        if let DeviceSelection::List(ids) = selection {
-            for (pos, id) in ids.iter().enumerate() {
-                if !matched.contains(&pos) {
-                    tracing::warn!(device = ?id, "GPU_SIDECAR_DEVICES names a device NVML does not show");
+        match selection {
+            DeviceSelection::List(ids) => {
+                for (pos, id) in ids.iter().enumerate() {
+                    if !matched.contains(&pos) {
+                        tracing::warn!(device = ?id, "GPU_SIDECAR_DEVICES names a device NVML does not show");
+                    }
                 }
             }
+            DeviceSelection::Allocated(a) => {
+                for (pos, d) in a.iter().enumerate() {
+                    if !matched.contains(&pos) {
+                        tracing::warn!(
+                            device = %d.plugin_id,
+                            means = ?d.id,
+                            "{POD_RESOURCES_MODE}: the kubelet allocated this device to the pod, and no GPU or MIG device NVML shows matches it; it is not reported"
+                        );
+                    }
+                }
+            }
+            DeviceSelection::All | DeviceSelection::PodResources => {}
         }
         if devices.is_empty() {
+            let mode = match selection {
+                DeviceSelection::Allocated(_) => POD_RESOURCES_MODE,
+                _ => "GPU_SIDECAR_DEVICES",
+            };
             if count == 0 {
                 tracing::warn!("NVML shows no GPU: nothing to report");
             } else {
                 tracing::warn!(
-                    "GPU_SIDECAR_DEVICES selects none of the {count} GPUs NVML shows (indices 0 to {}): nothing to report",
+                    "{mode} selects none of the {count} GPUs NVML shows (indices 0 to {}): nothing to report",
                     count - 1
                 );
             }
@@ -701,7 +921,7 @@ impl<'n> Reader<'n> {
                     continue;
                 }
                 let mut lost = false;
-                asked |= read_slow(group, &mut self.gate, nvml, slot, d, &mut lost);
+                asked |= read_slow(group, &mut self.gate, nvml, self.layout, slot, d, &mut lost);
                 if lost {
                     tracing::error!(gpu = d.info.index, uuid = %d.info.uuid, "GPU is lost (fallen off the bus or needs a reset); it is reported as failed, the other GPUs go on");
                     d.lost = true;
@@ -718,6 +938,7 @@ impl<'n> Reader<'n> {
             if d.lost {
                 continue;
             }
+            s.sharing = sharing(d);
             let fresh = std::mem::take(&mut d.fresh);
             s.energy_millijoules = fresh.energy_millijoules;
             s.gpm = fresh.gpm;
@@ -744,6 +965,13 @@ impl<'n> Reader<'n> {
                 d.process_covered = d.processes.iter().flatten().map(|p| p.pid).collect();
             }
         }
+        // Impossible values (NVML's sentinels answered with SUCCESS) go before anyone sees
+        // the sample: absent, not exported, judged or kept as peaks.
+        let gate = &mut self.gate;
+        for (slot, s) in out.iter_mut().enumerate() {
+            let info = s.info.clone();
+            bounds::enforce(s, |reading, value| gate.reject(slot, &info, reading, value));
+        }
         out
     }
 }
@@ -764,7 +992,14 @@ fn sample_fast(
     let uuid = info.uuid.as_str();
     let was_lost = sel.lost;
     let mut lost = false;
-    let memory = gate.read(slot, &info, Field::Memory, &mut lost, || dev.memory_info());
+    let memory = gate.read_versioned(
+        slot,
+        &info,
+        Field::Memory,
+        Versioned::MemoryInfo,
+        &mut lost,
+        |k| raw::memory_info(nvml, dev, k),
+    );
     if lost {
         if !was_lost {
             tracing::error!(gpu = index, uuid, "GPU is lost (fallen off the bus or needs a reset); it is reported as failed, the other GPUs go on");
@@ -782,7 +1017,7 @@ fn sample_fast(
         s.memory_total_bytes = Some(m.total);
         s.memory_used_bytes = Some(m.used);
         s.memory_free_bytes = Some(m.free);
-        s.memory_reserved_bytes = Some(m.reserved);
+        s.memory_reserved_bytes = m.reserved;
     }
     macro_rules! read {
         ($field:expr, $call:expr) => {
@@ -802,14 +1037,22 @@ fn sample_fast(
             Field::TemperatureGpu,
             dev.temperature(TemperatureSensor::Gpu)
         );
-        s.temperature_memory_celsius = read!(Field::TemperatureMemory, memory_temperature(dev));
+        s.temperature_memory_celsius = read!(Field::TemperatureMemory, memory_temperature(dev))
+            .and_then(|c| gate.admit(slot, &info, Reading::TemperatureMemory, c))
+            .map(|c| c.round() as u32);
         s.power_milliwatts = read!(Field::Power, dev.power_usage());
         s.power_limit_milliwatts = read!(Field::PowerLimit, dev.enforced_power_limit());
         s.clock_graphics_mhz = read!(Field::ClockGraphics, dev.clock_info(Clock::Graphics));
         s.clock_sm_mhz = read!(Field::ClockSm, dev.clock_info(Clock::SM));
         s.clock_memory_mhz = read!(Field::ClockMemory, dev.clock_info(Clock::Memory));
-        s.clocks_event_reasons =
-            read!(Field::ClocksEventReasons, dev.current_throttle_reasons()).map(|r| r.bits());
+        s.clocks_event_reasons = gate.read_versioned(
+            slot,
+            &info,
+            Field::ClocksEventReasons,
+            Versioned::ClocksEventReasons,
+            &mut lost,
+            |k| raw::clocks_event_reasons(nvml, dev, k),
+        );
         s.performance_state = read!(Field::PerformanceState, dev.performance_state())
             .map(|p| p.as_c())
             // NVML_PSTATE_UNKNOWN (32) is no state: absent, not 32.
@@ -825,7 +1068,14 @@ fn sample_fast(
         s.remapped_rows = read!(Field::RemappedRows, raw::remapped_rows(nvml, dev));
     }
     if sel.reports_processes() {
-        sel.processes = read!(Field::Processes, raw::compute_processes(nvml, dev, layout));
+        sel.processes = gate.read_versioned(
+            slot,
+            &info,
+            Field::Processes,
+            Versioned::ComputeProcesses,
+            &mut lost,
+            |k| raw::process_list(nvml, dev, ProcessList::Compute, k, layout),
+        );
         let current: HashSet<u32> = sel.processes.iter().flatten().map(|p| p.pid).collect();
         sel.names.retain(|pid, _| current.contains(pid));
         for pid in current {
@@ -843,11 +1093,39 @@ fn sample_fast(
     s
 }
 
+/// Whether and how the device is shared, from the kubelet's listing and the MPS clients
+/// seen so far; the first time it is, one warning says so.
+fn sharing(sel: &mut Selected<'_>) -> Option<Sharing> {
+    let mode = if sel.mps_seen {
+        Sharing::Mps
+    } else if sel.kubelet_shared {
+        Sharing::TimeSlicing
+    } else {
+        return None;
+    };
+    if !sel.sharing_said {
+        sel.sharing_said = true;
+        let why = match mode {
+            Sharing::TimeSlicing => "the kubelet lists it as one replica of a time-sliced GPU",
+            Sharing::Mps => "MPS clients run on it",
+        };
+        tracing::warn!(
+            gpu = sel.info.index,
+            uuid = %sel.info.uuid,
+            sharing = mode.as_str(),
+            "this GPU is shared with other pods ({why}): its readings are the whole GPU's, every process on it included, other pods' too; they are reported under this pod's attributes, marked nvidia.gpu.sharing={}",
+            mode.as_str()
+        );
+    }
+    Some(mode)
+}
+
 /// Reads one slow group for one device; returns whether an NVML call was made.
 fn read_slow<'n>(
     group: SampleGroup,
     gate: &mut Gate,
     nvml: &'n Nvml,
+    layout: ProcessInfoLayout,
     slot: usize,
     d: &mut Selected<'n>,
     lost: &mut bool,
@@ -880,6 +1158,20 @@ fn read_slow<'n>(
                 }
                 d.fresh.process_utilization = Some(processes::average(&samples));
             }
+            if !d.mps_seen {
+                // MPS clients on the device: it is shared (until NVML is initialized again).
+                let dev = &d.device;
+                d.mps_seen = gate
+                    .read_versioned(
+                        slot,
+                        &info,
+                        Field::MpsProcesses,
+                        Versioned::MpsComputeProcesses,
+                        lost,
+                        |k| raw::process_list(nvml, dev, ProcessList::Mps, k, layout),
+                    )
+                    .is_some_and(|clients| !clients.is_empty());
+            }
             true
         }
         SampleGroup::Gpm => {
@@ -910,6 +1202,16 @@ fn read_slow<'n>(
             match reading {
                 Some(Some(r)) => {
                     let window = r.metrics.window_seconds;
+                    // An impossible rate is left out, not added to the byte totals.
+                    let mut rate = |reading: Reading, mib_s: Option<f64>| {
+                        mib_s.and_then(|v| gate.admit(slot, &info, reading, v))
+                    };
+                    let (pcie_tx, pcie_rx, nvlink_tx, nvlink_rx) = (
+                        rate(Reading::GpmPcie, r.pcie_tx_mib_s),
+                        rate(Reading::GpmPcie, r.pcie_rx_mib_s),
+                        rate(Reading::GpmNvlink, r.nvlink_tx_mib_s),
+                        rate(Reading::GpmNvlink, r.nvlink_rx_mib_s),
+                    );
                     let add =
                         |total: &mut Option<f64>, now: &mut Option<f64>, mib_s: Option<f64>| {
                             if let Some(rate) = mib_s {
@@ -925,19 +1227,19 @@ fn read_slow<'n>(
                     d.count_pcie(
                         start,
                         end,
-                        r.pcie_tx_mib_s.map(|m| m * MIB),
-                        r.pcie_rx_mib_s.map(|m| m * MIB),
+                        pcie_tx.map(|m| m * MIB),
+                        pcie_rx.map(|m| m * MIB),
                     );
                     let (io, fresh) = (&mut d.io, &mut d.fresh.io);
                     add(
                         &mut io.nvlink_transmit_bytes,
                         &mut fresh.nvlink_transmit_bytes,
-                        r.nvlink_tx_mib_s,
+                        nvlink_tx,
                     );
                     add(
                         &mut io.nvlink_receive_bytes,
                         &mut fresh.nvlink_receive_bytes,
-                        r.nvlink_rx_mib_s,
+                        nvlink_rx,
                     );
                     d.gpm_pcie = Some(r.pcie_tx_mib_s.is_some() || r.pcie_rx_mib_s.is_some());
                     if !r.unanswered.is_empty() && !d.gpm_unanswered_said {
@@ -962,6 +1264,12 @@ fn read_slow<'n>(
                     dev.pcie_throughput(PcieUtilCounter::Send)?,
                     dev.pcie_throughput(PcieUtilCounter::Receive)?,
                 ))
+            });
+            let rates = rates.filter(|(tx, rx)| {
+                // Both or neither: an interval needs both ends of both directions.
+                let tx_ok = gate.admit(slot, &info, Reading::PcieThroughput, f64::from(*tx));
+                let rx_ok = gate.admit(slot, &info, Reading::PcieThroughput, f64::from(*rx));
+                tx_ok.is_some() && rx_ok.is_some()
             });
             if let Some((tx, rx)) = rates {
                 let now = Instant::now();
@@ -994,15 +1302,17 @@ fn log_unlisted(index: u32, call: &str, e: &NvmlError) {
     }
 }
 
-/// HBM temperature through the field-values API; the per-field return code is the answer.
-fn memory_temperature(dev: &Device<'_>) -> Result<u32, NvmlError> {
+/// HBM temperature (°C) through the field-values API, as the driver gave it (a sentinel
+/// such as -1 or 255 included: [`bounds`] judges it); the per-field return code is the
+/// answer.
+#[allow(clippy::cast_precision_loss)]
+fn memory_temperature(dev: &Device<'_>) -> Result<f64, NvmlError> {
     let mut values = dev.field_values_for(&[FieldId(NVML_FI_DEV_MEMORY_TEMP)])?;
     let sample = values.pop().ok_or(NvmlError::NotSupported)??;
-    match sample.value? {
-        SampleValue::U32(v) => Ok(v),
-        SampleValue::U64(v) => u32::try_from(v).map_err(|_| NvmlError::Unknown),
-        SampleValue::I64(v) => u32::try_from(v).map_err(|_| NvmlError::Unknown),
-        SampleValue::F64(v) if v >= 0.0 => Ok(v.round() as u32),
-        SampleValue::F64(_) => Err(NvmlError::Unknown),
-    }
+    Ok(match sample.value? {
+        SampleValue::U32(v) => f64::from(v),
+        SampleValue::U64(v) => v as f64,
+        SampleValue::I64(v) => v as f64,
+        SampleValue::F64(v) => v,
+    })
 }

@@ -11,8 +11,10 @@ use std::time::{Instant, SystemTime};
 /// instance) of a GPU: then [`DeviceInfo::mig`] names its parent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceInfo {
-    /// NVML index (`nvmlDeviceGetHandleByIndex_v2`), as `nvidia-smi` numbers GPUs; for a MIG
-    /// device, its parent GPU's index.
+    /// NVML index (`nvmlDeviceGetHandleByIndex_v2`), node-wide, as `nvidia-smi` numbers GPUs;
+    /// for a MIG device, its parent GPU's index. Not the training process's `cuda:N` (CUDA
+    /// numbers the GPUs visible to it from 0, in `CUDA_DEVICE_ORDER`): the UUID and the PCI
+    /// bus id identify a GPU.
     pub index: u32,
     /// GPU UUID (`nvmlDeviceGetUUID`), e.g. `GPU-8f6c…`; the `hw.id` attribute.
     pub uuid: String,
@@ -20,7 +22,7 @@ pub struct DeviceInfo {
     pub name: Option<String>,
     /// Board serial number (`nvmlDeviceGetSerial`); `hw.serial_number`.
     pub serial: Option<String>,
-    /// PCI bus id (`nvmlDeviceGetPciInfo_v3`), e.g. `00000000:19:00.0`.
+    /// PCI bus id (`nvmlDeviceGetPciInfo_v3`, or the older versions), e.g. `00000000:19:00.0`.
     pub pci_bus_id: Option<String>,
     /// VBIOS version (`nvmlDeviceGetVbiosVersion`); `hw.firmware_version`.
     pub vbios_version: Option<String>,
@@ -52,6 +54,29 @@ pub enum DeviceState {
     /// `NVML_ERROR_GPU_IS_LOST` (fallen off the bus) or `NVML_ERROR_RESET_REQUIRED`:
     /// no readings until it answers again.
     Lost,
+}
+
+/// How a GPU is shared with other pods or jobs, the `nvidia.gpu.sharing` attribute. A
+/// shared GPU's readings are the whole GPU's (every process on it, other pods' included),
+/// not this pod's share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Sharing {
+    /// Time-slicing: the kubelet lists the device as one replica of a GPU that other pods
+    /// get replicas of too (NVIDIA plugin `<id>::<n>`, GKE `nvidia<N>/vgpu<M>`).
+    TimeSlicing,
+    /// Multi-Process Service: `nvmlDeviceGetMPSComputeRunningProcesses_v3` lists MPS
+    /// clients on the device (seen once, it stays marked for the NVML session).
+    Mps,
+}
+
+impl Sharing {
+    /// The attribute value: `time_slicing` or `mps`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sharing::TimeSlicing => "time_slicing",
+            Sharing::Mps => "mps",
+        }
+    }
 }
 
 /// One compute process on a device (`nvmlDeviceGetComputeRunningProcesses_v3`), with its
@@ -165,13 +190,16 @@ pub struct DeviceSample {
     pub utilization_encoder_percent: Option<u32>,
     /// Decoder busy, percent (`nvmlDeviceGetDecoderUtilization`).
     pub utilization_decoder_percent: Option<u32>,
-    /// Total framebuffer memory, bytes (`nvmlDeviceGetMemoryInfo_v2.total`).
+    /// Total framebuffer memory, bytes (`nvmlDeviceGetMemoryInfo_v2.total`, or v1's on
+    /// drivers without `_v2`).
     pub memory_total_bytes: Option<u64>,
-    /// Used memory, bytes (`nvmlDeviceGetMemoryInfo_v2.used`).
+    /// Used memory, bytes (`nvmlDeviceGetMemoryInfo_v2.used`; on drivers without `_v2`,
+    /// `nvmlDeviceGetMemoryInfo.used`, which includes the reserved memory).
     pub memory_used_bytes: Option<u64>,
-    /// Free memory, bytes (`nvmlDeviceGetMemoryInfo_v2.free`).
+    /// Free memory, bytes (`nvmlDeviceGetMemoryInfo_v2.free`, or v1's).
     pub memory_free_bytes: Option<u64>,
-    /// Memory reserved by the driver and firmware, bytes (`nvmlDeviceGetMemoryInfo_v2.reserved`).
+    /// Memory reserved by the driver and firmware, bytes (`nvmlDeviceGetMemoryInfo_v2.reserved`;
+    /// `None` where only v1 answers).
     pub memory_reserved_bytes: Option<u64>,
     /// GPU die temperature, °C (`nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`).
     pub temperature_gpu_celsius: Option<u32>,
@@ -190,7 +218,8 @@ pub struct DeviceSample {
     pub clock_sm_mhz: Option<u32>,
     /// Memory clock, MHz (`nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)`).
     pub clock_memory_mhz: Option<u32>,
-    /// Clock-event (throttle) reasons bitmask (`nvmlDeviceGetCurrentClocksThrottleReasons`);
+    /// Clock-event (throttle) reasons bitmask (`nvmlDeviceGetCurrentClocksEventReasons`, or
+    /// `nvmlDeviceGetCurrentClocksThrottleReasons` on drivers before R535);
     /// see [`crate::sampling::CLOCKS_EVENT_REASONS`].
     pub clocks_event_reasons: Option<u64>,
     /// Performance state, 0 (P0, maximum) to 15 (`nvmlDeviceGetPerformanceState`).
@@ -210,6 +239,8 @@ pub struct DeviceSample {
     pub io: IoTotals,
     /// Row remapping state; `None` where unsupported.
     pub remapped_rows: Option<RemappedRows>,
+    /// Whether and how the device is shared with other pods; `None`: not known to be.
+    pub sharing: Option<Sharing>,
 }
 
 impl DeviceSample {
@@ -226,6 +257,7 @@ impl DeviceSample {
         now.gpm = None;
         now.io = empty.io;
         now.processes = None;
+        now.sharing = None;
         now == empty
     }
 
@@ -258,6 +290,7 @@ impl DeviceSample {
             gpm: None,
             io: IoTotals::default(),
             remapped_rows: None,
+            sharing: None,
         }
     }
 }

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant, SystemTime};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, EventSet, Nvml};
 
-use super::raw;
-use super::read::{verdict, Verdict};
+use super::raw::{self, Versioned};
+use super::read::{self, verdict, Verdict};
 use super::snapshot::DeviceInfo;
 use super::Observer;
 use crate::logging::LogLimiter;
@@ -311,6 +311,8 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], cx: &Context<'_>) {
     let mut backoff = Duration::from_secs(1);
     let mut first_try = true;
     let mut wait_errors = LogLimiter::new(crate::logging::LOG_PERIOD);
+    // Version of nvmlEventSetWait in use (0 = _v2, 1 = v1); see read::call_versioned.
+    let mut wait_version = 0;
     while !cx.stop.requested() {
         if !pending.is_empty() && Instant::now() >= next_try {
             if set.is_none() {
@@ -354,25 +356,39 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], cx: &Context<'_>) {
             }
             continue;
         };
-        let waited = cx.beat.around("nvmlEventSetWait_v2", cx.wait, || {
-            raw::wait_event(nvml, s, wait_ms)
+        let call = Versioned::EventSetWait.versions()[wait_version];
+        let waited = cx.beat.around(call, cx.wait, || {
+            let (waited, refused) =
+                read::call_versioned(&mut wait_version, Versioned::EventSetWait, None, "", |k| {
+                    match raw::wait_event(nvml, s, wait_ms, k) {
+                        // No event within the wait is an answer: this version works.
+                        Err(NvmlError::Timeout) => Ok(None),
+                        other => other.map(Some),
+                    }
+                });
+            if let Some(e) = refused {
+                (cx.count_error)(call, &e);
+            }
+            waited.and_then(|ev| ev.ok_or(NvmlError::Timeout))
         });
+        let call = Versioned::EventSetWait.versions()[wait_version];
         match waited {
             Ok(ev) if cx.stop.requested() => {
                 // The session ended while this wait ran (a stuck one, typically): what is
                 // queued is handed over, or dropped if a newer watcher may have it too.
-                drain(nvml, s, Some(ev), targets, &registered, cx);
+                drain(nvml, s, wait_version, Some(ev), targets, &registered, cx);
                 return;
             }
             Ok(ev) => deliver(ev, targets, &registered, cx.observer),
             Err(NvmlError::Timeout) => {}
             Err(e) => {
-                (cx.count_error)("nvmlEventSetWait_v2", &e);
+                (cx.count_error)(call, &e);
                 if let Some(suppressed) = wait_errors.admit(e.to_string(), Instant::now()) {
                     tracing::warn!(
                         error = %e,
+                        call,
                         not_logged_since_last = suppressed,
-                        "nvmlEventSetWait_v2 failed; waiting again after one sample interval (said at most once a minute per error)"
+                        "waiting for events failed; waiting again after one sample interval (said at most once a minute per error)"
                     );
                 }
                 if cx.stop.sleep(cx.wait) {
@@ -437,6 +453,7 @@ const MAX_DRAINED: usize = 1024;
 fn drain(
     nvml: &Nvml,
     set: &EventSet<'_>,
+    wait_version: usize,
     first: Option<raw::RawEvent>,
     targets: &[Target],
     registered: &[(usize, Device<'_>)],
@@ -448,7 +465,7 @@ fn drain(
     for _ in 0..MAX_DRAINED {
         let ev = match next.take() {
             Some(ev) => ev,
-            None => match raw::wait_event(nvml, set, 0) {
+            None => match raw::wait_event(nvml, set, 0, wait_version) {
                 Ok(ev) => ev,
                 Err(_) => break,
             },

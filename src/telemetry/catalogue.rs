@@ -6,6 +6,7 @@
 
 use opentelemetry::KeyValue;
 
+use crate::sampling::bounds::{self, Reading};
 use crate::sampling::{
     DeviceInfo, DeviceSample, DeviceState, ProcessSample, SampleGroup, CLOCKS_EVENT_REASONS,
 };
@@ -79,7 +80,10 @@ pub struct MetricDef {
 }
 
 /// Attributes on every GPU data point.
-pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), and on a MIG device `hw.parent` (its GPU's UUID)";
+pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), on a MIG device `hw.parent` (its GPU's UUID), and on a GPU shared with other pods `nvidia.gpu.sharing` = `time_slicing` | `mps` (its values are the whole GPU's; see the README, Shared GPUs)";
+
+/// The attribute that marks a shared GPU ([`crate::sampling::Sharing`]).
+pub const SHARING: &str = "nvidia.gpu.sharing";
 
 fn kv(k: &'static str, v: &'static str) -> KeyValue {
     KeyValue::new(k, v)
@@ -149,7 +153,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "By",
         description: "GPU memory used.",
         attributes: "",
-        source: "`nvmlDeviceGetMemoryInfo_v2` (`.used`), bytes",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.used`), bytes; on drivers without it `nvmlDeviceGetMemoryInfo` (v1: `.used` includes the reserved memory; see README, Older drivers)",
         extract: |d, out| push(out, d.memory_used_bytes.map(|b| b as f64), vec![]),
     },
     MetricDef {
@@ -160,7 +164,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "By",
         description: "Size of the GPU memory.",
         attributes: "",
-        source: "`nvmlDeviceGetMemoryInfo_v2` (`.total`), bytes",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.total`), bytes (or v1, as above)",
         extract: |d, out| push(out, d.memory_total_bytes.map(|b| b as f64), vec![]),
     },
     MetricDef {
@@ -171,7 +175,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "1",
         description: "Fraction of GPU memory used (used / total).",
         attributes: "",
-        source: "`nvmlDeviceGetMemoryInfo_v2`, `.used / .total`",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (or v1, as above), `.used / .total`",
         extract: |d, out| {
             let v = match (d.memory_used_bytes, d.memory_total_bytes) {
                 (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
@@ -188,7 +192,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "By",
         description: "GPU memory reserved by the driver and firmware (not usable by applications).",
         attributes: "",
-        source: "`nvmlDeviceGetMemoryInfo_v2` (`.reserved`), bytes",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.reserved`), bytes; absent where only v1 answers",
         extract: |d, out| push(out, d.memory_reserved_bytes.map(|b| b as f64), vec![]),
     },
     MetricDef {
@@ -273,7 +277,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "1",
         description: "1 while the reason is holding the clocks back (clock-event or throttle reason), else 0.",
         attributes: "`nvidia.gpu.clocks_event.reason` = `gpu_idle` | `applications_clocks_setting` | `sw_power_cap` | `hw_slowdown` | `sync_boost` | `sw_thermal_slowdown` | `hw_thermal_slowdown` | `hw_power_brake_slowdown` | `display_clock_setting`",
-        source: "`nvmlDeviceGetCurrentClocksThrottleReasons` (`nvmlClocksEventReasons` bitmask), one point per bit",
+        source: "`nvmlDeviceGetCurrentClocksEventReasons` (older drivers: `nvmlDeviceGetCurrentClocksThrottleReasons`; `nvmlClocksEventReasons` bitmask), one point per bit",
         extract: |d, out| {
             if let Some(bits) = d.clocks_event_reasons {
                 for (bit, reason) in CLOCKS_EVENT_REASONS {
@@ -315,8 +319,8 @@ pub static CATALOGUE: &[MetricDef] = &[
         group: SampleGroup::Fast,
         unit: "1",
         description: "1 for the device's current state, 0 for the others: `failed` when NVML reports it lost, `degraded` while thermal or hardware slowdown holds its clocks back or a row remapping is pending or failed, else `ok` (running at the power cap is normal). Carries the static facts.",
-        attributes: "`hw.state` = `ok` | `degraded` | `failed`; `hw.serial_number`, `hw.firmware_version` (VBIOS), `hw.driver_version`, `nvidia.gpu.pci.bus_id`, `nvidia.gpu.index` where known; on a MIG device `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
-        source: "device state from error codes (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`); `nvmlDeviceGetCurrentClocksThrottleReasons`; `nvmlDeviceGetRemappedRows` (`isPending`, `failureOccurred`); static: `nvmlDeviceGetSerial`, `nvmlDeviceGetVbiosVersion`, `nvmlSystemGetDriverVersion`, `nvmlDeviceGetPciInfo_v3`, `nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId`",
+        attributes: "`hw.state` = `ok` | `degraded` | `failed`; `hw.serial_number`, `hw.firmware_version` (VBIOS), `hw.driver_version`, `nvidia.gpu.pci.bus_id`, `nvidia.gpu.index` (NVML's node-wide index as `nvidia-smi` numbers GPUs, not the training process's `cuda:N`: match GPUs by `hw.id` (UUID) or `nvidia.gpu.pci.bus_id`) where known; on a MIG device `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
+        source: "device state from error codes (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`); `nvmlDeviceGetCurrentClocksEventReasons`; `nvmlDeviceGetRemappedRows` (`isPending`, `failureOccurred`); static: `nvmlDeviceGetSerial`, `nvmlDeviceGetVbiosVersion`, `nvmlSystemGetDriverVersion`, `nvmlDeviceGetPciInfo_v3` (or `_v2`, v1), `nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId`",
         extract: |d, out| {
             // NVML answered nothing for it at this tick: its state is unknown, not `ok`.
             if d.state == DeviceState::Ok && d.answered_nothing() {
@@ -376,7 +380,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "By",
         description: "GPU memory held by one compute process. A process that has ended is no longer reported (no stale series).",
         attributes: "`process.pid` (host PID, as NVML reports it); `process.executable.name` where `/proc` shows the host PID namespace (see README)",
-        source: "`nvmlDeviceGetComputeRunningProcesses_v3` (`usedGpuMemory`; entry layout chosen for the driver, R535's 32-byte struct included), every tick; a GPU in MIG mode reports its processes on its MIG devices; name from `/proc/<pid>/comm`",
+        source: "`nvmlDeviceGetComputeRunningProcesses_v3` (or `_v2`, v1 on older drivers; `usedGpuMemory`; entry layout chosen for the driver, R535's 32-byte struct included), every tick; a GPU in MIG mode reports its processes on its MIG devices; name from `/proc/<pid>/comm`",
         extract: |d, out| per_process(d, out, |p| p.used_memory_bytes.map(|b| b as f64), &[]),
     },
     MetricDef {
@@ -527,6 +531,69 @@ pub static CATALOGUE: &[MetricDef] = &[
     },
 ];
 
+/// The metrics each reading's bounds ([`bounds::BOUNDS`]) hold: a value outside them is
+/// dropped by the sampler, so none of these metrics carries it. Rendered as "Valid ranges"
+/// in `docs/metrics.md`; a test checks every reading and every metric above is here.
+pub static VALID_RANGES: &[(Reading, &[&str])] = &[
+    (Reading::UtilizationGpu, &["hw.gpu.utilization"]),
+    (
+        Reading::UtilizationMemoryController,
+        &["nvidia.gpu.memory_controller.utilization"],
+    ),
+    (Reading::UtilizationEncoder, &["hw.gpu.utilization"]),
+    (Reading::UtilizationDecoder, &["hw.gpu.utilization"]),
+    (
+        Reading::MemoryTotal,
+        &["hw.gpu.memory.limit", "hw.gpu.memory.utilization"],
+    ),
+    (
+        Reading::MemoryPart,
+        &[
+            "hw.gpu.memory.usage",
+            "hw.gpu.memory.utilization",
+            "nvidia.gpu.memory.reserved",
+        ],
+    ),
+    (Reading::TemperatureGpu, &["hw.temperature"]),
+    (Reading::TemperatureMemory, &["hw.temperature"]),
+    (Reading::Power, &["hw.power"]),
+    (Reading::PowerLimit, &["nvidia.gpu.power.limit"]),
+    (Reading::Energy, &["hw.energy"]),
+    (Reading::Clock, &["nvidia.gpu.clock.frequency"]),
+    (
+        Reading::ClocksEventReasons,
+        &["nvidia.gpu.clocks_event.active", "hw.status"],
+    ),
+    (Reading::PerformanceState, &["nvidia.gpu.performance_state"]),
+    (Reading::EccErrors, &["hw.errors"]),
+    (
+        Reading::RemappedRows,
+        &["nvidia.gpu.memory.remapped_rows", "hw.status"],
+    ),
+    (Reading::ProcessMemory, &["nvidia.gpu.process.memory.usage"]),
+    (
+        Reading::ProcessUtilization,
+        &[
+            "nvidia.gpu.process.utilization",
+            "nvidia.gpu.process.memory_controller.utilization",
+        ],
+    ),
+    (
+        Reading::GpmActivity,
+        &[
+            "nvidia.gpu.graphics_engine.activity",
+            "nvidia.gpu.sm.activity",
+            "nvidia.gpu.sm.occupancy",
+            "nvidia.gpu.tensor.activity",
+            "nvidia.gpu.pipe.activity",
+            "nvidia.gpu.dram.activity",
+        ],
+    ),
+    (Reading::GpmPcie, &["hw.gpu.io"]),
+    (Reading::GpmNvlink, &["nvidia.gpu.nvlink.io"]),
+    (Reading::PcieThroughput, &["hw.gpu.io"]),
+];
+
 /// Kind of a recorded (synchronous) metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordedInstrument {
@@ -571,7 +638,7 @@ pub static XID_ERRORS: RecordedDef = RecordedDef {
     unit: "{error}",
     description: "XID critical errors reported by the driver since the agent started; each also emits an `nvidia.gpu.xid` event naming the error.",
     attributes: "the device attributes (the MIG device when NVML names its GPU instance); `nvidia.gpu.xid.code` (int)",
-    source: "`nvmlEventSetWait_v2` on an event set registered for `nvmlEventTypeXidCriticalError` (`eventData` = the XID), thread `nvml-events`",
+    source: "`nvmlEventSetWait_v2` (drivers before R450: `nvmlEventSetWait`, no MIG attribution) on an event set registered for `nvmlEventTypeXidCriticalError` (`eventData` = the XID), thread `nvml-events`",
 };
 
 /// `gpu_sidecar.sample.duration`: the agent's own cost.
@@ -590,7 +657,7 @@ pub static ALERTS: RecordedDef = RecordedDef {
     instrument: RecordedInstrument::Counter,
     unit: "{alert}",
     description: "Alert transitions of the agent's rules: 1 per firing, 1 per resolution (see docs/events.md).",
-    attributes: "`nvidia.gpu.alert.rule` = `memory_near_full` | `memory_leak` | `temperature_high` | `clocks_power_capped` | `clocks_slowdown` | `input_starvation` | `utilization_imbalance` | `gpu_lost` | `xid`; `nvidia.gpu.alert.state` = `firing` | `resolved`; `nvidia.gpu.alert.severity` = `info` | `warning` | `critical`; `hw.id` (the GPU the alert names)",
+    attributes: "`nvidia.gpu.alert.rule` = `memory_near_full` | `memory_preallocated` | `memory_leak` | `temperature_high` | `clocks_power_capped` | `clocks_slowdown` | `input_starvation` | `utilization_imbalance` | `tensor_cores_idle` | `memory_bound` | `gpu_lost` | `xid`; `nvidia.gpu.alert.state` = `firing` | `resolved`; `nvidia.gpu.alert.severity` = `info` | `warning` | `critical`; `hw.id` (the GPU the alert names)",
     source: "the rules engine (`src/rules/`), at each transition",
 };
 
@@ -617,7 +684,11 @@ pub fn device_state(d: &DeviceSample) -> &'static str {
 
 /// The attributes every data point of this device carries (see [`COMMON_ATTRIBUTES`]).
 pub fn device_attributes(d: &DeviceSample) -> Vec<KeyValue> {
-    info_attributes(&d.info)
+    let mut v = info_attributes(&d.info);
+    if let Some(mode) = d.sharing {
+        v.push(KeyValue::new(SHARING, mode.as_str()));
+    }
+    v
 }
 
 /// [`device_attributes`] from the static facts alone (for events and recorded metrics).
@@ -721,6 +792,33 @@ pub fn markdown() -> String {
             cell(d.source),
             cell(age(d.group)),
             cell(d.description)
+        ));
+    }
+    s.push_str(
+        "\n## Valid ranges\n\n\
+         NVML answers some values it does not have with `NVML_SUCCESS` and a sentinel \
+         (`0xFFFFFFFF` for a temperature or power, 255 or 0 for the HBM temperature of a GPU \
+         without that sensor, -1 as a signed field value, all-ones counters). A reading outside \
+         its range below is dropped by the sampler before anything sees the sample: the value \
+         is absent (not exported, not judged by the rules, not a run-report peak, an empty \
+         sample-log field), and one warning per GPU and reading names the value and the range \
+         (`src/sampling/bounds.rs`).\n\n",
+    );
+    s.push_str("| reading | valid (NVML unit) | metrics | why |\n| --- | --- | --- | --- |\n");
+    for b in bounds::BOUNDS {
+        let metrics: Vec<String> = VALID_RANGES
+            .iter()
+            .filter(|(r, _)| *r == b.reading)
+            .flat_map(|(_, m)| m.iter().map(|n| format!("`{n}`")))
+            .collect();
+        s.push_str(&format!(
+            "| {} | {} to {} {} | {} | {} |\n",
+            b.name,
+            b.min,
+            b.max,
+            b.unit,
+            metrics.join(", "),
+            cell(b.why)
         ));
     }
     s.push_str(
@@ -858,6 +956,34 @@ mod tests {
             attr(&status[0], "hw.driver_version").as_deref(),
             Some("580.159.04")
         );
+    }
+
+    #[test]
+    fn every_reading_and_metric_has_a_valid_range() {
+        for b in bounds::BOUNDS {
+            assert!(
+                VALID_RANGES.iter().any(|(r, _)| *r == b.reading),
+                "{:?} holds no metric",
+                b.reading
+            );
+        }
+        for (r, names) in VALID_RANGES {
+            for n in *names {
+                assert!(
+                    CATALOGUE.iter().any(|d| d.name == *n),
+                    "{r:?}: no metric {n}"
+                );
+            }
+        }
+        for d in CATALOGUE {
+            assert!(
+                VALID_RANGES
+                    .iter()
+                    .any(|(_, names)| names.contains(&d.name)),
+                "{} has no valid range",
+                d.name
+            );
+        }
     }
 
     #[test]

@@ -120,6 +120,72 @@ def env_map(container):
     return out
 
 
+# Downward API values for rendered pods, as the kubelet would fill them.
+FIELD_VALUES = {
+    "metadata.name": "resnet-train-0",
+    "metadata.uid": "4f1c7e2a-0000-4000-8000-000000000001",
+    "metadata.namespace": "ml",
+    "spec.nodeName": "gpu-node-7",
+    "status.hostIP": "10.0.0.7",
+}
+
+
+def kube_env(container, fields=FIELD_VALUES, secrets=None):
+    """The environment the kubelet gives `container`: fieldRefs from `fields`, secretKeyRefs
+    from `secrets` {(name, key): value}, and `$(VAR)` references to variables defined
+    earlier in the list expanded (`$$` is a literal `$`), as Kubernetes does."""
+    out = {}
+    for e in container.get("env") or []:
+        if "value" in e:
+            value = re.sub(
+                r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                lambda m: "$" if m.group(0) == "$$" else out.get(m.group(1), m.group(0)),
+                e["value"],
+            )
+        else:
+            src = e["valueFrom"]
+            if "fieldRef" in src:
+                value = fields[src["fieldRef"]["fieldPath"]]
+            elif "secretKeyRef" in src:
+                ref = src["secretKeyRef"]
+                value = (secrets or {})[(ref["name"], ref["key"])]
+            else:
+                raise AssertionError(f"unhandled env source {src}")
+        out[e["name"]] = value
+    return out
+
+
+@pytest.fixture(scope="session")
+def agent_binary():
+    """The agent binary: $GPU_SIDECAR_BINARY, else target/release, else target/debug. Without
+    one the test skips, unless REQUIRE_RELEASE_BINARY=1 (CI builds it first)."""
+    candidates = [os.environ.get("GPU_SIDECAR_BINARY")] + [
+        str(ROOT / "target" / p / "gpu-otel-sidecar") for p in ("release", "debug")
+    ]
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    if os.environ.get("REQUIRE_RELEASE_BINARY") == "1":
+        pytest.fail("no agent binary (cargo build --release)")
+    pytest.skip("no agent binary; build it to run its config check on rendered charts")
+
+
+def check_config(binary, env):
+    """Runs `gpu-otel-sidecar check-config` with exactly `env` (plus PATH): (rc, stdout JSON or
+    None, stderr)."""
+    import json
+
+    proc = subprocess.run(
+        [binary, "check-config"],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    parsed = json.loads(proc.stdout) if proc.returncode == 0 else None
+    return proc.returncode, parsed, proc.stderr
+
+
 # ---------------------------------------------------------------------------------------
 # docs/metrics.md and the collector's Prometheus translation
 
@@ -329,12 +395,34 @@ def promql_refs(expr):
     return metrics, labels
 
 
+README = ROOT / "README.md"
+
+
+def parse_self_metrics(path=README):
+    """[(name, instrument, unit)] of the agent's own metrics, from the README's table rows
+    `| `gpu_sidecar.…` | instrument | `unit` | …`, and their attribute names."""
+    metrics, attributes = [], set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cells = _cells(line)
+        if not cells or len(cells) < 4:
+            continue
+        m = re.fullmatch(r"`(gpu_sidecar\.[a-z0-9_.]+)`", cells[0])
+        unit = re.fullmatch(r"`([^`]*)`", cells[2])
+        if m and unit:
+            metrics.append((m.group(1), cells[1], unit.group(1)))
+            attributes |= set(re.findall(r"`([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+)`", cells[3]))
+    return metrics, attributes
+
+
 @pytest.fixture(scope="session")
 def metrics_catalogue():
     metrics, attributes = parse_metrics_doc()
     assert metrics, "docs/metrics.md has no metric rows"
+    own, own_attributes = parse_self_metrics()
+    assert own, "README lists no gpu_sidecar.* self-metric"
+    attributes = attributes | own_attributes
     prom = {}
-    for name, instrument, unit in metrics:
+    for name, instrument, unit in metrics + own:
         for p in prometheus_names(name, unit, instrument):
             prom[p] = name
     labels = {prometheus_label(a) for a in attributes | RESOURCE_ATTRIBUTES} | PROMETHEUS_LABELS

@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from conftest import DOCKER, ROOT, load_yaml
+from conftest import DOCKER, ROOT, check_config, load_yaml
 
 COMPOSE = DOCKER / "compose.yaml"
 COLLECTOR = DOCKER / "otel-collector.yaml"
@@ -108,6 +108,14 @@ def test_sidecar_exports_to_the_collector(compose, collector):
     assert env["OTEL_METRIC_EXPORT_INTERVAL"].isdigit()
 
 
+def test_sidecar_environment_passes_the_agents_config_check(compose, agent_binary):
+    env = {k: str(v) for k, v in compose["services"]["gpu-sidecar"]["environment"].items()}
+    rc, out, err = check_config(agent_binary, env)
+    assert rc == 0, f"the agent refuses the compose environment: {err}"
+    assert out["resource"]["container.name"] == "trainer"
+    assert out["otlp"]["metrics_endpoint"] == env["OTEL_EXPORTER_OTLP_ENDPOINT"]
+
+
 def test_collector_mounted_with_its_config(compose):
     c = compose["services"]["otel-collector"]
     assert "opentelemetry-collector-contrib" in c["image"]
@@ -145,11 +153,17 @@ def test_collector_pipelines_reference_defined_components(collector):
     for ext in collector["service"].get("extensions") or []:
         assert ext in collector["extensions"], f"extension {ext!r} not defined"
         assert ext.split("/")[0] in KNOWN_TYPES["extensions"]
-    # OTLP in over both transports; Prometheus out with the resource as labels.
+    # OTLP in over both transports; Prometheus out.
     assert {"grpc", "http"} <= set(collector["receivers"]["otlp"]["protocols"])
     assert "prometheus" in pipelines["metrics"]["exporters"]
     assert any(e.split("/")[0] == "debug" for e in pipelines["metrics"]["exporters"])
-    assert collector["exporters"]["prometheus"]["resource_to_telemetry_conversion"]["enabled"] is True
+    # The exporter's default shapes (resource on target_info; job/instance on every series),
+    # which the rules and the dashboard are written and tested for.
+    prom = collector["exporters"]["prometheus"]
+    assert not (prom.get("resource_to_telemetry_conversion") or {}).get("enabled"), prom
+    assert prom.get("add_metric_suffixes", True) is True
+    # A stopped sidecar's series do not linger for the default 5 minutes.
+    assert prom["metric_expiration"] in ("30s", "1m"), prom
     # The processors run memory_limiter first, as the collector's docs ask.
     for p in pipelines.values():
         procs = p.get("processors") or []
@@ -167,6 +181,8 @@ def test_prometheus_scrapes_the_collector_and_loads_the_rules(compose, collector
     port = collector["exporters"]["prometheus"]["endpoint"].rsplit(":", 1)[1]
     targets = [t for sc in cfg["scrape_configs"] for s in sc["static_configs"] for t in s["targets"]]
     assert f"otel-collector:{port}" in targets
+    # job/instance are the sidecars' (service.name, service.instance.id), not the collector's.
+    assert all(sc.get("honor_labels") is True for sc in cfg["scrape_configs"])
     rule_globs = cfg["rule_files"]
     rule_mounts = [(target, host) for target, (host, ro) in m.items() if Path(host).name == "prometheus-rules.yaml"]
     assert rule_mounts, "rules file not mounted"

@@ -8,7 +8,18 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import CHART, DOCKER, ROOT, env_map, helm_template, load_yaml, render, sidecar_of
+from conftest import (
+    CHART,
+    DOCKER,
+    ROOT,
+    check_config,
+    env_map,
+    helm_template,
+    kube_env,
+    load_yaml,
+    render,
+    sidecar_of,
+)
 
 VALUES = load_yaml(CHART / "values.yaml")
 SIDECAR = VALUES["containerName"]
@@ -371,3 +382,75 @@ def test_injection_into_another_chart(helm, parent_chart, mode, visibility):
 def test_lint_strict_for_the_parent_chart(helm, parent_chart):
     proc = subprocess.run([helm, "lint", "--strict", str(parent_chart)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- the agent reads what the chart writes -------------------------------------------------
+
+# Values that a plain printf turned into a string the agent refuses (a comma), or changed
+# (a number YAML reads as a float, 12345678 -> 1.2345678e+07), or that need encoding.
+AWKWARD_ATTRIBUTES = {
+    "team": "vision, research",
+    "formula": "a=b+c",
+    "note": "  padded space ",
+    "city": "Zürich 東京",
+    "pct": "100%",
+    "literal": "%2C is a comma",
+    "run.id": 12345678,
+    "big": 123456789012,
+    "ratio": 0.25,
+    "enabled": True,
+}
+# As written in values.yaml.
+AWKWARD_EXPECTED = {
+    "team": "vision, research",
+    "formula": "a=b+c",
+    "note": "  padded space ",
+    "city": "Zürich 東京",
+    "pct": "100%",
+    "literal": "%2C is a comma",
+    "run.id": "12345678",
+    "big": "123456789012",
+    "ratio": "0.25",
+    "enabled": "true",
+}
+
+
+def test_resource_attributes_reach_the_agent_as_written(helm, agent_binary, tmp_path):
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump({"telemetry": {"resourceAttributes": AWKWARD_ATTRIBUTES}}, allow_unicode=True),
+        encoding="utf-8",
+    )
+    r = render(helm, extra_args=["-f", str(values)])
+    _, sc = sidecar_of(r.pod_spec, SIDECAR)
+    rc, out, err = check_config(agent_binary, kube_env(sc))
+    assert rc == 0, f"the agent refuses the rendered environment: {err}"
+    resource = out["resource"]
+    for key, want in AWKWARD_EXPECTED.items():
+        assert resource.get(key) == want, f"{key}: {resource.get(key)!r} != {want!r}"
+    # The pod's identity came through the Downward API.
+    assert resource["k8s.pod.name"] == "resnet-train-0"
+    assert resource["service.instance.id"] == f"ml.resnet-train-0.{TRAINER}"
+
+
+@pytest.mark.parametrize("mode", ["native", "classic"])
+@pytest.mark.parametrize("visibility", sorted(VISIBILITY))
+def test_rendered_environment_passes_the_agents_config_check(helm, agent_binary, mode, visibility):
+    sets = [f"mode={mode}", *VISIBILITY[visibility], "collector.headers.secretName=otlp",
+            "collector.headers.secretKey=headers"]
+    r = render(helm, *sets)
+    _, sc = sidecar_of(r.pod_spec, SIDECAR)
+    env = kube_env(sc, secrets={("otlp", "headers"): "authorization=Bearer%20t0k"})
+    rc, out, err = check_config(agent_binary, env)
+    assert rc == 0, f"the agent refuses the rendered environment: {err}"
+    assert out["otlp"]["metrics_endpoint"] == "http://10.0.0.7:4317"
+    assert out["otlp"]["header_names"] == ["authorization"]
+
+
+@pytest.mark.parametrize("key", ["a,b", "a=b", "a b", "50%"])
+def test_resource_attribute_keys_the_agent_cannot_read_are_refused(helm, key, tmp_path):
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"telemetry": {"resourceAttributes": {key: "x"}}}))
+    proc = helm_template(helm, "-f", str(values), check=False)
+    assert proc.returncode != 0
+    assert "telemetry.resourceAttributes key" in proc.stderr, proc.stderr

@@ -88,7 +88,10 @@ def test_dashboard_is_wellformed():
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids)), "duplicate panel ids"
     var_names = {v["name"] for v in dash["templating"]["list"]}
-    assert {"datasource", "gpu", "pod"} <= var_names
+    # The sidecar picker is the instance (service.instance.id), which every sidecar has, in
+    # Kubernetes or not; a pod picker was empty outside Kubernetes.
+    assert {"datasource", "gpu", "instance"} <= var_names
+    assert "pod" not in var_names
     for title, t in targets:
         assert t.get("expr"), f"panel {title!r}: empty query"
         assert t["datasource"]["uid"] == "${datasource}", f"panel {title!r}: datasource not the variable"
@@ -132,24 +135,51 @@ def test_dashboard_variables_use_exported_names(metrics_catalogue):
         assert (labels | {m.group(2)}) <= metrics_catalogue["labels"], f"variable {v['name']}: {labels}"
 
 
+def test_dashboard_counts_only_reporting_sidecars():
+    # A stopped sidecar's series linger in the exporter (metric_expiration): every GPU query
+    # keeps only sidecars whose last export is recent, and none groups by k8s labels (absent
+    # outside Kubernetes, and on target_info only with the exporter's default settings).
+    _, targets = dashboard_targets()
+    for title, t in targets:
+        if "ALERTS" in t["expr"]:
+            continue
+        assert "gpu_sidecar_export_last_success_seconds" in t["expr"], f"panel {title!r}: {t['expr']}"
+        assert "k8s_" not in t["expr"], f"panel {title!r}: {t['expr']}"
+
+
 # --- the alert rules ---
 
 
-def rules():
+def all_rules():
     doc = load_yaml(RULES)
     return [r for g in doc["groups"] for r in g["rules"]]
 
 
+def rules():
+    return [r for r in all_rules() if "alert" in r]
+
+
 def test_rules_use_exported_names(metrics_catalogue):
-    known = set(metrics_catalogue["prometheus"])
-    for r in rules():
+    records = {r["record"] for r in all_rules() if "record" in r}
+    known = set(metrics_catalogue["prometheus"]) | records | {"target_info"}
+    for r in all_rules():
+        name = r.get("alert") or r["record"]
         metrics, labels = promql_refs(r["expr"])
-        assert metrics, f"{r['alert']}: no metric"
-        assert metrics <= known, f"{r['alert']}: {sorted(metrics - known)} not exported"
-        assert labels <= metrics_catalogue["labels"], f"{r['alert']}: labels {sorted(labels - metrics_catalogue['labels'])}"
+        assert metrics, f"{name}: no metric"
+        assert metrics <= known, f"{name}: {sorted(metrics - known)} not exported"
+        assert labels <= metrics_catalogue["labels"], f"{name}: labels {sorted(labels - metrics_catalogue['labels'])}"
         for text in r.get("annotations", {}).values():
             for label in re.findall(r"\$labels\.([A-Za-z_][A-Za-z0-9_]*)", text):
-                assert label in metrics_catalogue["labels"], f"{r['alert']}: annotation label {label}"
+                assert label in metrics_catalogue["labels"], f"{name}: annotation label {label}"
+
+
+def test_every_alert_counts_only_reporting_sidecars_and_groups_by_instance():
+    for r in rules():
+        metrics, _ = promql_refs(r["expr"])
+        assert "gpu_sidecar:reporting" in metrics, f"{r['alert']}: not joined with gpu_sidecar:reporting"
+        # A sidecar is (job, instance); pod labels come from target_info and may be absent.
+        for by in re.findall(r"\bby\s*\(([^)]*)\)", r["expr"]):
+            assert {x.strip() for x in by.split(",")} == {"job", "instance"}, f"{r['alert']}: by ({by})"
 
 
 def test_rules_have_the_required_alerts():

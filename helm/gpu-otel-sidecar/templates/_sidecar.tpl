@@ -107,6 +107,30 @@ them may be empty and the list has nothing else (initContainers in classic mode)
 {{- end }}
 {{- end }}
 
+{{/*
+Internal: OTEL_RESOURCE_ATTRIBUTES from a map, written as the agent (and every OTel SDK)
+reads it: `key=value` pairs joined by commas, sorted by key, each value percent-encoded
+(everything but letters, digits and `-_.~`: a comma, `=`, `%`, a space or non-ASCII
+text stays the value it was). A number is written as in values.yaml where YAML kept it
+exactly (Helm reads 12345678 as a float: it is written 12345678, not 1.2345678e+07); quote
+a value in values.yaml to keep it as written in every case. A key must be non-empty and
+hold no comma, `=`, space or `%`.
+*/}}
+{{- define "gpu-otel-sidecar.resourceAttributes" -}}
+{{- $pairs := list }}
+{{- range $k, $val := . }}
+{{- if or (eq $k "") (regexMatch "[,=%\\s]" $k) }}
+{{- fail (printf "gpu-otel-sidecar: telemetry.resourceAttributes key %q: a key must be non-empty, without comma, '=', '%%' or spaces" $k) }}
+{{- end }}
+{{- $text := toString $val }}
+{{- if and (kindIs "float64" $val) (eq (float64 (int64 $val)) $val) }}
+{{- $text = toString (int64 $val) }}
+{{- end }}
+{{- $pairs = append $pairs (printf "%s=%s" $k (urlquery $text | replace "+" "%20")) }}
+{{- end }}
+{{- join "," (sortAlpha $pairs) }}
+{{- end }}
+
 {{/* Internal: image reference. Takes (dict "root" "values"). */}}
 {{- define "gpu-otel-sidecar.image" -}}
 {{- $root := .root }}
@@ -172,12 +196,8 @@ them may be empty and the list has nothing else (initContainers in classic mode)
 - name: OTEL_SERVICE_NAME
   value: {{ $v.telemetry.serviceName | quote }}
 {{- with $v.telemetry.resourceAttributes }}
-{{- $pairs := list }}
-{{- range $k, $val := . }}
-{{- $pairs = append $pairs (printf "%s=%v" $k $val) }}
-{{- end }}
 - name: OTEL_RESOURCE_ATTRIBUTES
-  value: {{ join "," (sortAlpha $pairs) | quote }}
+  value: {{ include "gpu-otel-sidecar.resourceAttributes" . | quote }}
 {{- end }}
 - name: OTEL_METRIC_EXPORT_INTERVAL
   value: {{ $v.telemetry.exportIntervalMillis | int | toString | quote }}

@@ -92,16 +92,52 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
     data: *mut EventData,
     timeout_ms: u32,
 ) -> u32 {
-    guard("nvmlEventSetWait_v2", || {
+    wait(
+        "nvmlEventSetWait_v2",
+        set,
+        data.is_null(),
+        timeout_ms,
+        |ev| data.write(ev),
+    )
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetWait(
+    set: *mut c_void,
+    data: *mut EventDataV1,
+    timeout_ms: u32,
+) -> u32 {
+    wait("nvmlEventSetWait", set, data.is_null(), timeout_ms, |ev| {
+        // The v1 structure: no instance ids.
+        data.write(EventDataV1 {
+            device: ev.device,
+            eventType: ev.eventType,
+            eventData: ev.eventData,
+        })
+    })
+}
+
+/// Both versions of the wait; `write` stores the event in the caller's structure.
+unsafe fn wait(
+    name: &'static str,
+    set: *mut c_void,
+    data_is_null: bool,
+    timeout_ms: u32,
+    write: impl FnOnce(EventData),
+) -> u32 {
+    let mut write = Some(write);
+    guard(name, || {
         let l = initialized()?;
-        if data.is_null() {
+        if data_is_null {
             return Err(INVALID_ARGUMENT);
         }
         let key = set as usize;
         if !with_sets(|m| m.contains_key(&key)) {
             return Err(INVALID_ARGUMENT);
         }
-        runtime::apply_faults(l, "nvmlEventSetWait_v2", None, runtime::elapsed(l))?;
+        runtime::apply_faults(l, name, None, runtime::elapsed(l))?;
         let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
         let events = &l.scenario.events;
         loop {
@@ -145,14 +181,16 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
             if let Some(i) = found {
                 let ev = &events[i];
                 let bits = ev.kind.bits().unwrap_or(0);
-                data.write(EventData {
-                    // like NVML: the physical device; a MIG event carries the instance ids
-                    device: l.handle(ev.device),
-                    eventType: bits,
-                    eventData: ev.data,
-                    gpuInstanceId: ev.gpu_instance_id.unwrap_or(NO_VALUE),
-                    computeInstanceId: ev.compute_instance_id.unwrap_or(NO_VALUE),
-                });
+                if let Some(write) = write.take() {
+                    write(EventData {
+                        // like NVML: the physical device; a MIG event carries the instance ids
+                        device: l.handle(ev.device),
+                        eventType: bits,
+                        eventData: ev.data,
+                        gpuInstanceId: ev.gpu_instance_id.unwrap_or(NO_VALUE),
+                        computeInstanceId: ev.compute_instance_id.unwrap_or(NO_VALUE),
+                    });
+                }
                 return Ok(());
             }
             let now = Instant::now();

@@ -249,28 +249,60 @@ fn copy_c(dst: &mut [c_char], s: &str) {
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Device, pci: *mut PciInfo) -> u32 {
     dev_call("nvmlDeviceGetPciInfo_v3", device, |c| {
-        let bus_id = c.dev.spec.pci_bus_id.as_ref().ok_or(NOT_SUPPORTED)?;
-        let (domain, bus, dev) = parse_bus_id(bus_id).ok_or(NOT_SUPPORTED)?;
-        if pci.is_null() {
-            return Err(INVALID_ARGUMENT);
-        }
-        let mut info = PciInfo {
-            busIdLegacy: [0; 16],
-            domain,
-            bus,
-            device: dev,
-            pciDeviceId: c.dev.spec.pci_device_id.unwrap_or(0),
-            pciSubSystemId: c.dev.spec.pci_sub_system_id.unwrap_or(0),
-            busId: [0; 32],
-        };
-        copy_c(&mut info.busId, bus_id);
-        // legacy form: 4-digit domain
-        let func = bus_id.rsplit('.').next().unwrap_or("0");
-        let legacy = format!("{:04x}:{:02x}:{:02x}.{}", domain & 0xffff, bus, dev, func);
-        copy_c(&mut info.busIdLegacy, &legacy.to_uppercase());
-        pci.write(info);
-        Ok(())
+        pci_info(c, pci, true)
     })
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v2(device: Device, pci: *mut PciInfo) -> u32 {
+    dev_call("nvmlDeviceGetPciInfo_v2", device, |c| {
+        pci_info(c, pci, false)
+    })
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo(device: Device, pci: *mut PciInfo) -> u32 {
+    dev_call("nvmlDeviceGetPciInfo", device, |c| pci_info(c, pci, false))
+}
+
+/// Fills `pci`: with `v3`, the whole `nvmlPciInfo_t`; else as the older calls do, only its
+/// first 36 bytes (`busIdLegacy`, domain, bus, device, ids), the part every version shares.
+unsafe fn pci_info(c: &Ctx, pci: *mut PciInfo, v3: bool) -> Ret {
+    let bus_id = c.dev.spec.pci_bus_id.as_ref().ok_or(NOT_SUPPORTED)?;
+    let (domain, bus, dev) = parse_bus_id(bus_id).ok_or(NOT_SUPPORTED)?;
+    if pci.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    let mut info = PciInfo {
+        busIdLegacy: [0; 16],
+        domain,
+        bus,
+        device: dev,
+        pciDeviceId: c.dev.spec.pci_device_id.unwrap_or(0),
+        pciSubSystemId: c.dev.spec.pci_sub_system_id.unwrap_or(0),
+        busId: [0; 32],
+    };
+    copy_c(&mut info.busId, bus_id);
+    // legacy form: 4-digit domain
+    let func = bus_id.rsplit('.').next().unwrap_or("0");
+    let legacy = format!("{:04x}:{:02x}:{:02x}.{}", domain & 0xffff, bus, dev, func);
+    copy_c(&mut info.busIdLegacy, &legacy.to_uppercase());
+    if v3 {
+        pci.write(info);
+    } else {
+        let p = &mut *pci;
+        p.busIdLegacy = info.busIdLegacy;
+        p.domain = info.domain;
+        p.bus = info.bus;
+        p.device = info.device;
+        p.pciDeviceId = info.pciDeviceId;
+        p.pciSubSystemId = info.pciSubSystemId;
+    }
+    Ok(())
 }
 
 /// # Safety
@@ -630,8 +662,14 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     })
 }
 
-/// The two-call protocol of the running-process lists.
-unsafe fn processes(list: &[Vec<u64>], count: *mut u32, infos: *mut ProcessInfo) -> Ret {
+/// The two-call protocol of the running-process lists; `write(i, entry)` writes entry `i`
+/// in the version's layout.
+unsafe fn process_list(
+    list: &[Vec<u64>],
+    count: *mut u32,
+    buffer_is_null: bool,
+    mut write: impl FnMut(usize, &[u64]),
+) -> Ret {
     if count.is_null() {
         return Err(INVALID_ARGUMENT);
     }
@@ -640,21 +678,116 @@ unsafe fn processes(list: &[Vec<u64>], count: *mut u32, infos: *mut ProcessInfo)
         *count = 0;
         return Ok(());
     }
-    if infos.is_null() || (*count as usize) < n {
+    if buffer_is_null || (*count as usize) < n {
         *count = n as u32;
         return Err(INSUFFICIENT_SIZE);
     }
     for (i, p) in list.iter().enumerate() {
-        let as_u32 = |v: u64| u32::try_from(v).unwrap_or(NO_VALUE);
+        write(i, p);
+    }
+    *count = n as u32;
+    Ok(())
+}
+
+fn as_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(NO_VALUE)
+}
+
+/// `nvmlProcessInfo_v2_t` entries (the `_v2` and `_v3` calls).
+unsafe fn processes(list: &[Vec<u64>], count: *mut u32, infos: *mut ProcessInfo) -> Ret {
+    process_list(list, count, infos.is_null(), |i, p| {
         infos.add(i).write(ProcessInfo {
             pid: as_u32(p[0]),
             usedGpuMemory: p[1],
             gpuInstanceId: p.get(2).map_or(NO_VALUE, |v| as_u32(*v)),
             computeInstanceId: p.get(3).map_or(NO_VALUE, |v| as_u32(*v)),
-        });
+        })
+    })
+}
+
+/// `nvmlProcessInfo_v1_t` entries (the v1 calls).
+unsafe fn processes_v1(list: &[Vec<u64>], count: *mut u32, infos: *mut ProcessInfoV1) -> Ret {
+    process_list(list, count, infos.is_null(), |i, p| {
+        infos.add(i).write(ProcessInfoV1 {
+            pid: as_u32(p[0]),
+            usedGpuMemory: p[1],
+        })
+    })
+}
+
+/// The row's MPS client list; absent: none (SUCCESS, count 0), as on a GPU without MPS.
+fn mps_list(c: &Ctx) -> Vec<Vec<u64>> {
+    match c.dev.timeline.at(c.e) {
+        Some((r, _)) => r.mps_processes.clone().unwrap_or_default(),
+        None => Vec::new(),
     }
-    *count = n as u32;
-    Ok(())
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
+    device: Device,
+    count: *mut u32,
+    infos: *mut ProcessInfo,
+) -> u32 {
+    dev_call("nvmlDeviceGetComputeRunningProcesses_v2", device, |c| {
+        let list = c.row()?.processes.as_ref().ok_or(NOT_SUPPORTED)?;
+        processes(list, count, infos)
+    })
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
+    device: Device,
+    count: *mut u32,
+    infos: *mut ProcessInfoV1,
+) -> u32 {
+    dev_call("nvmlDeviceGetComputeRunningProcesses", device, |c| {
+        let list = c.row()?.processes.as_ref().ok_or(NOT_SUPPORTED)?;
+        processes_v1(list, count, infos)
+    })
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    device: Device,
+    count: *mut u32,
+    infos: *mut ProcessInfo,
+) -> u32 {
+    dev_call("nvmlDeviceGetMPSComputeRunningProcesses_v3", device, |c| {
+        processes(&mps_list(c), count, infos)
+    })
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v2(
+    device: Device,
+    count: *mut u32,
+    infos: *mut ProcessInfo,
+) -> u32 {
+    dev_call("nvmlDeviceGetMPSComputeRunningProcesses_v2", device, |c| {
+        processes(&mps_list(c), count, infos)
+    })
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses(
+    device: Device,
+    count: *mut u32,
+    infos: *mut ProcessInfoV1,
+) -> u32 {
+    dev_call("nvmlDeviceGetMPSComputeRunningProcesses", device, |c| {
+        processes_v1(&mps_list(c), count, infos)
+    })
 }
 
 /// # Safety

@@ -243,6 +243,7 @@ pub struct Row {
     pub ecc_uncorrected_aggregate: Option<u64>,
     pub processes: Option<Vec<Vec<u64>>>,
     pub graphics_processes: Option<Vec<Vec<u64>>>,
+    pub mps_processes: Option<Vec<Vec<u64>>>,
     pub process_util: Option<Vec<Vec<u64>>>,
     pub pcie_tx_kbps: Option<u32>,
     pub pcie_rx_kbps: Option<u32>,
@@ -419,6 +420,7 @@ fn validate_row(r: &Row) -> Result<(), String> {
     for (name, list) in [
         ("processes", &r.processes),
         ("graphics_processes", &r.graphics_processes),
+        ("mps_processes", &r.mps_processes),
     ] {
         if let Some(list) = list {
             for p in list {

@@ -52,6 +52,13 @@ pub struct ProcessInfo {
     pub computeInstanceId: u32,
 }
 
+/// `nvmlProcessInfo_v1_t`: what `nvmlDeviceGetComputeRunningProcesses` (v1) writes.
+#[repr(C)]
+pub struct ProcessInfoV1 {
+    pub pid: u32,
+    pub usedGpuMemory: u64,
+}
+
 #[repr(C)]
 pub struct FieldValue {
     pub fieldId: u32,
@@ -78,6 +85,14 @@ pub struct ProcessUtilizationSample {
     pub memUtil: u32,
     pub encUtil: u32,
     pub decUtil: u32,
+}
+
+/// The structure `nvmlEventSetWait` (v1) writes: no instance ids.
+#[repr(C)]
+pub struct EventDataV1 {
+    pub device: Device,
+    pub eventType: u64,
+    pub eventData: u64,
 }
 
 #[repr(C)]
