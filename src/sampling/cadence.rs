@@ -3,12 +3,14 @@
 //! The sampler knows the export schedule (`OTEL_METRIC_EXPORT_INTERVAL`): a tick is an
 //! *export tick* when an export is due at its start (within half a sample interval), and its
 //! snapshot is marked so ([`crate::sampling::Snapshot::export`]); the export clock exports
-//! exactly those. The slow groups (energy, GPM, per-process utilization, PCIe throughput)
-//! are read only on export ticks, each when its own interval has passed since its last
-//! read (so at every Nth export for an interval N exports long), and a value is in the
-//! snapshot of the tick that read it only: never carried into later snapshots with later
-//! times. An exported point is therefore never older than the tick that exported it.
-//! The final sample at shutdown reads every group.
+//! exactly those. A slow group (energy, GPM, per-process utilization, PCIe throughput) whose
+//! interval is the export interval or longer is read on export ticks only, when its interval
+//! has passed since its last read (so at every Nth export for an interval N exports long).
+//! One whose interval is shorter is read at its own cadence and at every export tick (the
+//! reads between exports reach the rules and the run report, not the exporter). A value is
+//! in the snapshot of the tick that read it only: never carried into later snapshots with
+//! later times, so an exported point is never older than the tick that exported it. The
+//! final sample at shutdown reads every group.
 
 use std::time::{Duration, Instant};
 
@@ -116,21 +118,27 @@ impl Cadence {
     pub fn tick(&mut self, now: Instant) -> Due {
         let mut due = Due::default();
         let export = self.next_export.is_none_or(|at| now + self.tolerance >= at);
-        if !export {
-            return due;
+        if export {
+            due.export = true;
+            let mut next = self.next_export.unwrap_or(now) + self.export_interval;
+            if next <= now {
+                // Ticks ran late (a slow driver call, NVML down): restart the schedule rather
+                // than exporting several ticks in a row.
+                next = now + self.export_interval;
+            }
+            self.next_export = Some(next);
         }
-        due.export = true;
-        let mut next = self.next_export.unwrap_or(now) + self.export_interval;
-        if next <= now {
-            // Ticks ran late (a slow driver call, NVML down): restart the schedule rather
-            // than exporting several ticks in a row.
-            next = now + self.export_interval;
-        }
-        self.next_export = Some(next);
         for (i, group) in SLOW_GROUPS.into_iter().enumerate() {
-            let since_ok = self.last_read[i]
-                .is_none_or(|last| now + self.tolerance >= last + self.interval(group));
-            if since_ok {
+            let interval = self.interval(group);
+            let since_ok =
+                self.last_read[i].is_none_or(|last| now + self.tolerance >= last + interval);
+            let read = if interval < self.export_interval {
+                // Its own cadence, and fresh at every export.
+                export || since_ok
+            } else {
+                export && since_ok
+            };
+            if read {
                 self.last_read[i] = Some(now);
                 due.set(group);
             }
@@ -210,6 +218,21 @@ mod tests {
             2,
             "energy at 0 s and 10 s"
         );
+    }
+
+    #[test]
+    fn groups_faster_than_exports_keep_their_cadence_and_are_fresh_at_exports() {
+        // GPM every 3 s, 1 s samples, 10 s exports: read at 0, 3, 6, 9, 10 (export), 13, ...
+        let t0 = Instant::now();
+        let intervals = SlowIntervals {
+            gpm: 3 * S,
+            ..SlowIntervals::default()
+        };
+        let mut c = Cadence::new(S, 10 * S, intervals);
+        let gpm: Vec<u32> = (0..21)
+            .filter(|&k| c.tick(t0 + S * k + Duration::from_millis(3)).gpm)
+            .collect();
+        assert_eq!(gpm, [0, 3, 6, 9, 10, 13, 16, 19, 20]);
     }
 
     #[test]

@@ -730,13 +730,13 @@ pub fn age(group: SampleGroup) -> &'static str {
             "read at every tick; in every export, read by the tick it is exported with"
         }
         SampleGroup::Energy => {
-            "read at export ticks only, every `GPU_SIDECAR_ENERGY_INTERVAL` (rounded to whole exports), and in the export of that tick only; absent from the others"
+            "read at the export tick it is exported with, every `GPU_SIDECAR_ENERGY_INTERVAL` (rounded to whole exports; at every export when shorter); absent from the other exports"
         }
         SampleGroup::Process => {
-            "read at export ticks only, every `GPU_SIDECAR_PROCESS_INTERVAL` (rounded to whole exports), and in the export of that tick only; the mean over the window since the previous read"
+            "read at the export tick it is exported with, every `GPU_SIDECAR_PROCESS_INTERVAL` (rounded to whole exports; at every export when shorter); the mean over the window since the previous read"
         }
         SampleGroup::Gpm => {
-            "read at export ticks only, every `GPU_SIDECAR_GPM_INTERVAL` (rounded to whole exports), and in the export of that tick only; the mean over the window since the previous GPM sample"
+            "read at the export tick it is exported with, every `GPU_SIDECAR_GPM_INTERVAL` (rounded to whole exports; at every export when shorter); the mean over the window since the previous GPM sample"
         }
         SampleGroup::Pcie => {
             "updated when a GPM window ends (`GPU_SIDECAR_GPM_INTERVAL`) or, on GPUs without GPM PCIe counters, at a PCIe throughput read (`GPU_SIDECAR_PCIE_INTERVAL`), at export ticks; in the export of that tick only"
@@ -763,8 +763,10 @@ pub fn markdown() -> String {
          are exported: one every `OTEL_METRIC_EXPORT_INTERVAL`). A value not read at an exported tick is \
          not in that export: nothing is carried from an earlier read under a later time. The fast group \
          is read at every tick; each slow group (energy, per-process utilization, GPM, PCIe throughput) at \
-         export ticks only, every N-th export for its interval (column *age*); the final sample at \
-         shutdown reads every group. Reading a tick takes under 1 ms per GPU for the fast group; the \
+         export ticks, every N-th export for an interval of N exports (column *age*), and when its \
+         interval is shorter than the export interval also at its own cadence between exports (those \
+         reads reach the rules and the run report, not the exporter); the final sample at shutdown \
+         reads every group. Reading a tick takes under 1 ms per GPU for the fast group; the \
          energy counter costs ~4 ms of CPU per GPU on an H200 (which is why it has its own interval).\n\n\
          **Start times.** A counter (sum) read from a total counts from the agent's first reading of \
          that series: its first point has that reading's time as start time and the value 0 (NVML's \
