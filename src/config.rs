@@ -284,8 +284,8 @@ pub struct OtlpConfig {
 }
 
 /// How often each slow group of NVML calls is made (the fast fields are read every sample
-/// interval, static facts once per NVML session). Each is rounded to a whole number of
-/// sample intervals, at least one; see [`SlowIntervals::every`].
+/// interval, static facts once per NVML session); at which ticks:
+/// [`crate::sampling::cadence`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowIntervals {
     /// Per-process utilization (`nvmlDeviceGetProcessUtilization`, ~2 ms on an H200),
@@ -310,15 +310,6 @@ impl Default for SlowIntervals {
             energy: Duration::from_secs(10),
             pcie: Duration::from_secs(30),
         }
-    }
-}
-
-impl SlowIntervals {
-    /// `interval` as a number of sample ticks: rounded to the nearest whole number, at
-    /// least 1 (a group is never read more often than the fast fields).
-    pub fn every(interval: Duration, sample_interval: Duration) -> u64 {
-        let ticks = interval.as_secs_f64() / sample_interval.as_secs_f64().max(1e-9);
-        (ticks.round() as u64).max(1)
     }
 }
 
@@ -1606,11 +1597,6 @@ mod tests {
         assert_eq!(c.slow_intervals.process, Duration::from_secs(10));
         let e = cfg(&[("GPU_SIDECAR_PCIE_INTERVAL", "often")]).unwrap_err();
         assert_eq!(e.var, "GPU_SIDECAR_PCIE_INTERVAL");
-        let s = Duration::from_secs(5);
-        assert_eq!(SlowIntervals::every(Duration::from_secs(10), s), 2);
-        assert_eq!(SlowIntervals::every(Duration::from_secs(1), s), 1);
-        assert_eq!(SlowIntervals::every(Duration::from_secs(12), s), 2);
-        assert_eq!(SlowIntervals::every(Duration::from_secs(13), s), 3);
     }
 
     #[test]

@@ -245,8 +245,8 @@ pub struct DeviceSample {
 
 impl DeviceSample {
     /// Whether NVML answered nothing for this device at this tick: lost, or every reading
-    /// absent. The slow groups (energy, GPM, PCIe bytes, per-process utilization) carry their
-    /// last reading between reads, so they are left out of the judgement.
+    /// absent. The slow groups (energy, GPM, PCIe bytes, per-process utilization) are read
+    /// at some ticks only, so they are left out of the judgement.
     pub fn answered_nothing(&self) -> bool {
         if self.state == DeviceState::Lost {
             return true;
