@@ -2,7 +2,7 @@
 """Convert the real H200 recording into a scenario for the mock NVML library.
 
 Usage: scripts/convert-h200-fixture.py [FIXTURE_DIR] [OUTPUT]
-  FIXTURE_DIR  default: ../shared/fixtures/nvml-h200 (relative to the repository root)
+  FIXTURE_DIR  default: tests/fixtures/nvml-h200
   OUTPUT       default: tests/scenarios/h200-under-load.json; "-" writes to stdout
 
 Python 3 standard library only. The output is deterministic: running it again on the same
@@ -17,7 +17,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_FIXTURE = os.path.join(REPO, "..", "shared", "fixtures", "nvml-h200")
+DEFAULT_FIXTURE = os.path.join(REPO, "tests", "fixtures", "nvml-h200")
 DEFAULT_OUTPUT = os.path.join(REPO, "tests", "scenarios", "h200-under-load.json")
 
 NVML_BRAND_NVIDIA = 14
@@ -190,7 +190,7 @@ def main(argv):
 
     scenario = {
         "description": "Converted by scripts/convert-h200-fixture.py from the real H200 "
-                       "recording (../shared/fixtures/nvml-h200): calls-under-load.json, "
+                       "recording (tests/fixtures/nvml-h200): calls-under-load.json, "
                        "series-under-load.jsonl (118 rows, 30 s), nvidia-smi-q-idle.xml.",
         "driver_version": driver,
         "nvml_version": nvml_version,

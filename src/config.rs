@@ -345,7 +345,8 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Metrics destination, `OTEL_METRICS_EXPORTER`; default otlp.
     pub metrics_exporter: ExporterKind,
-    /// Events (OTel log records) destination, `OTEL_LOGS_EXPORTER`; default otlp.
+    /// Events (OTel log records) destination, `OTEL_LOGS_EXPORTER`; default otlp, or console
+    /// when the metrics go to the console.
     pub logs_exporter: ExporterKind,
     /// OTLP settings (used when an exporter is `otlp`).
     pub otlp: OtlpConfig,
@@ -544,7 +545,7 @@ pub static OTEL_VARIABLES: &[OtelVariable] = &[
     honoured!("OTEL_SERVICE_NAME", "`gpu-otel-sidecar`", "`service.name`", "trainer-gpus"),
     honoured!("OTEL_RESOURCE_ATTRIBUTES", "none", "`key=value,…` added to the resource; wins over the `K8S_*` variables", "team=vision"),
     honoured!("OTEL_METRICS_EXPORTER", "`otlp`", "`otlp`, `console` (one line of OTLP/JSON per export on stdout) or `none`", "console"),
-    honoured!("OTEL_LOGS_EXPORTER", "`otlp`", "events: `otlp`, `console` or `none`", "none"),
+    honoured!("OTEL_LOGS_EXPORTER", "`otlp` (`console` when `OTEL_METRICS_EXPORTER=console`)", "events: `otlp`, `console` or `none`", "none"),
     honoured!("OTEL_METRIC_EXPORT_INTERVAL", "`10000`", "milliseconds between metric exports (each right after a sample)", "2000"),
     honoured!("OTEL_METRIC_EXPORT_TIMEOUT", "`30000`", "milliseconds: bound on one metrics export, retries included (the OTLP timeout bounds it too; the smaller wins)", "4000"),
     honoured!("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "`cumulative`", "`cumulative`; `delta` (counters and the histogram delta, up-down counters cumulative); `lowmemory` (what the agent records as it happens, XIDs, alerts and sample durations, delta; counters read from NVML or its own state cumulative)", "delta"),
@@ -657,6 +658,10 @@ pub struct SampleLogConfig {
     /// grow past this many bytes, `GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES`; default 100 MiB.
     /// Not used for stdout.
     pub max_bytes: u64,
+    /// `GPU_SIDECAR_SAMPLE_INTERVAL`: a sample taken less than half of it after the
+    /// previous row (the final sample at shutdown, right after a tick) is not written, so the
+    /// log does not end with a near-copy of its last row.
+    pub sample_interval: Duration,
 }
 
 /// One alert rule's settings: `GPU_SIDECAR_RULE_<NAME>_ENABLED`, `_THRESHOLD`, and
@@ -866,6 +871,79 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "PRICE_PER_GPU_HOUR",
 ];
 
+/// Every standard `OTEL_*` variable the agent reads.
+pub const OTEL_SETTINGS: &[&str] = &[
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_LOGS_EXPORTER",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_INSECURE",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+];
+
+/// The names of every setting, for `gpu-otel-sidecar --help`: lines of at most 100
+/// characters, one group per line start (`GPU_SIDECAR_*`, the alert rules with their
+/// suffixes in braces as the README writes them, `OTEL_*`, the Downward API `K8S_*`).
+pub fn settings_help() -> String {
+    let own = KNOWN_SETTINGS
+        .iter()
+        .filter(|s| !s.starts_with("RULE_"))
+        .map(|s| format!("{PREFIX}{s}"));
+    let rules = RULES.iter().map(|r| match r.setting_suffixes().as_slice() {
+        [one] => format!("{PREFIX}RULE_{}_{one}", r.env),
+        many => format!("{PREFIX}RULE_{}_{{{}}}", r.env, many.join(",")),
+    });
+    let groups: [Vec<String>; 4] = [
+        own.collect(),
+        rules.collect(),
+        OTEL_SETTINGS.iter().map(|s| s.to_string()).collect(),
+        DOWNWARD_API.iter().map(|(v, _)| v.to_string()).collect(),
+    ];
+    let mut out = String::new();
+    for group in groups {
+        let mut line = String::from(" ");
+        for name in group {
+            if line.len() + 1 + name.len() > 100 {
+                out.push_str(&line);
+                out.push('\n');
+                line = String::from(" ");
+            }
+            line.push(' ');
+            line.push_str(&name);
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The known setting (without the prefix) nearest to `unknown`, when it is near enough to
+/// be a typo of it: normalized Damerau-Levenshtein similarity of at least 0.6 (up to four
+/// letters wrong, swapped, missing or extra in a name of ten or more).
+fn nearest_setting(unknown: &str) -> Option<&'static str> {
+    KNOWN_SETTINGS
+        .iter()
+        .map(|known| {
+            (
+                strsim::normalized_damerau_levenshtein(unknown, known),
+                *known,
+            )
+        })
+        .filter(|(similarity, _)| *similarity >= 0.6)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, known)| known)
+}
+
 /// Default `GPU_SIDECAR_HEALTH_ADDR`: every interface (kubelet probes come from the node), a
 /// port next to the Collector's health port 13133.
 pub const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:13134";
@@ -899,17 +977,14 @@ impl Config {
         for key in vars.keys() {
             if let Some(rest) = key.strip_prefix(PREFIX) {
                 if !KNOWN_SETTINGS.contains(&rest) {
+                    let hint = match nearest_setting(rest) {
+                        Some(near) => format!("did you mean {PREFIX}{near}? "),
+                        None => String::new(),
+                    };
                     return Err(ConfigError::new(
                         key,
                         &vars[key],
-                        format!(
-                            "no such setting (a typo?); the known ones are {}",
-                            KNOWN_SETTINGS
-                                .iter()
-                                .map(|s| format!("{PREFIX}{s}"))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
+                        format!("no such setting; {hint}(all settings: gpu-otel-sidecar --help)"),
                     ));
                 }
             }
@@ -924,11 +999,11 @@ impl Config {
             .as_deref()
             .filter(|v| !v.is_empty())
             .map(output_target);
-        let sample_log = parse_sample_log(&raw)?;
         let sample_interval = match raw.sample_interval.as_deref() {
             None | Some("") => Duration::from_secs(5),
             Some(v) => parse_duration("GPU_SIDECAR_SAMPLE_INTERVAL", v)?,
         };
+        let sample_log = parse_sample_log(&raw, sample_interval)?;
         let shutdown_timeout = match raw.shutdown_timeout.as_deref() {
             None | Some("") => Duration::from_secs(5),
             Some(v) => parse_duration("GPU_SIDECAR_SHUTDOWN_TIMEOUT", v)?,
@@ -1026,6 +1101,9 @@ impl Config {
             Some(v) => parse_exporter("OTEL_METRICS_EXPORTER", v)?,
         };
         let logs_exporter = match get("OTEL_LOGS_EXPORTER") {
+            // Console metrics mean "show me here": the events come along, rather than going
+            // to a collector the user did not ask for.
+            None if metrics_exporter == ExporterKind::Console => ExporterKind::Console,
             None => ExporterKind::Otlp,
             Some(v) => parse_exporter("OTEL_LOGS_EXPORTER", v)?,
         };
@@ -1166,7 +1244,10 @@ fn output_target(v: &str) -> OutputTarget {
 }
 
 /// `GPU_SIDECAR_SAMPLE_LOG*`. The format and size are validated even when the log is off.
-fn parse_sample_log(raw: &RawOwn) -> Result<Option<SampleLogConfig>, ConfigError> {
+fn parse_sample_log(
+    raw: &RawOwn,
+    sample_interval: Duration,
+) -> Result<Option<SampleLogConfig>, ConfigError> {
     let format = match raw.sample_log_format.as_deref() {
         None | Some("") | Some("csv") => SampleLogFormat::Csv,
         Some("jsonl") => SampleLogFormat::Jsonl,
@@ -1197,6 +1278,7 @@ fn parse_sample_log(raw: &RawOwn) -> Result<Option<SampleLogConfig>, ConfigError
             target: output_target(v),
             format,
             max_bytes,
+            sample_interval,
         }))
 }
 
@@ -1692,6 +1774,74 @@ mod tests {
         assert!(e.expected.contains("GPU_SIDECAR_SAMPLE_INTERVAL"));
     }
 
+    /// A misspelled name gets the one nearest name, not the list of all of them; a name
+    /// like none of them gets where they are listed.
+    #[test]
+    fn a_misspelled_setting_gets_the_nearest_name() {
+        for (typo, meant) in [
+            ("GPU_SIDECAR_SAMPEL_INTERVAL", "GPU_SIDECAR_SAMPLE_INTERVAL"),
+            (
+                "GPU_SIDECAR_SAMPLE_INTERVALL",
+                "GPU_SIDECAR_SAMPLE_INTERVAL",
+            ),
+            ("GPU_SIDECAR_DEVICE", "GPU_SIDECAR_DEVICES"),
+            ("GPU_SIDECAR_HEALTH_ADRESS", "GPU_SIDECAR_HEALTH_ADDR"),
+            ("GPU_SIDECAR_SAMPLELOG", "GPU_SIDECAR_SAMPLE_LOG"),
+            (
+                "GPU_SIDECAR_RULE_MEMORY_LEAK_TRESHOLD",
+                "GPU_SIDECAR_RULE_MEMORY_LEAK_THRESHOLD",
+            ),
+            (
+                "GPU_SIDECAR_ENERGY_INTERVALS",
+                "GPU_SIDECAR_ENERGY_INTERVAL",
+            ),
+        ] {
+            let e = cfg(&[(typo, "1")]).unwrap_err();
+            assert_eq!(e.var, typo);
+            assert!(
+                e.expected
+                    .starts_with(&format!("no such setting; did you mean {meant}? (")),
+                "{typo}: {e}"
+            );
+            assert_eq!(e.expected.matches("GPU_SIDECAR_").count(), 1, "{e}");
+            assert!(e.to_string().len() < 200, "one short line: {e}");
+        }
+        let e = cfg(&[("GPU_SIDECAR_COLOUR", "1")]).unwrap_err();
+        assert!(!e.expected.contains("did you mean"), "{e}");
+        assert!(e.expected.contains("--help"), "{e}");
+    }
+
+    #[test]
+    fn console_metrics_bring_console_events_unless_told_otherwise() {
+        let kinds = |vars: &[(&str, &str)]| {
+            let c = cfg(vars).unwrap();
+            (c.metrics_exporter, c.logs_exporter)
+        };
+        assert_eq!(kinds(&[]), (ExporterKind::Otlp, ExporterKind::Otlp));
+        assert_eq!(
+            kinds(&[("OTEL_METRICS_EXPORTER", "console")]),
+            (ExporterKind::Console, ExporterKind::Console)
+        );
+        assert_eq!(
+            kinds(&[
+                ("OTEL_METRICS_EXPORTER", "console"),
+                ("OTEL_LOGS_EXPORTER", "otlp")
+            ]),
+            (ExporterKind::Console, ExporterKind::Otlp)
+        );
+        assert_eq!(
+            kinds(&[
+                ("OTEL_METRICS_EXPORTER", "console"),
+                ("OTEL_LOGS_EXPORTER", "none")
+            ]),
+            (ExporterKind::Console, ExporterKind::None)
+        );
+        assert_eq!(
+            kinds(&[("OTEL_METRICS_EXPORTER", "none")]),
+            (ExporterKind::None, ExporterKind::Otlp)
+        );
+    }
+
     #[test]
     fn report_and_sample_log_settings() {
         let c = cfg(&[]).unwrap();
@@ -1708,6 +1858,7 @@ mod tests {
                 target: OutputTarget::Path("/var/log/gpu.csv".into()),
                 format: SampleLogFormat::Csv,
                 max_bytes: 100 * 1024 * 1024,
+                sample_interval: Duration::from_secs(5),
             })
         );
         let c = cfg(&[

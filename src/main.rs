@@ -1,8 +1,8 @@
 //! `gpu-otel-sidecar`: the agent binary. See the README for settings.
 //!
-//! Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for a bad setting (one line
-//! on stderr naming the variable), 1 if the exporter cannot be set up or the health port
-//! cannot be bound.
+//! Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for a bad setting or argument
+//! (one line on stderr naming the variable), 1 if the exporter cannot be set up or the
+//! health port cannot be bound.
 //!
 //! `gpu-otel-sidecar health` asks the local agent's `/readyz` (for a Docker `HEALTHCHECK`
 //! in an image without curl): exit 0 when ready, 1 otherwise.
@@ -28,9 +28,10 @@ use gpu_otel_sidecar::telemetry::{Telemetry, TelemetryError};
 use gpu_otel_sidecar::{attribution, health, logging, process_watch};
 
 const USAGE: &str = "\
-gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metrics over OTLP.
+gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metrics and events
+over OTLP.
 
-Usage: gpu-otel-sidecar [--help | --version]
+Usage: gpu-otel-sidecar           run the agent until SIGTERM or SIGINT
        gpu-otel-sidecar health    ask the running agent's /readyz (GPU_SIDECAR_HEALTH_ADDR);
                                   exit 0 if ready, 1 if not
        gpu-otel-sidecar check-config
@@ -38,8 +39,19 @@ Usage: gpu-otel-sidecar [--help | --version]
                                   would and print what it understood as one JSON object
                                   (resource attributes decoded); exit 0, or 2 naming the
                                   bad setting. Loads no NVML, connects nowhere.
+       gpu-otel-sidecar --help | --version
 
-Configured by environment variables (OTEL_* and GPU_SIDECAR_*); see the README.";
+Exit codes: 0 stopped cleanly; 1 could not start (OTLP exporter set-up, health port in use);
+            2 a bad setting or argument (named on stderr). `health`: 0 ready, 1 not.";
+
+/// `--help`: the usage, then every setting's name and where their defaults are written.
+fn help() -> String {
+    format!(
+        "{USAGE}\n\nSettings are environment variables; each one's default and what it accepts are in the\n\
+         README's Settings table (README.md in the source repository):\n{}",
+        gpu_otel_sidecar::config::settings_help()
+    )
+}
 
 fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
@@ -47,7 +59,7 @@ fn main() -> ExitCode {
         Some("health") => return health_command(),
         Some("check-config") => return check_config_command(),
         Some("--help" | "-h") => {
-            println!("{USAGE}");
+            print!("{}", help());
             return ExitCode::SUCCESS;
         }
         Some("--version" | "-V") => {
@@ -211,6 +223,10 @@ fn run(config: Config) -> ExitCode {
         );
     }
     gpu_otel_sidecar::telemetry::tls::install_crypto_provider();
+    if let Err(e) = gpu_otel_sidecar::telemetry::tls::check_trust_store(&config) {
+        tracing::error!("{e}");
+        return ExitCode::FAILURE;
+    }
     // The health endpoint first: it answers while the agent waits for the kubelet, and a
     // failure to serve it stops the agent before anything else has started.
     let shared = Arc::new(SharedState::default());

@@ -150,8 +150,8 @@ fn scenario_files_are_what_the_generator_writes() {
         .expect("python3 runs");
     assert!(status.success());
     for name in ["bench-8gpu.json", "bench-8gpu-mig7.json"] {
-        let fresh = std::fs::read_to_string(dir.join(name)).unwrap();
-        let committed = std::fs::read_to_string(scenario(name)).unwrap();
+        let fresh = common::read_text(dir.join(name));
+        let committed = common::read_text(scenario(name));
         assert!(
             fresh == committed,
             "{name} differs from scripts/make-bench-scenarios.py's output: run it"

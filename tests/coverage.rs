@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 const WAIT: Duration = Duration::from_secs(20);
 
 fn load(name: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(scenario(name)).unwrap()).unwrap()
+    common::read_json(scenario(name))
 }
 
 /// A private temporary file path for this test process.
@@ -121,7 +121,7 @@ fn slow_groups_run_at_their_cadence_with_gpm_and_pcie_bytes() {
     // reads every group once more. A tick that runs late moves a read by one export, so
     // the counts are checked within one read.
     let calls: BTreeMap<String, u64> =
-        serde_json::from_str(&std::fs::read_to_string(&call_log).unwrap()).unwrap();
+        serde_json::from_value(common::read_json(&call_log)).unwrap();
     let n = |sym: &str| calls.get(sym).copied().unwrap_or(0);
     let ticks = n("nvmlDeviceGetPowerUsage") / 2;
     assert!(ticks >= 12, "{calls:?}");

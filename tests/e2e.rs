@@ -7,23 +7,10 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{fixture_dir, scenario, Agent, Kind, Point, Protocol, Receiver};
+use common::{h200_recording, read_json, scenario, Agent, Kind, Point, Protocol, Receiver};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn load(path: std::path::PathBuf) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-/// The recording's rows (`series-under-load.jsonl`).
-fn recording() -> Vec<Value> {
-    std::fs::read_to_string(fixture_dir().join("series-under-load.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 fn set(values: impl IntoIterator<Item = f64>) -> BTreeSet<u64> {
     values
@@ -82,9 +69,9 @@ fn h200_end_to_end(protocol: Protocol, extra: &[(&str, &str)]) -> (Receiver, Age
         agent.dump()
     );
 
-    let scen = load(scenario("h200-under-load.json"));
+    let scen = read_json(scenario("h200-under-load.json"));
     let uuid = scen["devices"][0]["uuid"].as_str().unwrap().to_string();
-    let rec = recording();
+    let rec = h200_recording();
 
     // Power: a value of the recording, in W, on the GPU's hw.id.
     let powers = set(rec.iter().map(|r| r["power_mw"].as_f64().unwrap() / 1000.0));
@@ -322,7 +309,7 @@ fn four_gpus_with_unsupported_fields_absent() {
         "{}",
         agent.dump()
     );
-    let scen = load(scenario("four-gpu.json"));
+    let scen = read_json(scenario("four-gpu.json"));
     let devices = scen["devices"].as_array().unwrap();
     assert_eq!(devices.len(), 4);
     let status = rx.last_points("hw.status");
@@ -380,7 +367,7 @@ fn four_gpus_with_unsupported_fields_absent() {
 
 #[test]
 fn device_selection_by_index_and_uuid() {
-    let scen = load(scenario("four-gpu.json"));
+    let scen = read_json(scenario("four-gpu.json"));
     let uuid3 = scen["devices"][3]["uuid"].as_str().unwrap().to_string();
     let rx = Receiver::start(Protocol::Grpc);
     let agent = Agent::builder()
@@ -493,6 +480,56 @@ fn console_exporter_prints_otlp_json_lines_on_stdout() {
         agent.stderr_lines().iter().any(|l| l.contains("starting")),
         "logs go to stderr"
     );
+    // Console metrics bring the events to the console too (OTEL_LOGS_EXPORTER unset): the
+    // run report is printed, not sent to a collector at localhost:4317 that is not there.
+    let report = lines
+        .iter()
+        .find(|l| l.starts_with(r#"{"resourceLogs""#) && l.contains("gpu.run.report"))
+        .unwrap_or_else(|| panic!("no run report event on stdout\n{}", agent.dump()));
+    assert!(
+        report.contains("GPU-0c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5"),
+        "the report covers the replayed H200: {report}"
+    );
+    assert!(!agent.dump().contains("export failed"), "{}", agent.dump());
+}
+
+/// `--help` names every setting of the README's settings table (and nothing it lacks), the
+/// subcommand and the exit codes.
+#[test]
+fn help_lists_every_setting_and_the_subcommands() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-otel-sidecar"))
+        .arg("--help")
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let readme = common::read_text(common::workspace_root().join("README.md"));
+    let table = readme
+        .split("## Settings")
+        .nth(1)
+        .and_then(|s| s.split("\n\n").find(|p| p.starts_with("| variable |")))
+        .expect("the README's settings table");
+    let documented: BTreeSet<&str> = table
+        .lines()
+        .skip(2)
+        .flat_map(|row| row.split('|').nth(1).unwrap().split('`').skip(1).step_by(2))
+        .collect();
+    let listed: BTreeSet<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Settings are environment variables"))
+        .skip(2)
+        .flat_map(str::split_whitespace)
+        .collect();
+    assert!(documented.len() > 40, "{documented:?}");
+    assert_eq!(listed, documented, "{help}");
+    for needed in [
+        "gpu-otel-sidecar health",
+        "Exit codes: 0",
+        "1 could not start",
+        "2 a bad setting",
+    ] {
+        assert!(help.contains(needed), "{needed}: {help}");
+    }
 }
 
 /// `check-config`: the settings as the agent understood them (resource attributes decoded),
@@ -580,6 +617,55 @@ fn bad_setting_exits_2_naming_the_variable() {
             err[0]
         );
     }
+}
+
+/// The README's replay command with a wrong `NVML_MOCK_SCENARIO`: the mock says why on stderr,
+/// and the agent's line says the library is not NVIDIA's and points there, instead of the
+/// driver advice ("restart the pod") that fits a real `libnvidia-ml`.
+#[test]
+fn a_wrong_mock_scenario_gets_advice_for_the_mock_not_the_driver() {
+    let library = common::mock_library();
+    let mut agent = Agent::builder()
+        .env("OTEL_METRICS_EXPORTER", "console")
+        .env("GPU_SIDECAR_HEALTH_ADDR", "off")
+        .env("GPU_SIDECAR_NVML_LIBRARY", &library)
+        .env(
+            "NVML_MOCK_SCENARIO",
+            "tests/scenarios/no-such-scenario.json",
+        )
+        .spawn();
+    assert!(
+        agent.wait_for_stderr("GPU_SIDECAR_NVML_LIBRARY", WAIT),
+        "{}",
+        agent.dump()
+    );
+    let err = agent.stderr_lines();
+    assert!(
+        err.iter().any(|l| l.starts_with(
+            "nvml-mock: cannot read the scenario file NVML_MOCK_SCENARIO=tests/scenarios/no-such-scenario.json: No such file"
+        )),
+        "the mock names the variable and the path: {err:#?}"
+    );
+    let line = err
+        .iter()
+        .find(|l| l.contains("ERROR") && l.contains("nvmlInit_v2"))
+        .unwrap_or_else(|| panic!("{err:#?}"));
+    assert!(
+        line.contains(&library.display().to_string())
+            && line.contains("not NVIDIA's libnvidia-ml")
+            && line.contains("NVML_MOCK_SCENARIO"),
+        "{line}"
+    );
+    for driver_advice in ["restart the pod", "daemon-reload", "cgroup"] {
+        assert!(!agent.dump().contains(driver_advice), "{}", agent.dump());
+    }
+    agent.sigint();
+    assert_eq!(
+        agent.wait_exit(WAIT).and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        agent.dump()
+    );
 }
 
 #[test]

@@ -27,9 +27,9 @@ fn every_rule_is_a_value_of_the_alerts_counter_and_in_the_readme() {
         .iter()
         .find(|d| d.name == "nvidia.gpu.alerts")
         .expect("nvidia.gpu.alerts is documented");
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .unwrap();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     for r in RULES {
         assert!(
             alerts.attributes.contains(&format!("`{}`", r.name)),

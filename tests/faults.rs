@@ -32,8 +32,7 @@ fn temp_path(name: &str) -> PathBuf {
 
 /// `tests/scenarios/<base>` with `edit` applied, written to a file of its own.
 fn scenario_with(base: &str, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
-    let mut v: Value =
-        serde_json::from_str(&std::fs::read_to_string(scenario(base)).unwrap()).unwrap();
+    let mut v = common::read_json(scenario(base));
     edit(&mut v);
     let path = temp_path(&format!("{name}.json"));
     std::fs::write(&path, v.to_string()).unwrap();
@@ -398,9 +397,7 @@ fn stuck_event_watchers_do_not_pile_up() {
 /// the GPU. The GPU is lost at 3 s: one `gpu_lost` alert, on the GPU, not one per MIG device.
 #[test]
 fn mig_devices_of_this_pod_see_their_xids_only_and_one_gpu_lost() {
-    let scen: Value =
-        serde_json::from_str(&std::fs::read_to_string(scenario("h200-mig-3g2g1g1g.json")).unwrap())
-            .unwrap();
+    let scen = common::read_json(scenario("h200-mig-3g2g1g1g.json"));
     let migs: Vec<String> = scen["devices"][0]["mig"]["instances"]
         .as_array()
         .unwrap()

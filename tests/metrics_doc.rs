@@ -57,7 +57,10 @@ fn catalogue_names_are_unique_and_namespaced() {
 #[test]
 fn every_index_is_explained() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let read = |p: &str| {
+        std::fs::read_to_string(root.join(p))
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", root.join(p).display()))
+    };
     let readme = read("README.md");
     assert!(readme.contains("### Which GPU is it"));
     for place in [

@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::{scenario, Agent, AgentBuilder, Point, Protocol, Receiver};
-use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
 const GIB: f64 = (1u64 << 30) as f64;
@@ -95,9 +94,7 @@ fn memory_v2_missing_uses_v1() {
         .spawn();
     settle(&rx, &agent);
     let uuid = "GPU-00000000-0000-4000-8000-000000000000";
-    let s: Value =
-        serde_json::from_str(&std::fs::read_to_string(scenario("memory-v2-missing.json")).unwrap())
-            .unwrap();
+    let s = common::read_json(scenario("memory-v2-missing.json"));
     let total = s["devices"][0]["defaults"]["mem_total"].as_f64().unwrap();
     let used = s["devices"][0]["defaults"]["mem_used"].as_f64().unwrap();
     assert_eq!(
@@ -133,7 +130,7 @@ fn memory_v2_missing_uses_v1() {
         agent.dump()
     );
 
-    let csv = std::fs::read_to_string(&log).unwrap();
+    let csv = common::read_text(&log);
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
@@ -146,7 +143,7 @@ fn memory_v2_missing_uses_v1() {
             ((total / MIB) as u64).to_string()
         );
     }
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let report = common::read_json(&report);
     assert_eq!(
         report["gpus"][0]["memory_used_peak_bytes"].as_f64(),
         Some(used)
@@ -301,7 +298,7 @@ fn xid_events_through_the_v1_wait() {
 /// older versions give less.
 #[test]
 fn every_fallback_is_documented() {
-    let readme = std::fs::read_to_string(common::workspace_root().join("README.md")).unwrap();
+    let readme = common::read_text(common::workspace_root().join("README.md"));
     for v in gpu_otel_sidecar::sampling::VERSIONED {
         let names = v.versions();
         let older: Vec<String> = names[1..].iter().map(|n| format!("`{n}`")).collect();

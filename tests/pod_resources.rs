@@ -181,8 +181,7 @@ fn exports_only_the_pods_gpus(get_enabled: bool) {
         .iter()
         .filter_map(|p| p.attr("hw.id").map(str::to_string))
         .collect();
-    let scen: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(scenario("four-gpu.json")).unwrap()).unwrap();
+    let scen = common::read_json(scenario("four-gpu.json"));
     let uuid = |i: usize| scen["devices"][i]["uuid"].as_str().unwrap().to_string();
     assert_eq!(ids, BTreeSet::from([uuid(1), uuid(3)]), "{}", agent.dump());
     assert!(
@@ -278,8 +277,7 @@ fn scenario_copy(
     name: &str,
     edit: impl FnOnce(&mut serde_json::Value),
 ) -> PathBuf {
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(scenario(name)).unwrap()).unwrap();
+    let mut v = common::read_json(scenario(name));
     edit(&mut v);
     let path = dir.join(name);
     std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();

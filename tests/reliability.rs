@@ -29,8 +29,7 @@ fn temp_path(name: &str) -> PathBuf {
 
 /// Writes `tests/scenarios/<base>` with `edit` applied to a temp file; returns its path.
 fn scenario_with(base: &str, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
-    let mut v: Value =
-        serde_json::from_str(&std::fs::read_to_string(scenario(base)).unwrap()).unwrap();
+    let mut v = common::read_json(scenario(base));
     edit(&mut v);
     scenario_json(name, v)
 }
@@ -635,13 +634,62 @@ fn shutdown_during_an_outage_is_bounded() {
             took <= *bound + Duration::from_millis(1000),
             "took {took:?}"
         );
-        let calls: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join(format!("calls-{i}.json"))).unwrap(),
-        )
-        .unwrap();
+        let calls = common::read_json(dir.join(format!("calls-{i}.json")));
         assert_eq!(calls["nvmlShutdown"], 1, "{calls:#}");
         assert!(agent.dump().contains("stopped"));
     }
+}
+
+/// No collector, over HTTP: the metrics' failure line and the events' (the run report at
+/// shutdown is the only event here) each say what failed underneath ("Connection refused"),
+/// not only opentelemetry-otlp's "network error"; the events' line names the logs endpoint
+/// and comes once; the SDK's causeless "Failed to shutdown" is not logged for the events.
+#[test]
+fn failed_exports_over_http_name_their_cause_and_events_say_so_once() {
+    let down = Receiver::start(Protocol::Http);
+    down.stop();
+    let mut agent = Agent::builder()
+        .otlp(&down)
+        .env_mock("four-gpu.json")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+        .env("GPU_SIDECAR_SHUTDOWN_TIMEOUT", "3s")
+        .spawn();
+    assert!(
+        agent.wait_for_stderr("metrics export failed", WAIT),
+        "{}",
+        agent.dump()
+    );
+    let metrics_line = agent
+        .stderr_lines()
+        .into_iter()
+        .find(|l| l.contains("metrics export failed"))
+        .unwrap();
+    assert!(
+        metrics_line.contains("network error (") && metrics_line.contains("Connection refused"),
+        "the cause is named: {metrics_line}"
+    );
+    stop_ok(&mut agent);
+    let events: Vec<String> = agent
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("events export failed"))
+        .collect();
+    assert_eq!(events.len(), 1, "{}", agent.dump());
+    assert!(
+        events[0].contains(&down.logs_url()) && events[0].contains("Connection refused"),
+        "endpoint and cause: {}",
+        events[0]
+    );
+    assert!(
+        !agent
+            .stderr_lines()
+            .iter()
+            .any(|l| l.contains("otel-logs-shutdown") && l.contains("Failed to shutdown")),
+        "{}",
+        agent.dump()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -823,7 +871,7 @@ fn health_port_in_use_is_named() {
 /// Every self-metric is documented in the README with its instrument and unit.
 #[test]
 fn self_metrics_are_in_the_readme() {
-    let readme = std::fs::read_to_string(common::workspace_root().join("README.md")).unwrap();
+    let readme = common::read_text(common::workspace_root().join("README.md"));
     for m in gpu_otel_sidecar::telemetry::self_metrics::SELF_METRICS {
         let row = format!("| `{}` | {} | `{}` |", m.name, m.instrument, m.unit);
         assert!(readme.contains(&row), "README lacks {row}");

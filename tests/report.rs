@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{fixture_dir, scenario, wait_until, Agent, Protocol, Receiver};
+use common::{
+    h200_recording, read_json, read_text, scenario, wait_until, Agent, Protocol, Receiver,
+};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -27,19 +29,6 @@ const COLUMNS: [&str; 10] = [
     "clocks_event_reasons",
 ];
 
-fn load(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// The recording's rows.
-fn recording() -> Vec<Value> {
-    std::fs::read_to_string(fixture_dir().join("series-under-load.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 fn num(v: &Value, key: &str) -> f64 {
     v[key]
         .as_f64()
@@ -47,6 +36,23 @@ fn num(v: &Value, key: &str) -> f64 {
 }
 
 /// Writes `scen` into `dir` and returns its path.
+/// Samples of the run that have a row in the sample log: every one the report counts
+/// (`samples_taken`), except the final one (the report's `ended_at`) when it came less than
+/// half a sample interval after the previous row (the log then ends at that row).
+fn samples_with_a_row(report: &Value, taken: u64, last_row_at: &str, interval: Duration) -> u64 {
+    let ended = report["ended_at"].as_str().unwrap();
+    if ended == last_row_at {
+        return taken;
+    }
+    let at = |s: &str| humantime::parse_rfc3339(s).unwrap();
+    let gap = at(ended).duration_since(at(last_row_at)).unwrap();
+    assert!(
+        gap < interval / 2,
+        "the final sample came {gap:?} after the last row, yet it has no row"
+    );
+    taken - 1
+}
+
 fn write_scenario(dir: &Path, scen: &Value) -> PathBuf {
     let path = dir.join("scenario.json");
     std::fs::write(&path, serde_json::to_string(scen).unwrap()).unwrap();
@@ -78,9 +84,9 @@ const TIME_SCALE: f64 = 10.0;
 
 #[test]
 fn report_matches_the_h200_recording() {
-    let rec = recording();
+    let rec = h200_recording();
     let dir = tempfile::tempdir().unwrap();
-    let mut scen = load(&scenario("h200-under-load.json"));
+    let mut scen = read_json(scenario("h200-under-load.json"));
     scen["loop"] = Value::Bool(false);
     let timeline = scen["devices"][0]["timeline"].as_array_mut().unwrap();
     assert_eq!(timeline.len(), rec.len());
@@ -172,12 +178,16 @@ fn report_matches_the_h200_recording() {
     assert_eq!(gpu["xid_count"], serde_json::json!({}));
 
     // The JSONL sample log of the same run: one row per sample, values of the recording.
-    let rows: Vec<Value> = std::fs::read_to_string(&log_path)
-        .unwrap()
+    let rows: Vec<Value> = read_text(&log_path)
         .lines()
         .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
         .collect();
-    assert_eq!(rows.len() as u64, gpu["samples_taken"].as_u64().unwrap());
+    let last_row_at = rows.last().unwrap()["timestamp"].as_str().unwrap();
+    let taken = gpu["samples_taken"].as_u64().unwrap();
+    assert_eq!(
+        rows.len() as u64,
+        samples_with_a_row(&report, taken, last_row_at, Duration::from_millis(100))
+    );
     assert_eq!(gpu["samples_missed"], 0);
     assert_eq!(report["ticks_dropped"], 0);
     let powers: BTreeSet<u64> = rec
@@ -250,7 +260,7 @@ fn report_matches_the_h200_recording() {
 #[test]
 fn a_gap_in_nvml_answers_is_reported_as_missed_samples() {
     let dir = tempfile::tempdir().unwrap();
-    let mut scen = load(&scenario("h200-under-load.json"));
+    let mut scen = read_json(scenario("h200-under-load.json"));
     scen["faults"] = serde_json::json!([
         {"call": "nvmlDeviceGet*", "device": 0, "from_s": 1.0, "to_s": 2.0, "code": 999}
     ]);
@@ -288,7 +298,7 @@ fn a_gap_in_nvml_answers_is_reported_as_missed_samples() {
     std::thread::sleep(Duration::from_millis(300));
     stop(&mut agent);
 
-    let report = load(&report_path);
+    let report = read_json(&report_path);
     let gpu = &report["gpus"][0];
     let mut reader = csv::Reader::from_path(&log_path).unwrap();
     assert_eq!(
@@ -308,8 +318,10 @@ fn a_gap_in_nvml_answers_is_reported_as_missed_samples() {
         agent.dump()
     );
     assert_eq!(missed, empty, "every missed sample is an empty row");
+    let taken = gpu["samples_taken"].as_u64().unwrap();
+    let last_row_at = &rows.last().unwrap()[0];
     assert_eq!(
-        gpu["samples_taken"].as_u64().unwrap(),
+        samples_with_a_row(&report, taken, last_row_at, Duration::from_millis(100)),
         rows.len() as u64 - empty
     );
     // The empty rows are one stretch, and the good rows around it are at least the fault's
@@ -361,7 +373,7 @@ fn csv_log_of_four_gpus_without_a_collector() {
     );
     stop(&mut agent);
 
-    let scen = load(&scenario("four-gpu.json"));
+    let scen = read_json(scenario("four-gpu.json"));
     let devices = scen["devices"].as_array().unwrap();
     let mut reader = csv::Reader::from_path(&log_path).unwrap();
     assert_eq!(
@@ -403,7 +415,7 @@ fn csv_log_of_four_gpus_without_a_collector() {
         assert!(humantime::parse_rfc3339(&row[0]).is_ok(), "{}", &row[0]);
     }
 
-    let report = load(&report_path);
+    let report = read_json(&report_path);
     let gpus = report["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 4);
     let mut energy_sum = 0.0;
@@ -482,7 +494,7 @@ fn sample_log_write_errors_do_not_stop_metric_export() {
 /// whatever the exact start and stop; GPU 1 has no GPM; GPU 2 takes a TensorFlow-style pool.
 #[test]
 fn report_profiling_figures_match_the_scenario() {
-    let scen = load(&scenario("report-efficiency.json"));
+    let scen = read_json(scenario("report-efficiency.json"));
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("samples.jsonl");
     let report_path = dir.path().join("report.json");
@@ -521,7 +533,7 @@ fn report_profiling_figures_match_the_scenario() {
     };
     assert!(wait_until(WAIT, in_tail), "{}", agent.dump());
     stop(&mut agent);
-    let report = load(&report_path);
+    let report = read_json(&report_path);
     let close = |v: &Value, expected: f64, tol: f64| {
         let x = v
             .as_f64()

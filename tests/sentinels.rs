@@ -89,7 +89,7 @@ fn sentinels_are_never_exported_judged_or_kept_as_peaks() {
     assert!(alerts.is_empty(), "{alerts:?}");
 
     // Not kept as peaks.
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let report = common::read_json(&report);
     let gpus = report["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 6);
     for (i, g) in gpus.iter().enumerate() {

@@ -8,49 +8,14 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::pki::Ca;
 use common::{Agent, AgentBuilder, Protocol, Receiver, ServerTls};
 use gpu_otel_sidecar::config::Config;
 use gpu_otel_sidecar::telemetry::events::{Event, Events};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::ExtendedKeyUsagePurpose;
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        Self { cert, key }
-    }
-
-    /// A leaf certificate for `names` (IP addresses become IP SANs): (cert PEM, key PEM).
-    fn issue(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> (String, String) {
-        let mut params =
-            CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .unwrap();
-        params.distinguished_name.push(DnType::CommonName, names[0]);
-        params.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
 
 /// Everything one test needs, written to files where the agent reads them.
 struct Pki {
@@ -289,5 +254,43 @@ fn bad_tls_file_exits_2_naming_the_variable() {
         let err = a.stderr_lines();
         assert_eq!(err.len(), 1, "{err:?}");
         assert!(err[0].contains(var) && err[0].contains(&path), "{}", err[0]);
+    }
+}
+
+/// An `https://` endpoint without a CA file, where the system trust store has nothing
+/// (`SSL_CERT_FILE` and `SSL_CERT_DIR` name nothing, as in an image without its CA bundle):
+/// exit 1 at start, with one line that says what is missing and the two ways out, over gRPC
+/// and HTTP alike.
+#[test]
+fn https_without_any_trusted_ca_stops_the_agent_in_one_line() {
+    for protocol in ["grpc", "http/protobuf"] {
+        let mut agent = Agent::builder()
+            .env_mock("four-gpu.json")
+            .env("GPU_SIDECAR_HEALTH_ADDR", "off")
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:4317")
+            .env("SSL_CERT_FILE", "/nonexistent/ca-certificates.crt")
+            .env("SSL_CERT_DIR", "/nonexistent/certs")
+            .spawn();
+        let code = agent.wait_exit(WAIT).and_then(|s| s.code());
+        assert_eq!(code, Some(1), "{protocol}: {}", agent.dump());
+        let problems: Vec<String> = agent
+            .stderr_lines()
+            .into_iter()
+            .filter(|l| l.contains("ERROR") || l.contains("WARN"))
+            .collect();
+        assert_eq!(problems.len(), 1, "{protocol}: {}", agent.dump());
+        for needed in [
+            "https://127.0.0.1:4317",
+            "no CA certificate",
+            "/nonexistent/ca-certificates.crt",
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+        ] {
+            assert!(
+                problems[0].contains(needed),
+                "{protocol}: {needed}: {}",
+                problems[0]
+            );
+        }
     }
 }

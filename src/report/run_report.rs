@@ -1449,9 +1449,9 @@ mod tests {
     #[test]
     fn the_h200_recording_summarised() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../shared/fixtures/nvml-h200/series-under-load.jsonl");
-        let rows: Vec<serde_json::Value> = std::fs::read_to_string(path)
-            .unwrap()
+            .join("tests/fixtures/nvml-h200/series-under-load.jsonl");
+        let rows: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();

@@ -18,6 +18,10 @@
 //! | `clock_sm_mhz` | MHz | `nvmlDeviceGetClockInfo(SM)` |
 //! | `clocks_event_reasons` | | active clock-event (throttle) reasons, names of [`CLOCKS_EVENT_REASONS`] joined by `\|`; `none` when no reason is active; an unnamed bit as hex |
 //!
+//! One row per GPU per tick of `GPU_SIDECAR_SAMPLE_INTERVAL`. The final sample taken at
+//! shutdown is written only if it comes at least half a sample interval after the previous
+//! row: right after a tick it would be a near-copy of the last row, a few milliseconds later.
+//!
 //! Each sample's rows are written with one `write` and flushed. A file is appended to (a
 //! restarted agent continues it; CSV gets its header only when the file is empty) and is
 //! rotated before it would grow past the size limit: renamed to `<path>.1` (replacing the
@@ -33,7 +37,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -171,6 +175,8 @@ pub struct SampleLog {
     rows_lost_total: u64,
     last_seq: u64,
     rows_dropped_by_queue: u64,
+    /// When the sample of the last rows written (or tried) was taken.
+    last_row_taken: Option<Instant>,
 }
 
 impl SampleLog {
@@ -185,6 +191,7 @@ impl SampleLog {
             rows_lost_total: 0,
             last_seq: 0,
             rows_dropped_by_queue: 0,
+            last_row_taken: None,
         }
     }
 
@@ -233,6 +240,12 @@ impl SampleLog {
         if snap.devices.is_empty() {
             return;
         }
+        if self.last_row_taken.is_some_and(|t| {
+            snap.taken_instant.saturating_duration_since(t) < self.config.sample_interval / 2
+        }) {
+            return;
+        }
+        self.last_row_taken = Some(snap.taken_instant);
         match self.try_write(snap) {
             Ok(()) => {
                 if self.failing {
@@ -387,7 +400,7 @@ mod tests {
     use super::*;
     use crate::sampling::{DeviceInfo, DeviceState};
     use std::sync::Arc;
-    use std::time::{Instant, UNIX_EPOCH};
+    use std::time::UNIX_EPOCH;
 
     fn info(index: u32) -> Arc<DeviceInfo> {
         Arc::new(DeviceInfo {
@@ -414,22 +427,62 @@ mod tests {
         s
     }
 
+    /// Sample `seq`, taken `seq` seconds after a fixed start (wall clock and monotonic).
     fn snap(seq: u64, devices: Vec<DeviceSample>) -> Snapshot {
+        snap_at(seq, Duration::from_secs(seq), devices)
+    }
+
+    fn snap_at(seq: u64, at: Duration, devices: Vec<DeviceSample>) -> Snapshot {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
         Snapshot {
-            taken_at: UNIX_EPOCH + Duration::from_millis(1_800_000_000_250 + seq * 1000),
-            taken_instant: Instant::now(),
+            taken_at: UNIX_EPOCH + Duration::from_millis(1_800_000_000_250) + at,
+            taken_instant: *START.get_or_init(Instant::now) + at,
             seq,
             export: true,
             devices,
         }
     }
 
+    /// A 1 s sample interval.
     fn config(path: &Path, format: SampleLogFormat, max_bytes: u64) -> SampleLogConfig {
         SampleLogConfig {
             target: OutputTarget::Path(path.to_owned()),
             format,
             max_bytes,
+            sample_interval: Duration::from_secs(1),
         }
+    }
+
+    /// Ticks 1 s apart, then the final sample 5 ms after the last tick (SIGTERM right after
+    /// it): no row for it; a final sample 600 ms after the last tick gets its row.
+    #[test]
+    fn a_final_sample_right_after_a_tick_is_not_a_second_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.csv");
+        let mut log = SampleLog::new(config(&path, SampleLogFormat::Csv, 1 << 20));
+        log.write(&snap(1, vec![full(0)]));
+        log.write(&snap(2, vec![full(0)]));
+        log.write(&snap_at(3, Duration::from_millis(2005), vec![full(0)]));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let stamps: Vec<&str> = text.lines().skip(1).map(|l| &l[..24]).collect();
+        assert_eq!(
+            stamps,
+            ["2027-01-15T08:00:01.250Z", "2027-01-15T08:00:02.250Z"],
+            "{text}"
+        );
+        assert_eq!(log.snapshots_dropped(), 0, "not counted as lost");
+
+        let path = dir.path().join("t.csv");
+        let mut log = SampleLog::new(config(&path, SampleLogFormat::Csv, 1 << 20));
+        log.write(&snap(1, vec![full(0)]));
+        log.write(&snap_at(2, Duration::from_millis(1600), vec![full(0)]));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(text
+            .lines()
+            .nth(2)
+            .unwrap()
+            .starts_with("2027-01-15T08:00:01.850Z"));
     }
 
     #[test]

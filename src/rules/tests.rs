@@ -743,8 +743,9 @@ fn event_record_carries_names_severity_attributes_and_hint() {
 fn h200_recording_fires_only_the_power_cap() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/scenarios/h200-under-load.json");
-    let scen: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let scen: serde_json::Value = serde_json::from_str(&text).unwrap();
     let dev = &scen["devices"][0];
     let reserved = dev["defaults"]["mem_reserved"].as_u64().unwrap();
     let limit = dev["defaults"]["power_limit_mw"].as_u64().unwrap() as u32;

@@ -154,6 +154,15 @@ pub enum NvmlDown {
     ResetRequired,
     /// Any other error, as NVML named it.
     Other(String),
+    /// `nvmlInit_v2` failed in a library that is not NVIDIA's `libnvidia-ml`
+    /// (`GPU_SIDECAR_NVML_LIBRARY` names another file, such as the test mock): the driver
+    /// advice does not apply, the library's own messages say why.
+    OtherLibrary {
+        /// The library as configured.
+        library: String,
+        /// The error it answered, as nvml-wrapper names it.
+        error: String,
+    },
 }
 
 impl NvmlDown {
@@ -167,6 +176,23 @@ impl NvmlDown {
             NvmlError::GpuLost => NvmlDown::GpuLost,
             NvmlError::ResetRequired => NvmlDown::ResetRequired,
             other => NvmlDown::Other(format!("{other:?}")),
+        }
+    }
+
+    /// [`NvmlDown::classify`] for a failed `nvmlInit_v2` through `library`: an error answered
+    /// by a library that is not NVIDIA's (its file name does not start with `libnvidia-ml`)
+    /// is [`NvmlDown::OtherLibrary`], whatever the code.
+    pub(crate) fn classify_init(e: &NvmlError, library: &std::path::Path) -> Self {
+        let nvidia = library
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("libnvidia-ml"));
+        match e {
+            NvmlError::LibloadingError(_) => Self::classify(e),
+            _ if !nvidia => NvmlDown::OtherLibrary {
+                library: library.display().to_string(),
+                error: format!("{e:?}"),
+            },
+            _ => Self::classify(e),
         }
     }
 
@@ -185,6 +211,10 @@ impl NvmlDown {
             NvmlDown::GpuLost => "a GPU has fallen off the bus (NVML_ERROR_GPU_IS_LOST): the kernel log (dmesg) shows Xid 79; the node needs a reboot or the GPU a reset (nvidia-smi -r), and its hardware checked if it recurs".into(),
             NvmlDown::ResetRequired => "a GPU needs a reset (NVML_ERROR_RESET_REQUIRED): reset it with nvidia-smi -r -i <index> once no process uses it, or reboot the node".into(),
             NvmlDown::Other(e) => format!("NVML failed to initialize: {e}"),
+            NvmlDown::OtherLibrary { library, error } => format!(
+                "nvmlInit_v2 failed with {error} in {library} (GPU_SIDECAR_NVML_LIBRARY), which is not NVIDIA's libnvidia-ml: \
+                 the library's own message on stderr says why (for the test mock: NVML_MOCK_SCENARIO must name a readable, valid scenario file)"
+            ),
         }
     }
 }
@@ -701,7 +731,7 @@ fn run(
             }
             Err(e) => {
                 shared.add_nvml_errors([(("nvmlInit_v2", read::error_code(&e)), 1)]);
-                let down = NvmlDown::classify(&e);
+                let down = NvmlDown::classify_init(&e, &settings.nvml_library);
                 // Status first: whoever reads the log line and then asks /readyz sees it.
                 shared.set_status(NvmlStatus::Down(down.clone()));
                 if last_down.as_ref() != Some(&down) {

@@ -5,9 +5,12 @@
 //!
 //! Records go through the SDK's `BatchLogProcessor` (its own thread, bounded queue,
 //! `OTEL_BLRP_MAX_QUEUE_SIZE` (2048): an unreachable collector drops events, never grows
-//! memory), so whoever emits an event (the sampler, a rule) never waits on the network.
+//! memory), so whoever emits an event (the sampler, a rule) never waits on the network. A
+//! failed OTLP export is logged like a failed metric export ([`ExportStatus`]): the first one
+//! at once, with the endpoint and the cause, then at most once a minute.
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
@@ -20,6 +23,7 @@ use opentelemetry_sdk::logs::{
 };
 use opentelemetry_sdk::Resource;
 
+use super::export::{ExportStatus, TransportCause};
 use crate::config::{Config, ExporterKind, LogsBatch, OtlpExporter, Protocol};
 
 /// One event to emit.
@@ -108,11 +112,14 @@ impl LogExporter for ConsoleLogExporter {
 
 fn otlp_log_exporter(
     c: &OtlpExporter,
+    cause: TransportCause,
 ) -> Result<opentelemetry_otlp::LogExporter, opentelemetry_otlp::ExporterBuildError> {
     let builder = opentelemetry_otlp::LogExporter::builder();
     match c.protocol {
         Protocol::Grpc => super::export::configure_tonic(builder.with_tonic(), c).build(),
-        Protocol::HttpProtobuf => super::export::configure_http(builder.with_http(), c)?.build(),
+        Protocol::HttpProtobuf => {
+            super::export::configure_http(builder.with_http(), c, cause)?.build()
+        }
     }
 }
 
@@ -128,6 +135,32 @@ fn batch<E: LogExporter + 'static>(exporter: E, b: LogsBatch) -> BatchLogProcess
                 .build(),
         )
         .build()
+}
+
+/// The OTLP log exporter, recording each export's outcome in an [`ExportStatus`] (which logs
+/// failures at a bounded rate, naming the endpoint and the cause).
+#[derive(Debug)]
+struct AgentLogExporter {
+    inner: opentelemetry_otlp::LogExporter,
+    /// The logs endpoint, for log lines (no secrets).
+    target: String,
+    status: Arc<ExportStatus>,
+}
+
+impl LogExporter for AgentLogExporter {
+    async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
+        let result = self.inner.export(batch).await;
+        self.status.record(&result, &self.target);
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
 }
 
 /// A metric attribute value as a log attribute value.
@@ -177,10 +210,20 @@ impl Events {
             ExporterKind::Console => {
                 builder.with_log_processor(batch(ConsoleLogExporter::default(), config.logs_batch))
             }
-            ExporterKind::Otlp => builder.with_log_processor(batch(
-                otlp_log_exporter(&config.otlp.logs)?,
-                config.logs_batch,
-            )),
+            ExporterKind::Otlp => {
+                let status = Arc::new(ExportStatus::new(
+                    "events",
+                    "these events are lost (nothing is queued for later)",
+                ));
+                builder.with_log_processor(batch(
+                    AgentLogExporter {
+                        inner: otlp_log_exporter(&config.otlp.logs, status.transport_cause())?,
+                        target: config.otlp.logs.endpoint.clone(),
+                        status,
+                    },
+                    config.logs_batch,
+                ))
+            }
         }
         .build();
         let logger = provider.logger(super::SCOPE);
@@ -209,7 +252,9 @@ impl Events {
             return true;
         };
         super::run_bounded("otel-logs-shutdown", timeout, move || {
-            // Shutdown exports what the batch processor holds.
+            // Shutdown exports what the batch processor holds. A failed export was logged by
+            // `AgentLogExporter` with its cause; the SDK's own error for it says only
+            // "Failed to shutdown", so it is not logged again.
             let _ = provider.shutdown();
         })
     }

@@ -2,17 +2,92 @@
 //! bounded rate), and the OTLP exporter builders of the events' (logs) pipeline.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 
 use crate::config::OtlpExporter;
 
-/// What the last exports did; read by health checks and logs.
-#[derive(Debug, Default)]
+/// What the last exports of one signal did; read by health checks and logs.
+#[derive(Debug)]
 pub struct ExportStatus {
     inner: Mutex<ExportState>,
+    /// The signal, in log lines: `metrics` or `events`.
+    signal: &'static str,
+    /// What a failure means for the data, in log lines.
+    on_failure: &'static str,
+    /// Why the last HTTP export failed in transport (set by [`CauseReportingClient`]).
+    cause: TransportCause,
+}
+
+impl Default for ExportStatus {
+    /// The metrics' status.
+    fn default() -> Self {
+        Self::new(
+            "metrics",
+            "the data of this export is dropped (cumulative counters stay continuous), retrying at the next interval",
+        )
+    }
+}
+
+/// The cause of an OTLP/HTTP exporter's last transport failure (connection refused, DNS,
+/// TLS, timeout), with its source chain. opentelemetry-otlp reports every such failure as
+/// "HTTP export failed: network error" and keeps the cause to its debug logs; the client
+/// records it here and [`ExportStatus::record`] adds it to the failure line.
+#[derive(Debug, Clone, Default)]
+pub struct TransportCause(Arc<Mutex<Option<String>>>);
+
+impl TransportCause {
+    fn set(&self, cause: String) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause);
+    }
+
+    /// The recorded cause, if any, leaving none.
+    pub fn take(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// `error: source: source …`, one line.
+pub(crate) fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line
+}
+
+/// The OTLP/HTTP exporters' client: reqwest's blocking client, recording the cause of each
+/// transport failure in a [`TransportCause`] before the exporter replaces it with "network
+/// error".
+#[derive(Debug)]
+pub struct CauseReportingClient {
+    inner: reqwest::blocking::Client,
+    cause: TransportCause,
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for CauseReportingClient {
+    async fn send_bytes(
+        &self,
+        request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
+    ) -> Result<
+        opentelemetry_http::Response<opentelemetry_http::Bytes>,
+        opentelemetry_http::HttpError,
+    > {
+        let result = self.inner.send_bytes(request).await;
+        if let Err(e) = &result {
+            self.cause.set(with_sources(e.as_ref()));
+        }
+        result
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -37,6 +112,22 @@ struct ExportState {
 pub const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(60);
 
 impl ExportStatus {
+    /// A fresh status for `signal` (`metrics`, `events`), as log lines name it, where a
+    /// failed export's line says `on_failure` (what happens to the data).
+    pub fn new(signal: &'static str, on_failure: &'static str) -> Self {
+        Self {
+            inner: Mutex::new(ExportState::default()),
+            signal,
+            on_failure,
+            cause: TransportCause::default(),
+        }
+    }
+
+    /// Where an HTTP exporter's client records transport causes for this status's lines.
+    pub fn transport_cause(&self) -> TransportCause {
+        self.cause.clone()
+    }
+
     /// Instant and wall-clock time of the last successful export.
     pub fn last_success(&self) -> Option<(Instant, SystemTime)> {
         self.lock().last_success
@@ -68,6 +159,9 @@ impl ExportStatus {
 
     /// Records one export's outcome and logs at a bounded rate (see [`FAILURE_LOG_PERIOD`]).
     pub fn record<E: std::fmt::Display>(&self, result: &Result<(), E>, target: &str) {
+        // Taken whatever the outcome: a cause left by an attempt the exporter retried with
+        // success must not be shown with a later, different failure.
+        let cause = self.cause.take();
         let mut s = self.lock();
         s.total_exports += 1;
         let now = Instant::now();
@@ -78,7 +172,8 @@ impl ExportStatus {
                     tracing::info!(
                         target_endpoint = target,
                         failed_exports = s.consecutive_failures,
-                        "metrics export works again"
+                        "{} export works again",
+                        self.signal
                     );
                 }
                 s.run_logged = false;
@@ -96,11 +191,14 @@ impl ExportStatus {
                     let not_logged = std::mem::take(&mut s.unlogged_failures);
                     s.last_logged_failure = Some(now);
                     s.run_logged = true;
+                    let cause = cause.map(|c| format!(" ({c})")).unwrap_or_default();
                     tracing::warn!(
                         target_endpoint = target,
                         failed_in_a_row = s.consecutive_failures,
                         failed_since_last_report = not_logged,
-                        "metrics export failed: {e}; the data of this export is dropped (cumulative counters stay continuous), retrying at the next interval; next report of this in {}s at most",
+                        "{} export failed: {e}{cause}; {}; next report of this in {}s at most",
+                        self.signal,
+                        self.on_failure,
                         FAILURE_LOG_PERIOD.as_secs()
                     );
                 } else {
@@ -142,13 +240,15 @@ pub(crate) fn configure_tonic<B: WithExportConfig + WithTonicConfig>(
 }
 
 /// Points the events' OTLP/HTTP protobuf exporter builder at its endpoint (a full URL) with
-/// the validated settings: our rustls HTTP client, timeout, headers, gzip.
+/// the validated settings: our rustls HTTP client (recording transport failures' causes in
+/// `cause`), timeout, headers, gzip.
 ///
 /// # Errors
 /// The HTTP client cannot be built (TLS files).
 pub(crate) fn configure_http<B: WithExportConfig + WithHttpConfig>(
     builder: B,
     c: &OtlpExporter,
+    cause: TransportCause,
 ) -> Result<B, opentelemetry_otlp::ExporterBuildError> {
     let endpoint = c.endpoint.as_str();
     let headers: HashMap<String, String> = c
@@ -157,7 +257,10 @@ pub(crate) fn configure_http<B: WithExportConfig + WithHttpConfig>(
         .map(|(k, v)| (k.clone(), v.expose().to_string()))
         .collect();
     let mut b = builder
-        .with_http_client(super::tls::http_client(c, endpoint)?)
+        .with_http_client(CauseReportingClient {
+            inner: super::tls::http_client(c, endpoint)?,
+            cause,
+        })
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .with_endpoint(endpoint)
         .with_timeout(c.timeout)

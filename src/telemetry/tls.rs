@@ -5,8 +5,9 @@
 //! [`crate::config`] (the OTel crates do not read these variables).
 //!
 //! TLS is used when the endpoint is `https://`. Without a CA file the system's trust store
-//! is used (`/etc/ssl/certs` and the like; over gRPC it is read at startup, and an image
-//! without one stops the agent with exit 1 naming the problem). With a CA file, only that
+//! is used (`/etc/ssl/certs` and the like); [`check_trust_store`] makes sure at startup that
+//! it holds something, and an image without one stops the agent with exit 1 and one line
+//! naming the problem. With a CA file, only that
 //! CA is trusted. A client certificate makes it mutual TLS. A failing handshake is an export
 //! failure like any other: logged at a bounded rate, visible in `/readyz`, retried.
 
@@ -14,7 +15,7 @@ use std::sync::Once;
 
 use opentelemetry_otlp::ExporterBuildError;
 
-use crate::config::OtlpExporter;
+use crate::config::{Config, ExporterKind, OtlpExporter};
 
 /// Makes rustls' `ring` provider the process default (once). reqwest's rustls backend needs
 /// a process-wide provider; tonic picks `ring` itself.
@@ -30,6 +31,44 @@ fn is_https(endpoint: &str) -> bool {
     endpoint
         .get(..8)
         .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+}
+
+/// For every OTLP exporter in use whose endpoint is `https://` without a CA file
+/// (`OTEL_EXPORTER_OTLP_CERTIFICATE`), checks that the system trust store (`SSL_CERT_FILE`,
+/// `SSL_CERT_DIR`, else `/etc/ssl/certs` and the like, as rustls-native-certs finds them)
+/// holds at least one certificate. Without this, an image lacking its CA bundle fails later
+/// and less clearly (tonic: "no native certs found"; reqwest: a warning from its verifier and
+/// "builder error").
+///
+/// # Errors
+/// One line naming the variable, the endpoint, what was looked for and the two ways out.
+pub fn check_trust_store(config: &Config) -> Result<(), String> {
+    let c = &config.otlp;
+    let endpoints = [
+        (config.metrics_exporter, "metrics", &c.metrics, "METRICS_"),
+        (config.logs_exporter, "events", &c.logs, "LOGS_"),
+    ];
+    // A signal whose exporter has its own CA file does not need the trust store.
+    let Some((_, signal, exporter, infix)) = endpoints.into_iter().find(|(kind, _, e, _)| {
+        *kind == ExporterKind::Otlp && e.tls.ca.is_none() && is_https(&e.endpoint)
+    }) else {
+        return Ok(());
+    };
+    let endpoint = &exporter.endpoint;
+    let found = rustls_native_certs::load_native_certs();
+    if !found.certs.is_empty() {
+        return Ok(());
+    }
+    let looked = match found.errors.first() {
+        Some(e) => format!(": {e}"),
+        None => String::new(),
+    };
+    Err(format!(
+        "the {signal} endpoint {endpoint} is https:// but there is no CA certificate to trust it with: \
+         the system trust store is empty or missing{looked}; give the image its CA bundle \
+         (/etc/ssl/certs/ca-certificates.crt, from ca-certificates) or set OTEL_EXPORTER_OTLP_CERTIFICATE \
+         (or OTEL_EXPORTER_OTLP_{infix}CERTIFICATE) to the collector's CA"
+    ))
 }
 
 /// Warns once per exporter when certificate files are given for a plain `http://`
@@ -103,7 +142,8 @@ pub fn http_client(
                 b = b.identity(id);
             }
         }
-        b.build().map_err(|e| format!("HTTP client: {e}"))
+        b.build()
+            .map_err(|e| format!("HTTP client: {}", super::export::with_sources(&e)))
     };
     std::thread::Builder::new()
         .name("otlp-http-client-build".into())

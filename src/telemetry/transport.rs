@@ -258,7 +258,10 @@ impl Transport {
                     // Connection refused, reset, timed out: worth another attempt.
                     Err(e) => {
                         return Err(ExportError::transient(
-                            format!("HTTP request to {url} failed: {}", error_chain(&e)),
+                            format!(
+                                "HTTP request to {url} failed: {}",
+                                super::export::with_sources(&e)
+                            ),
                             None,
                         ))
                     }
@@ -364,18 +367,6 @@ fn parse_retry_after(v: &str) -> Option<Duration> {
         at.duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO),
     )
-}
-
-/// An error and its sources on one line (reqwest puts the cause in the sources).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -53,8 +53,8 @@ impl AgentBuilder {
     }
 
     /// Loads the mock NVML library replaying scenario `tests/scenarios/<scenario_name>`:
-    /// sets `GPU_SIDECAR_NVML_LIBRARY` to [`mock_library`](super::mock_library) (built on
-    /// first use) and `NVML_MOCK_SCENARIO` to [`scenario`](super::scenario)`(scenario_name)`.
+    /// sets `GPU_SIDECAR_NVML_LIBRARY` to the mock under NVIDIA's library name
+    /// ([`mock_as_nvidia_library`](super::paths::mock_as_nvidia_library), built on first use) and `NVML_MOCK_SCENARIO` to [`scenario`](super::scenario)`(scenario_name)`.
     pub fn env_mock(self, scenario_name: &str) -> Self {
         self.env_mock_path(super::scenario(scenario_name))
     }
@@ -62,8 +62,11 @@ impl AgentBuilder {
     /// As [`AgentBuilder::env_mock`], with a scenario path anywhere (e.g. under
     /// [`fixture_dir`](super::fixture_dir)).
     pub fn env_mock_path(self, scenario: impl AsRef<Path>) -> Self {
-        self.env("GPU_SIDECAR_NVML_LIBRARY", super::mock_library())
-            .env("NVML_MOCK_SCENARIO", scenario.as_ref())
+        self.env(
+            "GPU_SIDECAR_NVML_LIBRARY",
+            super::paths::mock_as_nvidia_library(),
+        )
+        .env("NVML_MOCK_SCENARIO", scenario.as_ref())
     }
 
     /// Adds a command-line argument.

@@ -170,9 +170,10 @@ fn load() -> Result<&'static Loaded, String> {
     }
     let path = std::env::var("NVML_MOCK_SCENARIO")
         .map_err(|_| "NVML_MOCK_SCENARIO is not set".to_string())?;
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| format!("cannot read scenario {path}: {e}"))?;
-    let parsed = scenario::parse(&text).map_err(|e| format!("invalid scenario {path}: {e}"))?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read the scenario file NVML_MOCK_SCENARIO={path}: {e}"))?;
+    let parsed = scenario::parse(&text)
+        .map_err(|e| format!("invalid scenario NVML_MOCK_SCENARIO={path}: {e}"))?;
     let time_scale = match std::env::var("NVML_MOCK_TIME_SCALE") {
         Ok(s) if !s.trim().is_empty() => {
             let v: f64 = s

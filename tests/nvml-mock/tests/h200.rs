@@ -1,5 +1,5 @@
 //! The H200 scenario answers through nvml-wrapper exactly what the real H200 answered
-//! (tests/scenarios/h200-under-load.json, converted from ../shared/fixtures/nvml-h200).
+//! (tests/scenarios/h200-under-load.json, converted from tests/fixtures/nvml-h200).
 
 #[macro_use]
 mod common;
@@ -290,12 +290,10 @@ fn h200_replays_in_time_and_counts_calls() {
     );
 
     // the call log was written while running (every 1 s) and at shutdown
-    let during: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    let during: serde_json::Value = common::read_json(&log);
     assert!(during["nvmlDeviceGetPowerUsage"].as_u64().unwrap() > 0);
     nvml.shutdown().unwrap();
-    let after: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    let after: serde_json::Value = common::read_json(&log);
     assert_eq!(after["nvmlDeviceGetPowerUsage"].as_u64().unwrap(), n);
     assert_eq!(
         after["nvmlDeviceGetTotalEnergyConsumption"]
@@ -330,12 +328,10 @@ fn a_long_call_log_period_leaves_the_writing_to_shutdown() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // only the first call (the init) wrote, more than 1 s ago
-    let during: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    let during: serde_json::Value = common::read_json(&log);
     assert_eq!(during["nvmlInit_v2"].as_u64(), Some(1));
     assert_eq!(during.get("nvmlDeviceGetPowerUsage"), None);
     nvml.shutdown().unwrap();
-    let after: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&log).unwrap()).unwrap();
+    let after: serde_json::Value = common::read_json(&log);
     assert_eq!(after["nvmlDeviceGetPowerUsage"].as_u64(), Some(n));
 }

@@ -15,8 +15,10 @@ static COPIES: AtomicUsize = AtomicUsize::new(0);
 
 /// The mock library to load. `cargo test` does not build a cdylib-only crate's library for
 /// its integration tests, so this builds it once per test process with a nested
-/// `cargo build -p nvml-mock` into `<target>/nvml-mock-lib` (a separate target dir: no lock
-/// conflict with the running `cargo test`). `NVML_MOCK_LIB=/path/libnvml_mock.so` skips that.
+/// `cargo build -p nvml-mock` into `<target>/nvml-mock` (a separate target dir: no lock
+/// conflict with the running `cargo test`; the agent's tests build the same library there,
+/// so the second build is a no-op), without incremental data.
+/// `NVML_MOCK_LIB=/path/libnvml_mock.so` skips that.
 pub fn built_mock() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
@@ -30,13 +32,16 @@ pub fn built_mock() -> PathBuf {
                 .ancestors()
                 .nth(3)
                 .expect("<target>/<profile>/deps/<test>")
-                .join("nvml-mock-lib");
-            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+                .join("nvml-mock");
+            // The workspace's manifest and `-p`, exactly as the agent's tests build it.
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let status = Command::new(cargo)
-                .args(["build", "--quiet", "--lib", "--manifest-path"])
+                .args(["build", "--quiet", "-p", "nvml-mock", "--manifest-path"])
                 .arg(&manifest)
-                .env("CARGO_TARGET_DIR", &target)
+                .arg("--target-dir")
+                .arg(&target)
+                .env("CARGO_INCREMENTAL", "0")
                 .status()
                 .expect("run cargo build for the mock");
             assert!(status.success(), "building libnvml_mock.so failed");
@@ -45,6 +50,14 @@ pub fn built_mock() -> PathBuf {
             so
         })
         .clone()
+}
+
+/// `path` parsed as one JSON document; panics naming the path if it is missing or not JSON.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", path.display()))
 }
 
 pub fn scenario(name: &str) -> PathBuf {
