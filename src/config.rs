@@ -871,11 +871,17 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "PRICE_PER_GPU_HOUR",
 ];
 
-/// Every standard `OTEL_*` variable the agent reads.
+/// Every standard `OTEL_*` variable the agent reads, as `--help` and the README's settings
+/// table name them: the per-signal forms as the patterns `OTEL_EXPORTER_OTLP_METRICS_*` and
+/// `OTEL_EXPORTER_OTLP_LOGS_*`. Each is an honoured row of [`OTEL_VARIABLES`] (a test checks
+/// both ways).
 pub const OTEL_SETTINGS: &[&str] = &[
     "OTEL_METRICS_EXPORTER",
     "OTEL_LOGS_EXPORTER",
+    "OTEL_SDK_DISABLED",
     "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_METRIC_EXPORT_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
     "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
@@ -887,6 +893,11 @@ pub const OTEL_SETTINGS: &[&str] = &[
     "OTEL_EXPORTER_OTLP_CERTIFICATE",
     "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
     "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    "OTEL_EXPORTER_OTLP_METRICS_*",
+    "OTEL_EXPORTER_OTLP_LOGS_*",
+    "OTEL_BLRP_SCHEDULE_DELAY",
+    "OTEL_BLRP_MAX_QUEUE_SIZE",
+    "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
     "OTEL_SERVICE_NAME",
     "OTEL_RESOURCE_ATTRIBUTES",
 ];
@@ -2276,6 +2287,31 @@ mod tests {
         );
         assert_eq!(c.otel_not_applied[1].1, "the agent exports no traces");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn otel_settings_are_the_honoured_rows_of_the_table() {
+        let covers = |setting: &str, name: &str| match setting.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => setting == name,
+        };
+        let honoured: Vec<&str> = OTEL_VARIABLES
+            .iter()
+            .filter(|v| v.used == OtelUse::Honoured)
+            .map(|v| v.name)
+            .collect();
+        for name in &honoured {
+            assert!(
+                OTEL_SETTINGS.iter().any(|s| covers(s, name)),
+                "{name} is honoured but not in OTEL_SETTINGS (--help, README)"
+            );
+        }
+        for setting in OTEL_SETTINGS {
+            assert!(
+                honoured.iter().any(|name| covers(setting, name)),
+                "{setting} is in OTEL_SETTINGS but no honoured row of OTEL_VARIABLES"
+            );
+        }
     }
 
     #[test]
