@@ -1,8 +1,9 @@
 //! The agent's own work per tick, in process, with the mock NVML library: sampling 1, 8 and
 //! 56 devices through the real NVML code path ([`sampling::with_session`]), mapping a
 //! snapshot to data points ([`catalogue::device_points`] over [`CATALOGUE`]), and one export:
-//! the SDK collection (the instruments' callbacks, aggregation) and the protobuf encoding of
-//! the `ExportMetricsServiceRequest` that OTLP sends.
+//! building the `ExportMetricsServiceRequest` from the snapshot ([`Encoder::encode`]: the
+//! mapping, the series' start times, the agent's own metrics) and its protobuf encoding, what
+//! OTLP sends.
 //!
 //! ```sh
 //! cargo build --release -p nvml-mock           # target/release/libnvml_mock.so
@@ -11,7 +12,7 @@
 //!
 //! divan reports time per tick and, through its counting allocator ([`AllocProfiler`]),
 //! allocations per tick (`alloc`/`dealloc`/`grow` rows) made by this process's Rust code
-//! (the agent, nvml-wrapper, the OTel SDK; not the mock library's own, as it has its own
+//! (the agent, nvml-wrapper; not the mock library's own, as it has its own
 //! allocator, nor NVML's in real life). The `item/s` throughput counts devices, so
 //! ns per device per tick = time / devices. Before the benches, one line per setup says how
 //! many devices a tick really sampled and how many bytes one export encodes to.
@@ -37,27 +38,23 @@
 //! calling thread as the real driver blocks it.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use divan::counter::ItemsCount;
 use divan::{AllocProfiler, Bencher};
+use gpu_otel_sidecar::attribution;
 use gpu_otel_sidecar::config::{Config, DeviceId, DeviceSelection};
 use gpu_otel_sidecar::rules::Engine;
 use gpu_otel_sidecar::sampling::{
     self, DeviceInfo, DeviceSample, GpmMetrics, SamplerSettings, Snapshot,
 };
 use gpu_otel_sidecar::telemetry::catalogue::{device_points, CATALOGUE};
-use gpu_otel_sidecar::telemetry::{instruments, SCOPE};
-use gpu_otel_sidecar::{attribution, sampling::SharedState};
-use opentelemetry::metrics::MeterProvider as _;
+use gpu_otel_sidecar::telemetry::encode::Encoder;
+use gpu_otel_sidecar::telemetry::recorded::Recorded;
+use gpu_otel_sidecar::telemetry::self_metrics::OwnValues;
+use gpu_otel_sidecar::telemetry::series::Stamp;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::reader::MetricReader;
-use opentelemetry_sdk::metrics::{
-    InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality,
-};
 use prost::Message as _;
 
 #[global_allocator]
@@ -86,8 +83,8 @@ fn main() {
                 }
             );
         }
-        let p = ExportPipeline::new(&snapshot(n));
-        let bytes = p.encode(&p.collect()).len();
+        let p = ExportPipeline::new(snapshot(n));
+        let bytes = p.encode(&p.build()).len();
         println!("setup {n:>2} devices: one export encodes to {bytes} bytes of protobuf");
     }
     divan::main();
@@ -126,8 +123,8 @@ fn bench_sampling(bencher: Bencher, devices: usize, latency: bool) {
     .unwrap_or_else(|e| panic!("NVML init through the mock failed: {e}"));
 }
 
-/// Mapping one snapshot to data points: every catalogue row for every device (what the
-/// instruments' callbacks do at each collection), points dropped inside the timing.
+/// Mapping one snapshot to data points: every catalogue row for every device (what each
+/// export does first), points dropped inside the timing.
 #[divan::bench(args = DEVICES)]
 fn map(bencher: Bencher, devices: usize) {
     let snap = snapshot(devices);
@@ -144,38 +141,35 @@ fn map(bencher: Bencher, devices: usize) {
         });
 }
 
-/// One SDK collection: the callbacks of every instrument (mapping included) and the
-/// aggregation into `ResourceMetrics`, as the periodic reader does before each export.
+/// Building one export's request: the mapping, each series' start time and state, the
+/// agent's own metrics, into an `ExportMetricsServiceRequest`.
 #[divan::bench(args = DEVICES)]
-fn export_collect(bencher: Bencher, devices: usize) {
-    let snap = snapshot(devices);
-    let p = ExportPipeline::new(&snap);
+fn export_build(bencher: Bencher, devices: usize) {
+    let p = ExportPipeline::new(snapshot(devices));
     bencher
-        .counter(ItemsCount::new(snap.devices.len()))
-        .bench_local(|| p.collect());
+        .counter(ItemsCount::new(p.snapshot.devices.len()))
+        .bench_local(|| p.build());
 }
 
-/// The OTLP protobuf encoding of one collection: `ExportMetricsServiceRequest::from` and
-/// `prost::Message::encode_to_vec` (what the gRPC and HTTP exporters send, before gzip).
+/// The OTLP protobuf encoding of one request: `prost::Message::encode_to_vec` (what the
+/// gRPC and HTTP transports send, before gzip).
 #[divan::bench(args = DEVICES)]
 fn export_encode(bencher: Bencher, devices: usize) {
-    let snap = snapshot(devices);
-    let p = ExportPipeline::new(&snap);
-    let rm = p.collect();
+    let p = ExportPipeline::new(snapshot(devices));
+    let request = p.build();
     bencher
-        .counter(ItemsCount::new(snap.devices.len()))
-        .bench_local(|| p.encode(&rm).len());
+        .counter(ItemsCount::new(p.snapshot.devices.len()))
+        .bench_local(|| p.encode(&request).len());
 }
 
-/// Collection and encoding together: one export's CPU work in the agent, short of the
+/// Building and encoding together: one export's CPU work in the agent, short of the
 /// network.
 #[divan::bench(args = DEVICES)]
 fn export_total(bencher: Bencher, devices: usize) {
-    let snap = snapshot(devices);
-    let p = ExportPipeline::new(&snap);
+    let p = ExportPipeline::new(snapshot(devices));
     bencher
-        .counter(ItemsCount::new(snap.devices.len()))
-        .bench_local(|| p.encode(&p.collect()).len());
+        .counter(ItemsCount::new(p.snapshot.devices.len()))
+        .bench_local(|| p.encode(&p.build()).len());
 }
 
 /// Run lengths (minutes) at which the rules' cost per tick is measured.
@@ -343,6 +337,7 @@ fn setup(devices: usize, latency: bool) -> SamplerSettings {
         slow_intervals: gpu_otel_sidecar::config::SlowIntervals::default(),
         nvml_library: copy.clone(),
         interval: Duration::from_secs(1),
+        export_interval: Duration::from_secs(1),
         devices: if devices == 1 {
             DeviceSelection::List(vec![DeviceId::Index(0)])
         } else {
@@ -394,19 +389,21 @@ fn snapshot(devices: usize) -> Snapshot {
         taken_at: SystemTime::now(),
         taken_instant: Instant::now(),
         seq: 1,
+        export: true,
         devices: samples,
     }
 }
 
-/// The agent's metrics pipeline (resource, scope, every catalogue instrument over a
-/// [`SharedState`] holding one snapshot), read on demand by a [`ManualReader`].
+/// The agent's metrics pipeline (resource, scope, catalogue, series state) over one
+/// snapshot, built on demand as each export builds it.
 struct ExportPipeline {
-    reader: Arc<ManualReader>,
-    _provider: SdkMeterProvider,
+    encoder: Mutex<Encoder>,
+    recorded: Arc<Recorded>,
+    snapshot: Snapshot,
 }
 
 impl ExportPipeline {
-    fn new(snapshot: &Snapshot) -> Self {
+    fn new(snapshot: Snapshot) -> Self {
         let config = Config::from_vars(
             [
                 ("K8S_POD_NAME", "resnet-train-0"),
@@ -418,55 +415,33 @@ impl ExportPipeline {
             .map(|(k, v)| (k.to_string(), v.to_string())),
         )
         .expect("bench configuration");
-        let shared = Arc::new(SharedState::default());
-        shared.publish(snapshot.clone());
-        let reader = Arc::new(ManualReader::builder().build());
-        let provider = SdkMeterProvider::builder()
-            .with_resource(attribution::resource(&config))
-            .with_reader(SharedReader(reader.clone()))
-            .build();
-        let meter = provider.meter_with_scope(
-            opentelemetry::InstrumentationScope::builder(SCOPE)
-                .with_version(env!("CARGO_PKG_VERSION"))
-                .build(),
+        let encoder = Encoder::new(
+            &attribution::resource(&config),
+            config.otlp.temporality,
+            Duration::from_secs(3600),
+            SystemTime::now(),
         );
-        // The snapshot must stay "fresh" for the whole run.
-        instruments::register(&meter, shared, Duration::from_secs(24 * 3600));
         Self {
-            reader,
-            _provider: provider,
+            encoder: Mutex::new(encoder),
+            recorded: Recorded::new(),
+            snapshot,
         }
     }
 
-    fn collect(&self) -> ResourceMetrics {
-        let mut rm = ResourceMetrics::default();
-        self.reader.collect(&mut rm).expect("collect");
-        rm
+    fn build(&self) -> ExportMetricsServiceRequest {
+        self.encoder
+            .lock()
+            .unwrap()
+            .encode(
+                Some(&self.snapshot),
+                &self.recorded,
+                &OwnValues::default(),
+                Stamp::now(),
+            )
+            .request
     }
 
-    fn encode(&self, rm: &ResourceMetrics) -> Vec<u8> {
-        ExportMetricsServiceRequest::from(rm).encode_to_vec()
-    }
-}
-
-/// A [`ManualReader`] the provider owns while the bench keeps a handle to collect with.
-#[derive(Debug)]
-struct SharedReader(Arc<ManualReader>);
-
-impl MetricReader for SharedReader {
-    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
-        self.0.register_pipeline(pipeline);
-    }
-    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
-        self.0.collect(rm)
-    }
-    fn force_flush(&self) -> OTelSdkResult {
-        self.0.force_flush()
-    }
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
-    }
-    fn temporality(&self, kind: InstrumentKind) -> Temporality {
-        self.0.temporality(kind)
+    fn encode(&self, request: &ExportMetricsServiceRequest) -> Vec<u8> {
+        request.encode_to_vec()
     }
 }

@@ -32,7 +32,10 @@ TZ=UTC nvidia-smi --query-gpu=$Q --format=csv,nounits -lms 1000 > "$OUT/nvidia-s
 SMI=$!
 echo "== agent (console exporter), 36 s"
 START=$(date +%s.%N)
+# Energy read at every export (1 s; the default is 10 s): the energy check compares the
+# counter's growth with the measured power over the idle and load windows, within 2 %.
 OTEL_METRICS_EXPORTER=console GPU_SIDECAR_SAMPLE_INTERVAL=1s OTEL_METRIC_EXPORT_INTERVAL=1000 \
+  GPU_SIDECAR_ENERGY_INTERVAL=1s \
   K8S_POD_NAME=validation-pod K8S_NAMESPACE_NAME=validation K8S_CONTAINER_NAME=trainer \
   "$BIN" > "$OUT/agent-metrics.jsonl" 2> "$OUT/agent.log" &
 AGENT=$!

@@ -198,32 +198,94 @@ impl TlsFiles {
     }
 }
 
-/// OTLP exporter settings (standard `OTEL_EXPORTER_OTLP_*` variables).
+/// One OTLP exporter's settings (metrics or logs), from the standard `OTEL_EXPORTER_OTLP_*`
+/// variables: the signal's own form (`OTEL_EXPORTER_OTLP_METRICS_TIMEOUT`,
+/// `OTEL_EXPORTER_OTLP_LOGS_PROTOCOL`, …) wins over the general one
+/// (`OTEL_EXPORTER_OTLP_TIMEOUT`), as the OTLP exporter specification says.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OtlpConfig {
-    /// Transport, `OTEL_EXPORTER_OTLP_PROTOCOL`; default gRPC.
+pub struct OtlpExporter {
+    /// Transport, `OTEL_EXPORTER_OTLP_[SIGNAL_]PROTOCOL`; default gRPC.
     pub protocol: Protocol,
-    /// Full URL for metrics: `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` as given, or
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (plus `/v1/metrics` over HTTP). Defaults:
-    /// `http://localhost:4317` (gRPC), `http://localhost:4318/v1/metrics` (HTTP).
-    pub metrics_endpoint: String,
-    /// Full URL for logs (events), built the same way with `/v1/logs`.
-    pub logs_endpoint: String,
-    /// Headers sent with every request, `OTEL_EXPORTER_OTLP_HEADERS` (`k=v,k2=v2`,
+    /// Full URL: `OTEL_EXPORTER_OTLP_{METRICS,LOGS}_ENDPOINT` as given, or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (plus `/v1/metrics` or `/v1/logs` over HTTP). Defaults:
+    /// `http://localhost:4317` (gRPC), `http://localhost:4318/v1/{metrics,logs}` (HTTP).
+    pub endpoint: String,
+    /// Headers sent with every request, `OTEL_EXPORTER_OTLP_[SIGNAL_]HEADERS` (`k=v,k2=v2`,
     /// values percent-decoded). Values are secrets.
     pub headers: Vec<(String, Secret)>,
-    /// Per-export timeout, `OTEL_EXPORTER_OTLP_TIMEOUT` in milliseconds; default 10000.
+    /// Bound on one export, retries included, `OTEL_EXPORTER_OTLP_[SIGNAL_]TIMEOUT` in
+    /// milliseconds; default 10000.
     pub timeout: Duration,
-    /// gzip compression, `OTEL_EXPORTER_OTLP_COMPRESSION` (`gzip` | `none`); default none.
+    /// gzip compression, `OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION` (`gzip` | `none`);
+    /// default none.
     pub gzip: bool,
-    /// CA and client certificate files (`OTEL_EXPORTER_OTLP_CERTIFICATE`,
-    /// `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_KEY`).
+    /// CA and client certificate files (`OTEL_EXPORTER_OTLP_[SIGNAL_]CERTIFICATE`,
+    /// `…_CLIENT_CERTIFICATE`, `…_CLIENT_KEY`).
     pub tls: TlsFiles,
+    /// `OTEL_EXPORTER_OTLP_[SIGNAL_]INSECURE`: a schemeless endpoint was taken as `http://`
+    /// (already applied to [`OtlpExporter::endpoint`]).
+    pub insecure: bool,
+}
+
+/// Which OTLP signal an [`OtlpExporter`] is for: the infix of its per-signal variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// `OTEL_EXPORTER_OTLP_METRICS_*`, path `/v1/metrics`.
+    Metrics,
+    /// `OTEL_EXPORTER_OTLP_LOGS_*`, path `/v1/logs` (the agent's events).
+    Logs,
+}
+
+impl Signal {
+    /// `METRICS` or `LOGS`.
+    pub fn infix(self) -> &'static str {
+        match self {
+            Signal::Metrics => "METRICS",
+            Signal::Logs => "LOGS",
+        }
+    }
+
+    /// The OTLP/HTTP path: `v1/metrics` or `v1/logs`.
+    pub fn http_path(self) -> &'static str {
+        match self {
+            Signal::Metrics => "v1/metrics",
+            Signal::Logs => "v1/logs",
+        }
+    }
+}
+
+/// Aggregation temporality the metrics exporter is asked for,
+/// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` (case-insensitive), as the OTLP
+/// exporter specification defines it per instrument kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TemporalityPreference {
+    /// `cumulative` (default): every sum and histogram is cumulative.
+    #[default]
+    Cumulative,
+    /// `delta`: counters (monotonic sums) and histograms are delta; up-down counters stay
+    /// cumulative.
+    Delta,
+    /// `lowmemory`: synchronous counters and histograms (those the agent records as things
+    /// happen: XIDs, alerts, sample durations) are delta; observable counters (read from
+    /// NVML or the agent's state) and up-down counters stay cumulative.
+    LowMemory,
+}
+
+/// OTLP settings for both signals the agent exports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpConfig {
+    /// The metrics exporter (`OTEL_EXPORTER_OTLP_METRICS_*` over `OTEL_EXPORTER_OTLP_*`).
+    pub metrics: OtlpExporter,
+    /// The events' (log records') exporter (`OTEL_EXPORTER_OTLP_LOGS_*` over
+    /// `OTEL_EXPORTER_OTLP_*`).
+    pub logs: OtlpExporter,
+    /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`; default cumulative.
+    pub temporality: TemporalityPreference,
 }
 
 /// How often each slow group of NVML calls is made (the fast fields are read every sample
-/// interval, static facts once per NVML session). Each is rounded to a whole number of
-/// sample intervals, at least one; see [`SlowIntervals::every`].
+/// interval, static facts once per NVML session); at which ticks:
+/// [`crate::sampling::cadence`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowIntervals {
     /// Per-process utilization (`nvmlDeviceGetProcessUtilization`, ~2 ms on an H200),
@@ -248,15 +310,6 @@ impl Default for SlowIntervals {
             energy: Duration::from_secs(10),
             pcie: Duration::from_secs(30),
         }
-    }
-}
-
-impl SlowIntervals {
-    /// `interval` as a number of sample ticks: rounded to the nearest whole number, at
-    /// least 1 (a group is never read more often than the fast fields).
-    pub fn every(interval: Duration, sample_interval: Duration) -> u64 {
-        let ticks = interval.as_secs_f64() / sample_interval.as_secs_f64().max(1e-9);
-        (ticks.round() as u64).max(1)
     }
 }
 
@@ -317,9 +370,260 @@ pub struct Config {
     pub sample_log: Option<SampleLogConfig>,
     /// Alert rules, `GPU_SIDECAR_RULE_<NAME>_*`; defaults in `src/rules/catalogue.rs`.
     pub rules: RulesConfig,
+    /// Bound on one metrics export, retries included, `OTEL_METRIC_EXPORT_TIMEOUT` (ms);
+    /// default 30000. The OTLP exporter's own timeout bounds it too (see
+    /// [`Config::metrics_export_bound`]).
+    pub metric_export_timeout: Duration,
+    /// The events' batch processor (`OTEL_BLRP_*`).
+    pub logs_batch: LogsBatch,
+    /// `OTEL_SDK_DISABLED=true`: nothing is exported (metrics and events), whatever the
+    /// exporters say; sampling, rules, the run report, the sample log and health go on.
+    pub sdk_disabled: bool,
+    /// Standard `OTEL_*` variables that are set but do not apply to this agent, each with
+    /// why; named in one warning at start (see [`OTEL_VARIABLES`]).
+    pub otel_not_applied: Vec<(String, &'static str)>,
     /// Price of one GPU-hour, `GPU_SIDECAR_PRICE_PER_GPU_HOUR` (any currency; no default):
     /// the run report's `cost` and `idle_cost`.
     pub price_per_gpu_hour: Option<f64>,
+}
+
+/// The events' batch log processor, from the `OTEL_BLRP_*` variables (given to the SDK's
+/// `BatchConfigBuilder` explicitly: the SDK would otherwise read them itself and silently
+/// ignore a bad value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogsBatch {
+    /// `OTEL_BLRP_SCHEDULE_DELAY` (ms): time between two exports of queued events;
+    /// default 1000.
+    pub schedule_delay: Duration,
+    /// `OTEL_BLRP_MAX_QUEUE_SIZE`: events held while the collector is slow or down (more
+    /// are dropped); default 2048.
+    pub max_queue_size: usize,
+    /// `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`: events per export; default 512, at most the queue
+    /// size.
+    pub max_export_batch_size: usize,
+}
+
+impl Default for LogsBatch {
+    fn default() -> Self {
+        Self {
+            schedule_delay: Duration::from_millis(1000),
+            max_queue_size: 2048,
+            max_export_batch_size: 512,
+        }
+    }
+}
+
+impl Config {
+    /// The bound on one metrics export, retries included: the smaller of
+    /// `OTEL_METRIC_EXPORT_TIMEOUT` and the metrics exporter's OTLP timeout.
+    pub fn metrics_export_bound(&self) -> Duration {
+        self.metric_export_timeout.min(self.otlp.metrics.timeout)
+    }
+}
+
+/// What the agent does with one standard OpenTelemetry variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtelUse {
+    /// Read and applied (a bad value stops the agent with exit 2 naming it).
+    Honoured,
+    /// Does not apply to this agent: when set, it is named in one warning at start, with
+    /// why, and otherwise ignored.
+    NotApplied,
+}
+
+/// One standard OpenTelemetry environment variable (SDK environment specification, OTLP
+/// exporter specification): the row of `docs/otel-variables.md`.
+#[derive(Debug, Clone, Copy)]
+pub struct OtelVariable {
+    /// Its name; a trailing `*` stands for every variable with that prefix.
+    pub name: &'static str,
+    /// Honoured or not.
+    pub used: OtelUse,
+    /// Default, in words (`-` where it does not apply).
+    pub default: &'static str,
+    /// What the agent does with it.
+    pub what: &'static str,
+    /// A value a test sets (`<ca>`, `<cert>`, `<key>`: PEM files the test writes).
+    pub example: &'static str,
+}
+
+macro_rules! honoured {
+    ($name:expr, $default:expr, $what:expr, $example:expr) => {
+        OtelVariable {
+            name: $name,
+            used: OtelUse::Honoured,
+            default: $default,
+            what: $what,
+            example: $example,
+        }
+    };
+}
+
+macro_rules! not_applied {
+    ($name:expr, $what:expr, $example:expr) => {
+        OtelVariable {
+            name: $name,
+            used: OtelUse::NotApplied,
+            default: "-",
+            what: $what,
+            example: $example,
+        }
+    };
+}
+
+macro_rules! otlp_rows {
+    ($infix:literal, $scope:literal) => {
+        [
+            honoured!(
+                concat!("OTEL_EXPORTER_OTLP_", $infix, "ENDPOINT"),
+                "`http://localhost:4317` (gRPC), `http://localhost:4318` (HTTP)",
+                concat!("collector URL for ", $scope, "; the general one gets `/v1/metrics` or `/v1/logs` appended over HTTP, a per-signal one is used as given; a schemeless `host:port` means https unless insecure"),
+                "http://collector.example:4317"
+            ),
+            honoured!(
+                concat!("OTEL_EXPORTER_OTLP_", $infix, "PROTOCOL"),
+                "`grpc`",
+                concat!("`grpc` or `http/protobuf` for ", $scope, " (`http/json` is refused)"),
+                "http/protobuf"
+            ),
+            honoured!(
+                concat!("OTEL_EXPORTER_OTLP_", $infix, "HEADERS"),
+                "none",
+                concat!("`key=value,…` (percent-encoded values) sent with every request of ", $scope, "; values never appear in logs"),
+                "authorization=Bearer%20t0k"
+            ),
+            honoured!(
+                concat!("OTEL_EXPORTER_OTLP_", $infix, "TIMEOUT"),
+                "`10000`",
+                concat!("milliseconds: bound on one export of ", $scope, ", retries included"),
+                "2500"
+            ),
+            honoured!(
+                concat!("OTEL_EXPORTER_OTLP_", $infix, "COMPRESSION"),
+                "`none`",
+                concat!("`gzip` or `none` for ", $scope),
+                "gzip"
+            ),
+            honoured!(
+                concat!("OTEL_EXPORTER_OTLP_", $infix, "CERTIFICATE"),
+                "system trust store",
+                concat!("PEM file of the CA(s) trusted for the collector's certificate (`https://` endpoints), for ", $scope),
+                "<ca>"
+            ),
+            honoured!(
+                concat!("OTEL_EXPORTER_OTLP_", $infix, "CLIENT_CERTIFICATE"),
+                "none",
+                concat!("PEM client certificate chain for mutual TLS, for ", $scope, "; with the client key"),
+                "<cert>"
+            ),
+            honoured!(
+                concat!("OTEL_EXPORTER_OTLP_", $infix, "CLIENT_KEY"),
+                "none",
+                concat!("PEM private key of the client certificate, for ", $scope, "; never logged"),
+                "<key>"
+            ),
+            honoured!(
+                concat!("OTEL_EXPORTER_OTLP_", $infix, "INSECURE"),
+                "`false`",
+                concat!("`true`: a schemeless endpoint for ", $scope, " means `http://` (no TLS)"),
+                "true"
+            ),
+        ]
+    };
+}
+
+const OTLP_GENERAL: [OtelVariable; 9] = otlp_rows!("", "metrics and events");
+const OTLP_METRICS: [OtelVariable; 9] =
+    otlp_rows!("METRICS_", "metrics (wins over the general one)");
+const OTLP_LOGS: [OtelVariable; 9] = otlp_rows!("LOGS_", "events (wins over the general one)");
+
+/// Every standard `OTEL_*` variable that could reach a metrics-and-logs exporter, and what
+/// the agent does with it. `docs/otel-variables.md` is generated from it; a set variable
+/// that is not in here is named in the start-up warning as unknown.
+pub static OTEL_VARIABLES: &[OtelVariable] = &[
+    honoured!("OTEL_SDK_DISABLED", "`false`", "`true`: nothing is exported (metrics and events); sampling, rules, the run report, the sample log and health go on", "true"),
+    honoured!("OTEL_SERVICE_NAME", "`gpu-otel-sidecar`", "`service.name`", "trainer-gpus"),
+    honoured!("OTEL_RESOURCE_ATTRIBUTES", "none", "`key=value,…` added to the resource; wins over the `K8S_*` variables", "team=vision"),
+    honoured!("OTEL_METRICS_EXPORTER", "`otlp`", "`otlp`, `console` (one line of OTLP/JSON per export on stdout) or `none`", "console"),
+    honoured!("OTEL_LOGS_EXPORTER", "`otlp` (`console` when `OTEL_METRICS_EXPORTER=console`)", "events: `otlp`, `console` or `none`", "none"),
+    honoured!("OTEL_METRIC_EXPORT_INTERVAL", "`10000`", "milliseconds between metric exports (each right after a sample)", "2000"),
+    honoured!("OTEL_METRIC_EXPORT_TIMEOUT", "`30000`", "milliseconds: bound on one metrics export, retries included (the OTLP timeout bounds it too; the smaller wins)", "4000"),
+    honoured!("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "`cumulative`", "`cumulative`; `delta` (counters and the histogram delta, up-down counters cumulative); `lowmemory` (what the agent records as it happens, XIDs, alerts and sample durations, delta; counters read from NVML or its own state cumulative)", "delta"),
+    honoured!("OTEL_BLRP_SCHEDULE_DELAY", "`1000`", "milliseconds between two exports of queued events", "500"),
+    honoured!("OTEL_BLRP_MAX_QUEUE_SIZE", "`2048`", "events held while the collector is slow or down; more are dropped", "100"),
+    honoured!("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", "`512`", "events per export (at most the queue size)", "50"),
+    OTLP_GENERAL[0], OTLP_GENERAL[1], OTLP_GENERAL[2], OTLP_GENERAL[3], OTLP_GENERAL[4],
+    OTLP_GENERAL[5], OTLP_GENERAL[6], OTLP_GENERAL[7], OTLP_GENERAL[8],
+    OTLP_METRICS[0], OTLP_METRICS[1], OTLP_METRICS[2], OTLP_METRICS[3], OTLP_METRICS[4],
+    OTLP_METRICS[5], OTLP_METRICS[6], OTLP_METRICS[7], OTLP_METRICS[8],
+    OTLP_LOGS[0], OTLP_LOGS[1], OTLP_LOGS[2], OTLP_LOGS[3], OTLP_LOGS[4],
+    OTLP_LOGS[5], OTLP_LOGS[6], OTLP_LOGS[7], OTLP_LOGS[8],
+    not_applied!("OTEL_BLRP_EXPORT_TIMEOUT", "the SDK's thread-based batch processor has no export timeout; each events export is bounded by the OTLP timeout", "5000"),
+    not_applied!("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "the one histogram (`gpu_sidecar.sample.duration`) has fixed explicit buckets", "base2_exponential_bucket_histogram"),
+    not_applied!("OTEL_METRICS_EXEMPLAR_FILTER", "no exemplars: the agent has no traces to link to", "always_on"),
+    not_applied!("OTEL_LOG_LEVEL", "the agent's own log level is `GPU_SIDECAR_LOG_LEVEL`", "debug"),
+    not_applied!("OTEL_PROPAGATORS", "no context propagation: the agent has no traces", "tracecontext"),
+    not_applied!("OTEL_CONFIG_FILE", "no declarative configuration file: the agent reads environment variables only", "/etc/otel/sdk.yaml"),
+    not_applied!("OTEL_EXPERIMENTAL_CONFIG_FILE", "as `OTEL_CONFIG_FILE`", "/etc/otel/sdk.yaml"),
+    not_applied!("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "attributes are the catalogue's, bounded by design", "128"),
+    not_applied!("OTEL_ATTRIBUTE_COUNT_LIMIT", "attributes are the catalogue's, bounded by design", "64"),
+    not_applied!("OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT", "event attributes are the agent's own, bounded by design", "128"),
+    not_applied!("OTEL_LOGRECORD_ATTRIBUTE_COUNT_LIMIT", "event attributes are the agent's own, bounded by design", "64"),
+    not_applied!("OTEL_EXPORTER_OTLP_METRIC_INSECURE", "obsolete name: use `OTEL_EXPORTER_OTLP_METRICS_INSECURE`", "true"),
+    not_applied!("OTEL_EXPORTER_OTLP_SPAN_INSECURE", "obsolete name, and the agent has no traces", "true"),
+    not_applied!("OTEL_TRACES_*", "the agent exports no traces", "otlp"),
+    not_applied!("OTEL_EXPORTER_OTLP_TRACES_*", "the agent exports no traces", "http://collector:4317"),
+    not_applied!("OTEL_BSP_*", "span batching: the agent exports no traces", "5000"),
+    not_applied!("OTEL_SPAN_*", "span limits: the agent exports no traces", "128"),
+    not_applied!("OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT", "span event limits: the agent exports no traces", "128"),
+    not_applied!("OTEL_LINK_ATTRIBUTE_COUNT_LIMIT", "span link limits: the agent exports no traces", "128"),
+    not_applied!("OTEL_EXPORTER_PROMETHEUS_*", "no Prometheus endpoint: the agent pushes OTLP (a collector's Prometheus exporter serves it)", "9464"),
+    not_applied!("OTEL_EXPORTER_ZIPKIN_*", "no Zipkin exporter", "http://zipkin:9411"),
+    not_applied!("OTEL_EXPORTER_JAEGER_*", "no Jaeger exporter", "jaeger"),
+];
+
+/// The row of [`OTEL_VARIABLES`] for `name` (exact, or the longest matching `PREFIX_*`).
+pub fn otel_variable(name: &str) -> Option<&'static OtelVariable> {
+    OTEL_VARIABLES.iter().find(|v| v.name == name).or_else(|| {
+        OTEL_VARIABLES
+            .iter()
+            .filter(|v| {
+                v.name
+                    .strip_suffix('*')
+                    .is_some_and(|prefix| name.starts_with(prefix))
+            })
+            .max_by_key(|v| v.name.len())
+    })
+}
+
+/// `docs/otel-variables.md`, generated from [`OTEL_VARIABLES`].
+pub fn otel_variables_markdown() -> String {
+    let mut s = String::from(
+        "# Standard OpenTelemetry variables\n\n\
+         Generated from `OTEL_VARIABLES` in `src/config.rs` (the test `otel_variables_doc_matches_the_table` \
+         fails when this file and the code disagree; regenerate with `UPDATE_DOCS=1 cargo test --lib otel_variables_doc`).\n\n\
+         Every variable of the OpenTelemetry SDK environment and OTLP exporter specifications that could \
+         reach a metrics-and-logs exporter, and what the agent does with it. *Honoured*: read and applied; \
+         a bad value stops the agent with exit code 2 and one line naming the variable and what it accepts. \
+         *Not applied*: when set, it is named, with the reason, in one warning at start, and ignored; any \
+         other `OTEL_*` variable that is set is named in that warning as unknown. A per-signal variable \
+         (`OTEL_EXPORTER_OTLP_METRICS_*`, `OTEL_EXPORTER_OTLP_LOGS_*`) wins over the general one for its \
+         signal; the events are the logs signal. An empty variable counts as unset.\n\n",
+    );
+    s.push_str("| variable | | default | what the agent does |\n| --- | --- | --- | --- |\n");
+    for v in OTEL_VARIABLES {
+        let used = match v.used {
+            OtelUse::Honoured => "honoured",
+            OtelUse::NotApplied => "not applied",
+        };
+        s.push_str(&format!(
+            "| `{}` | {used} | {} | {} |\n",
+            v.name,
+            v.default,
+            v.what.replace('|', "\\|")
+        ));
+    }
+    s
 }
 
 /// A file path, or standard output (written `-`).
@@ -568,11 +872,17 @@ pub const KNOWN_SETTINGS: &[&str] = &[
     "PRICE_PER_GPU_HOUR",
 ];
 
-/// Every standard `OTEL_*` variable the agent reads.
+/// Every standard `OTEL_*` variable the agent reads, as `--help` and the README's settings
+/// table name them: the per-signal forms as the patterns `OTEL_EXPORTER_OTLP_METRICS_*` and
+/// `OTEL_EXPORTER_OTLP_LOGS_*`. Each is an honoured row of [`OTEL_VARIABLES`] (a test checks
+/// both ways).
 pub const OTEL_SETTINGS: &[&str] = &[
     "OTEL_METRICS_EXPORTER",
     "OTEL_LOGS_EXPORTER",
+    "OTEL_SDK_DISABLED",
     "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_METRIC_EXPORT_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
     "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
@@ -584,6 +894,11 @@ pub const OTEL_SETTINGS: &[&str] = &[
     "OTEL_EXPORTER_OTLP_CERTIFICATE",
     "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
     "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+    "OTEL_EXPORTER_OTLP_METRICS_*",
+    "OTEL_EXPORTER_OTLP_LOGS_*",
+    "OTEL_BLRP_SCHEDULE_DELAY",
+    "OTEL_BLRP_MAX_QUEUE_SIZE",
+    "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
     "OTEL_SERVICE_NAME",
     "OTEL_RESOURCE_ATTRIBUTES",
 ];
@@ -812,6 +1127,32 @@ impl Config {
             Some(v) => parse_exporter("OTEL_LOGS_EXPORTER", v)?,
         };
         let otlp = parse_otlp(&get)?;
+        let sdk_disabled = match get("OTEL_SDK_DISABLED") {
+            None => false,
+            Some(v) => parse_bool("OTEL_SDK_DISABLED", v)?,
+        };
+        let (metrics_exporter, logs_exporter) = if sdk_disabled {
+            (ExporterKind::None, ExporterKind::None)
+        } else {
+            (metrics_exporter, logs_exporter)
+        };
+        let metric_export_timeout = match get("OTEL_METRIC_EXPORT_TIMEOUT") {
+            None => Duration::from_millis(30_000),
+            Some(v) => parse_millis("OTEL_METRIC_EXPORT_TIMEOUT", v)?,
+        };
+        let logs_batch = parse_logs_batch(&get)?;
+        let otel_not_applied = vars
+            .iter()
+            .filter(|(k, v)| k.starts_with("OTEL_") && !v.is_empty())
+            .filter_map(|(k, _)| match otel_variable(k) {
+                Some(row) if row.used == OtelUse::Honoured => None,
+                Some(row) => Some((k.clone(), row.what)),
+                None => Some((
+                    k.clone(),
+                    "not a variable of the OpenTelemetry SDK or OTLP exporter specifications that the agent knows",
+                )),
+            })
+            .collect();
         let health_addr = match raw.health_addr.as_deref().map(str::trim) {
             None | Some("") => Some(DEFAULT_HEALTH_ADDR.parse().expect("valid default")),
             Some("off") => None,
@@ -883,9 +1224,34 @@ impl Config {
             report_file,
             sample_log,
             rules: parse_rules(&get)?,
+            metric_export_timeout,
+            logs_batch,
+            sdk_disabled,
+            otel_not_applied,
             price_per_gpu_hour,
         })
     }
+}
+
+/// `OTEL_BLRP_*` (see [`LogsBatch`]).
+fn parse_logs_batch<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<LogsBatch, ConfigError> {
+    let mut b = LogsBatch::default();
+    if let Some(v) = get("OTEL_BLRP_SCHEDULE_DELAY") {
+        b.schedule_delay = parse_millis("OTEL_BLRP_SCHEDULE_DELAY", v)?;
+    }
+    let count = |var: &str, v: &str| match v.trim().parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(ConfigError::new(var, v, "a whole number greater than zero")),
+    };
+    if let Some(v) = get("OTEL_BLRP_MAX_QUEUE_SIZE") {
+        b.max_queue_size = count("OTEL_BLRP_MAX_QUEUE_SIZE", v)?;
+    }
+    if let Some(v) = get("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE") {
+        b.max_export_batch_size = count("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", v)?;
+    }
+    // As the specification says: a batch is never larger than the queue.
+    b.max_export_batch_size = b.max_export_batch_size.min(b.max_queue_size);
+    Ok(b)
 }
 
 fn output_target(v: &str) -> OutputTarget {
@@ -935,43 +1301,88 @@ fn parse_sample_log(
         }))
 }
 
+/// The variable that sets `name` for `signal`: its per-signal form
+/// (`OTEL_EXPORTER_OTLP_METRICS_TIMEOUT`) when set, else the general one
+/// (`OTEL_EXPORTER_OTLP_TIMEOUT`); with its value.
+fn signal_var<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+    signal: Signal,
+    name: &str,
+) -> Option<(String, &'a str)> {
+    let own = format!("OTEL_EXPORTER_OTLP_{}_{name}", signal.infix());
+    if let Some(v) = get(&own) {
+        return Some((own, v));
+    }
+    let general = format!("OTEL_EXPORTER_OTLP_{name}");
+    get(&general).map(|v| (general, v))
+}
+
 fn parse_otlp<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<OtlpConfig, ConfigError> {
-    let protocol = match get("OTEL_EXPORTER_OTLP_PROTOCOL") {
-        None | Some("grpc") => Protocol::Grpc,
-        Some("http/protobuf") => Protocol::HttpProtobuf,
-        Some(v) => {
+    const VAR: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
+    let temporality = match get(VAR).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("cumulative") => TemporalityPreference::Cumulative,
+        Some("delta") => TemporalityPreference::Delta,
+        Some("lowmemory") => TemporalityPreference::LowMemory,
+        Some(_) => {
             return Err(ConfigError::new(
-                "OTEL_EXPORTER_OTLP_PROTOCOL",
-                v,
-                "grpc or http/protobuf",
+                VAR,
+                get(VAR).unwrap_or_default(),
+                "cumulative, delta or lowmemory",
             ))
         }
     };
-    let insecure = match get("OTEL_EXPORTER_OTLP_INSECURE") {
-        None => false,
-        Some(v) => parse_bool("OTEL_EXPORTER_OTLP_INSECURE", v)?,
-    };
-    let base = match get("OTEL_EXPORTER_OTLP_ENDPOINT") {
-        Some(v) => check_endpoint("OTEL_EXPORTER_OTLP_ENDPOINT", v, insecure)?,
-        None => match protocol {
-            Protocol::Grpc => "http://localhost:4317".to_string(),
-            Protocol::HttpProtobuf => "http://localhost:4318".to_string(),
-        },
-    };
-    let signal = |var: &str, path: &str| -> Result<String, ConfigError> {
-        match get(var) {
-            Some(v) => check_endpoint(var, v, insecure),
-            None => Ok(match protocol {
-                Protocol::Grpc => base.clone(),
-                Protocol::HttpProtobuf => format!("{}/{path}", base.trim_end_matches('/')),
-            }),
+    Ok(OtlpConfig {
+        metrics: parse_exporter_settings(get, Signal::Metrics)?,
+        logs: parse_exporter_settings(get, Signal::Logs)?,
+        temporality,
+    })
+}
+
+/// One signal's exporter settings (see [`OtlpExporter`]).
+fn parse_exporter_settings<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+    signal: Signal,
+) -> Result<OtlpExporter, ConfigError> {
+    let var = |name: &str| signal_var(get, signal, name);
+    let protocol = match var("PROTOCOL") {
+        None => Protocol::Grpc,
+        Some((_, "grpc")) => Protocol::Grpc,
+        Some((_, "http/protobuf")) => Protocol::HttpProtobuf,
+        Some((name, v)) => {
+            return Err(ConfigError::new(
+                &name,
+                v,
+                "grpc or http/protobuf (http/json is not supported)",
+            ))
         }
     };
-    let metrics_endpoint = signal("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "v1/metrics")?;
-    let logs_endpoint = signal("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "v1/logs")?;
-    let headers = match get("OTEL_EXPORTER_OTLP_HEADERS") {
+    let insecure = match var("INSECURE") {
+        None => false,
+        Some((name, v)) => parse_bool(&name, v)?,
+    };
+    let own_endpoint = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.infix());
+    let endpoint = match get(&own_endpoint) {
+        // The per-signal endpoint is the full URL, used as given.
+        Some(v) => check_endpoint(&own_endpoint, v, insecure)?,
+        None => {
+            let base = match get("OTEL_EXPORTER_OTLP_ENDPOINT") {
+                Some(v) => check_endpoint("OTEL_EXPORTER_OTLP_ENDPOINT", v, insecure)?,
+                None => match protocol {
+                    Protocol::Grpc => "http://localhost:4317".to_string(),
+                    Protocol::HttpProtobuf => "http://localhost:4318".to_string(),
+                },
+            };
+            match protocol {
+                Protocol::Grpc => base,
+                Protocol::HttpProtobuf => {
+                    format!("{}/{}", base.trim_end_matches('/'), signal.http_path())
+                }
+            }
+        }
+    };
+    let headers = match var("HEADERS") {
         None => Vec::new(),
-        Some(v) => parse_key_values("OTEL_EXPORTER_OTLP_HEADERS", v, true)?
+        Some((name, v)) => parse_key_values(&name, v, true)?
             .into_iter()
             .map(|(k, v)| {
                 let k = k.to_ascii_lowercase();
@@ -981,7 +1392,7 @@ fn parse_otlp<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<OtlpConfig, 
                     Ok((k, Secret(v)))
                 } else {
                     Err(ConfigError::new(
-                        "OTEL_EXPORTER_OTLP_HEADERS",
+                        &name,
                         "<redacted>",
                         format!("valid HTTP header names and visible ASCII values (the entry for {k:?} is not)"),
                     ))
@@ -989,43 +1400,53 @@ fn parse_otlp<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<OtlpConfig, 
             })
             .collect::<Result<_, _>>()?,
     };
-    let timeout = match get("OTEL_EXPORTER_OTLP_TIMEOUT") {
+    let timeout = match var("TIMEOUT") {
         None => Duration::from_millis(10_000),
-        Some(v) => parse_millis("OTEL_EXPORTER_OTLP_TIMEOUT", v)?,
+        Some((name, v)) => parse_millis(&name, v)?,
     };
-    let gzip = match get("OTEL_EXPORTER_OTLP_COMPRESSION") {
-        None | Some("none") => false,
-        Some("gzip") => true,
-        Some(v) => {
-            return Err(ConfigError::new(
-                "OTEL_EXPORTER_OTLP_COMPRESSION",
-                v,
-                "gzip or none",
-            ))
-        }
+    let gzip = match var("COMPRESSION") {
+        None => false,
+        Some((_, "none")) => false,
+        Some((_, "gzip")) => true,
+        Some((name, v)) => return Err(ConfigError::new(&name, v, "gzip or none")),
     };
-    let tls = parse_tls(get)?;
-    Ok(OtlpConfig {
+    let tls = parse_tls(get, signal)?;
+    Ok(OtlpExporter {
         protocol,
-        metrics_endpoint,
-        logs_endpoint,
+        endpoint,
         headers,
         timeout,
         gzip,
         tls,
+        insecure,
     })
 }
 
 /// Reads and checks the PEM files of the TLS variables: each must be readable and hold what
 /// it should (certificates, or one private key); the client certificate and key come as a
 /// pair. Errors name the variable and the path, never the key's contents.
-fn parse_tls<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<TlsFiles, ConfigError> {
+fn parse_tls<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+    signal: Signal,
+) -> Result<TlsFiles, ConfigError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-    const CA: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
-    const CERT: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
-    const KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
+    // Each file comes from its per-signal variable when set, else from the general one; the
+    // errors name the variable that was read.
+    let ca_var = signal_var(get, signal, "CERTIFICATE");
+    let cert_var = signal_var(get, signal, "CLIENT_CERTIFICATE");
+    let key_var = signal_var(get, signal, "CLIENT_KEY");
+    let name_of = |v: &Option<(String, &str)>, general: &str| {
+        v.as_ref()
+            .map_or_else(|| general.to_string(), |(n, _)| n.clone())
+    };
+    let (ca_name, cert_name, key_name) = (
+        name_of(&ca_var, "OTEL_EXPORTER_OTLP_CERTIFICATE"),
+        name_of(&cert_var, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"),
+        name_of(&key_var, "OTEL_EXPORTER_OTLP_CLIENT_KEY"),
+    );
+    let (ca_v, cert_v, key_v) = (ca_name.as_str(), cert_name.as_str(), key_name.as_str());
     let read = |var: &str, path: &str, what: &str| -> Result<Vec<u8>, ConfigError> {
         std::fs::read(path).map_err(|e| {
             ConfigError::new(var, path, format!("a readable PEM file with {what} ({e})"))
@@ -1049,16 +1470,16 @@ fn parse_tls<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<TlsFiles, Con
             )),
         }
     };
-    let ca = get(CA).map(|p| certificates(CA, p)).transpose()?;
-    let client_certificate = get(CERT).map(|p| certificates(CERT, p)).transpose()?;
-    let client_key = match get(KEY) {
+    let ca = ca_var.map(|(_, p)| certificates(ca_v, p)).transpose()?;
+    let client_certificate = cert_var.map(|(_, p)| certificates(cert_v, p)).transpose()?;
+    let client_key = match key_var.map(|(_, p)| p) {
         None => None,
         Some(path) => {
             let what = "one private key (PKCS#8, PKCS#1 or SEC1)";
-            let bytes = read(KEY, path, what)?;
+            let bytes = read(key_v, path, what)?;
             if PrivateKeyDer::from_pem_slice(&bytes).is_err() {
                 return Err(ConfigError::new(
-                    KEY,
+                    key_v,
                     path,
                     format!("a PEM file with {what}"),
                 ));
@@ -1067,7 +1488,7 @@ fn parse_tls<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<TlsFiles, Con
                 Ok(text) => Some(Secret(text)),
                 Err(_) => {
                     return Err(ConfigError::new(
-                        KEY,
+                        key_v,
                         path,
                         format!("a PEM file with {what}"),
                     ))
@@ -1078,16 +1499,16 @@ fn parse_tls<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<TlsFiles, Con
     match (&client_certificate, &client_key) {
         (Some(_), None) => {
             return Err(ConfigError::new(
-                KEY,
+                key_v,
                 "",
-                format!("a private key file: {CERT} is set, and mutual TLS needs both"),
+                format!("a private key file: {cert_v} is set, and mutual TLS needs both"),
             ))
         }
         (None, Some(_)) => {
             return Err(ConfigError::new(
-                CERT,
+                cert_v,
                 "",
-                format!("a certificate file: {KEY} is set, and mutual TLS needs both"),
+                format!("a certificate file: {key_v} is set, and mutual TLS needs both"),
             ))
         }
         _ => {}
@@ -1238,12 +1659,12 @@ mod tests {
         assert_eq!(c.export_interval, Duration::from_secs(10));
         assert_eq!(c.devices, DeviceSelection::All);
         assert_eq!(c.nvml_library, PathBuf::from("libnvidia-ml.so.1"));
-        assert_eq!(c.otlp.protocol, Protocol::Grpc);
-        assert_eq!(c.otlp.metrics_endpoint, "http://localhost:4317");
+        assert_eq!(c.otlp.metrics.protocol, Protocol::Grpc);
+        assert_eq!(c.otlp.metrics.endpoint, "http://localhost:4317");
         assert_eq!(c.metrics_exporter, ExporterKind::Otlp);
         assert_eq!(c.service_name, "gpu-otel-sidecar");
         assert!(c.resource_attributes.is_empty());
-        assert!(!c.otlp.gzip);
+        assert!(!c.otlp.metrics.gzip);
     }
 
     #[test]
@@ -1277,11 +1698,6 @@ mod tests {
         assert_eq!(c.slow_intervals.process, Duration::from_secs(10));
         let e = cfg(&[("GPU_SIDECAR_PCIE_INTERVAL", "often")]).unwrap_err();
         assert_eq!(e.var, "GPU_SIDECAR_PCIE_INTERVAL");
-        let s = Duration::from_secs(5);
-        assert_eq!(SlowIntervals::every(Duration::from_secs(10), s), 2);
-        assert_eq!(SlowIntervals::every(Duration::from_secs(1), s), 1);
-        assert_eq!(SlowIntervals::every(Duration::from_secs(12), s), 2);
-        assert_eq!(SlowIntervals::every(Duration::from_secs(13), s), 3);
     }
 
     #[test]
@@ -1312,22 +1728,22 @@ mod tests {
             ),
         ])
         .unwrap();
-        assert_eq!(c.otlp.metrics_endpoint, "http://collector:4318/v1/metrics");
-        assert_eq!(c.otlp.logs_endpoint, "http://other:4318/custom");
+        assert_eq!(c.otlp.metrics.endpoint, "http://collector:4318/v1/metrics");
+        assert_eq!(c.otlp.logs.endpoint, "http://other:4318/custom");
         let c = cfg(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]).unwrap();
-        assert_eq!(c.otlp.metrics_endpoint, "http://localhost:4318/v1/metrics");
+        assert_eq!(c.otlp.metrics.endpoint, "http://localhost:4318/v1/metrics");
     }
 
     #[test]
     fn schemeless_endpoint_is_https_unless_insecure() {
         let c = cfg(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")]).unwrap();
-        assert_eq!(c.otlp.metrics_endpoint, "https://collector:4317");
+        assert_eq!(c.otlp.metrics.endpoint, "https://collector:4317");
         let c = cfg(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"),
             ("OTEL_EXPORTER_OTLP_INSECURE", "true"),
         ])
         .unwrap();
-        assert_eq!(c.otlp.metrics_endpoint, "http://collector:4317");
+        assert_eq!(c.otlp.metrics.endpoint, "http://collector:4317");
         assert!(cfg(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x")]).is_err());
     }
 
@@ -1363,8 +1779,8 @@ mod tests {
             "Authorization=Bearer%20tok123,x-tenant=a",
         )])
         .unwrap();
-        assert_eq!(c.otlp.headers[0].0, "authorization");
-        assert_eq!(c.otlp.headers[0].1.expose(), "Bearer tok123");
+        assert_eq!(c.otlp.metrics.headers[0].0, "authorization");
+        assert_eq!(c.otlp.metrics.headers[0].1.expose(), "Bearer tok123");
         assert!(!format!("{c:?}").contains("tok123"));
         let e = cfg(&[("OTEL_EXPORTER_OTLP_HEADERS", "tok123-without-key")]).unwrap_err();
         assert!(!e.to_string().contains("tok123"), "{e}");
@@ -1570,11 +1986,11 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            c.otlp.tls.ca.as_ref().unwrap().bytes(),
+            c.otlp.metrics.tls.ca.as_ref().unwrap().bytes(),
             cert.pem().as_bytes()
         );
         assert_eq!(
-            c.otlp.tls.client_key.as_ref().unwrap().expose(),
+            c.otlp.metrics.tls.client_key.as_ref().unwrap().expose(),
             key.serialize_pem()
         );
         let debug = format!("{c:?}");
@@ -1607,7 +2023,10 @@ mod tests {
     #[test]
     fn bad_enums_name_what_they_accept() {
         let e = cfg(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]).unwrap_err();
-        assert_eq!(e.expected, "grpc or http/protobuf");
+        assert_eq!(
+            e.expected,
+            "grpc or http/protobuf (http/json is not supported)"
+        );
         let e = cfg(&[("OTEL_METRICS_EXPORTER", "prometheus")]).unwrap_err();
         assert_eq!(e.expected, "otlp, console or none");
         let e = cfg(&[("GPU_SIDECAR_LOG_LEVEL", "verbose")]).unwrap_err();
@@ -1743,5 +2162,196 @@ mod tests {
         from_table.sort();
         listed.sort();
         assert_eq!(from_table, listed);
+    }
+
+    #[test]
+    fn per_signal_otlp_settings_win_over_the_general_ones() {
+        let c = cfg(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "3000"),
+            ("OTEL_EXPORTER_OTLP_LOGS_TIMEOUT", "700"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=a"),
+            ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-tenant=m"),
+            ("OTEL_EXPORTER_OTLP_LOGS_COMPRESSION", "gzip"),
+        ])
+        .unwrap();
+        // The general endpoint gets the signal's path once the signal speaks HTTP.
+        assert_eq!(c.otlp.metrics.protocol, Protocol::HttpProtobuf);
+        assert_eq!(c.otlp.metrics.endpoint, "http://collector:4317/v1/metrics");
+        assert_eq!(c.otlp.logs.protocol, Protocol::Grpc);
+        assert_eq!(c.otlp.logs.endpoint, "http://collector:4317");
+        assert_eq!(c.otlp.metrics.timeout, Duration::from_millis(3000));
+        assert_eq!(c.otlp.logs.timeout, Duration::from_millis(700));
+        assert_eq!(c.otlp.metrics.headers[0].1.expose(), "m");
+        assert_eq!(c.otlp.logs.headers[0].1.expose(), "a");
+        assert!(c.otlp.logs.gzip && !c.otlp.metrics.gzip);
+        // The issue's case: a per-signal HTTP protocol with a /v1/metrics URL.
+        let c = cfg(&[
+            ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf"),
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "http://collector:4318/v1/metrics",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(c.otlp.metrics.protocol, Protocol::HttpProtobuf);
+        assert_eq!(c.otlp.metrics.endpoint, "http://collector:4318/v1/metrics");
+        assert_eq!(c.otlp.logs.protocol, Protocol::Grpc);
+        // Errors name the variable that was read.
+        let e = cfg(&[("OTEL_EXPORTER_OTLP_LOGS_TIMEOUT", "soon")]).unwrap_err();
+        assert_eq!(e.var, "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT");
+        let e = cfg(&[("OTEL_EXPORTER_OTLP_METRICS_INSECURE", "yes")]).unwrap_err();
+        assert_eq!(e.var, "OTEL_EXPORTER_OTLP_METRICS_INSECURE");
+    }
+
+    #[test]
+    fn temporality_sdk_disabled_and_export_timeout() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.otlp.temporality, TemporalityPreference::Cumulative);
+        assert_eq!(c.metric_export_timeout, Duration::from_secs(30));
+        assert_eq!(c.metrics_export_bound(), Duration::from_secs(10));
+        for (v, t) in [
+            ("delta", TemporalityPreference::Delta),
+            ("LowMemory", TemporalityPreference::LowMemory),
+            ("CUMULATIVE", TemporalityPreference::Cumulative),
+        ] {
+            let c = cfg(&[("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", v)]).unwrap();
+            assert_eq!(c.otlp.temporality, t, "{v}");
+        }
+        let e = cfg(&[(
+            "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+            "deltas",
+        )])
+        .unwrap_err();
+        assert_eq!(e.expected, "cumulative, delta or lowmemory");
+        let c = cfg(&[
+            ("OTEL_SDK_DISABLED", "true"),
+            ("OTEL_METRICS_EXPORTER", "console"),
+        ])
+        .unwrap();
+        assert!(c.sdk_disabled);
+        assert_eq!(
+            (c.metrics_exporter, c.logs_exporter),
+            (ExporterKind::None, ExporterKind::None)
+        );
+        let c = cfg(&[("OTEL_METRIC_EXPORT_TIMEOUT", "2000")]).unwrap();
+        assert_eq!(c.metrics_export_bound(), Duration::from_secs(2));
+        let c = cfg(&[("OTEL_BLRP_MAX_QUEUE_SIZE", "100")]).unwrap();
+        assert_eq!(c.logs_batch.max_queue_size, 100);
+        assert_eq!(
+            c.logs_batch.max_export_batch_size, 100,
+            "a batch fits the queue"
+        );
+        assert_eq!(
+            cfg(&[("OTEL_BLRP_MAX_QUEUE_SIZE", "0")]).unwrap_err().var,
+            "OTEL_BLRP_MAX_QUEUE_SIZE"
+        );
+    }
+
+    /// Sets every variable of the table, one at a time, to its example value: an honoured
+    /// one changes the configuration (and is not in the warning), one that does not apply
+    /// leaves it as it was and is named in the warning, with the table's reason.
+    #[test]
+    fn every_otel_variable_is_honoured_or_named_in_the_warning() {
+        let dir = temp_dir("otel-vars");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let (ca, crt, pem_key) = (dir.join("ca.pem"), dir.join("c.pem"), dir.join("c.key"));
+        std::fs::write(&ca, cert.pem()).unwrap();
+        std::fs::write(&crt, cert.pem()).unwrap();
+        std::fs::write(&pem_key, key.serialize_pem()).unwrap();
+        let file = |example: &str| match example {
+            "<ca>" => ca.to_str().unwrap().to_string(),
+            "<cert>" => crt.to_str().unwrap().to_string(),
+            "<key>" => pem_key.to_str().unwrap().to_string(),
+            other => other.to_string(),
+        };
+        let baseline = cfg(&[]).unwrap();
+        for row in OTEL_VARIABLES {
+            let name = row.name.replace('*', "EXAMPLE");
+            let mut vars = vec![(name.clone(), file(row.example))];
+            // Mutual TLS needs both halves; a certificate matters for https only.
+            if row.example == "<cert>" {
+                vars.push((
+                    name.replace("CLIENT_CERTIFICATE", "CLIENT_KEY"),
+                    file("<key>"),
+                ));
+            }
+            if row.example == "<key>" {
+                vars.push((
+                    name.replace("CLIENT_KEY", "CLIENT_CERTIFICATE"),
+                    file("<cert>"),
+                ));
+            }
+            let c = Config::from_vars(vars.clone())
+                .unwrap_or_else(|e| panic!("{name}={}: {e}", row.example));
+            let warned: Vec<&str> = c.otel_not_applied.iter().map(|(k, _)| k.as_str()).collect();
+            match row.used {
+                OtelUse::Honoured => {
+                    assert!(warned.is_empty(), "{name}: honoured but warned: {warned:?}");
+                    assert_ne!(c, baseline, "{name}={} changes nothing", row.example);
+                }
+                OtelUse::NotApplied => {
+                    assert_eq!(warned, vec![name.as_str()], "{name}");
+                    assert_eq!(c.otel_not_applied[0].1, row.what);
+                    let mut c = c.clone();
+                    c.otel_not_applied.clear();
+                    assert_eq!(c, baseline, "{name} is ignored");
+                }
+            }
+        }
+        let c = cfg(&[("OTEL_TRACES_SAMPLER", "always_on"), ("OTEL_MADE_UP", "1")]).unwrap();
+        assert_eq!(c.otel_not_applied.len(), 2);
+        assert!(
+            c.otel_not_applied[0].1.contains("not a variable"),
+            "{:?}",
+            c.otel_not_applied
+        );
+        assert_eq!(c.otel_not_applied[1].1, "the agent exports no traces");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn otel_settings_are_the_honoured_rows_of_the_table() {
+        let covers = |setting: &str, name: &str| match setting.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => setting == name,
+        };
+        let honoured: Vec<&str> = OTEL_VARIABLES
+            .iter()
+            .filter(|v| v.used == OtelUse::Honoured)
+            .map(|v| v.name)
+            .collect();
+        for name in &honoured {
+            assert!(
+                OTEL_SETTINGS.iter().any(|s| covers(s, name)),
+                "{name} is honoured but not in OTEL_SETTINGS (--help, README)"
+            );
+        }
+        for setting in OTEL_SETTINGS {
+            assert!(
+                honoured.iter().any(|name| covers(setting, name)),
+                "{setting} is in OTEL_SETTINGS but no honoured row of OTEL_VARIABLES"
+            );
+        }
+    }
+
+    #[test]
+    fn otel_variables_doc_matches_the_table() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/otel-variables.md");
+        let generated = otel_variables_markdown();
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(&path, &generated).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == generated,
+            "docs/otel-variables.md differs from OTEL_VARIABLES; run UPDATE_DOCS=1 cargo test --lib otel_variables_doc"
+        );
     }
 }

@@ -31,10 +31,11 @@
 //!   and is running when there is an NVML session with GPUs to watch. Not a liveness
 //!   check: samples and exports go on, and a restart cannot free a driver call.
 //! - `export` (ready): with `OTEL_METRICS_EXPORTER=otlp`, the last successful export is at
-//!   most three export intervals plus the OTLP timeout old (counted from the export
-//!   pipeline's start before the first).
+//!   most three export intervals plus the export bound old (counted from the export
+//!   pipeline's start before the first); the bound is the smaller of the OTLP timeout and
+//!   `OTEL_METRIC_EXPORT_TIMEOUT`.
 //! - `export_loop` (alive): an export finished, successfully or not, within two export
-//!   intervals plus two OTLP timeouts plus 5 s (the SDK's export thread is turning).
+//!   intervals plus two export bounds plus 5 s (the `export-clock` thread is turning).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -69,7 +70,7 @@ pub struct Limits {
 impl Limits {
     /// The bounds for `config`.
     pub fn from_config(config: &Config) -> Self {
-        let (ei, timeout) = (config.export_interval, config.otlp.timeout);
+        let (ei, timeout) = (config.export_interval, config.metrics_export_bound());
         Self {
             max_sample_age: crate::telemetry::max_snapshot_age(config.sample_interval),
             watchdog: config.watchdog_timeout,

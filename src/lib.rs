@@ -2,8 +2,9 @@
 //! OTLP with the pod's and container's attributes.
 //!
 //! Data flow, one module per stage: [`config`] (environment → typed settings) →
-//! [`sampling`] (the NVML thread → [`sampling::Snapshot`]) → [`telemetry`] (catalogue of
-//! instruments, OTel SDK, OTLP/console exporters), with [`attribution`] giving the resource
+//! [`sampling`] (the NVML thread → [`sampling::Snapshot`]) → [`telemetry`] (the metric
+//! catalogue, each export built as OTLP messages and sent over gRPC, HTTP or to stdout;
+//! events through the OTel SDK's logs pipeline), with [`attribution`] giving the resource
 //! (pod, container, node), and [`health`] (the `/healthz` and `/readyz` endpoints, the
 //! sampler watchdog). [`rules`] judges every sample and reports alerts and diagnoses as
 //! events; [`report`] writes the run report and the sample log. [`webhook`] is the

@@ -102,6 +102,14 @@ fn check_config_command() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The `OTEL_EXPORTER_OTLP_PROTOCOL` value of a protocol.
+fn protocol(p: gpu_otel_sidecar::config::Protocol) -> &'static str {
+    match p {
+        gpu_otel_sidecar::config::Protocol::Grpc => "grpc",
+        gpu_otel_sidecar::config::Protocol::HttpProtobuf => "http/protobuf",
+    }
+}
+
 /// What `check-config` prints.
 fn config_summary(config: &Config) -> serde_json::Value {
     let resource: std::collections::BTreeMap<String, String> = attribution::resource(config)
@@ -120,15 +128,15 @@ fn config_summary(config: &Config) -> serde_json::Value {
         "metrics_exporter": format!("{:?}", config.metrics_exporter).to_lowercase(),
         "logs_exporter": format!("{:?}", config.logs_exporter).to_lowercase(),
         "otlp": {
-            "protocol": match config.otlp.protocol {
-                gpu_otel_sidecar::config::Protocol::Grpc => "grpc",
-                gpu_otel_sidecar::config::Protocol::HttpProtobuf => "http/protobuf",
-            },
-            "metrics_endpoint": config.otlp.metrics_endpoint,
-            "logs_endpoint": config.otlp.logs_endpoint,
-            "header_names": config.otlp.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
-            "timeout_ms": config.otlp.timeout.as_millis() as u64,
+            "protocol": protocol(config.otlp.metrics.protocol),
+            "metrics_endpoint": config.otlp.metrics.endpoint,
+            "logs_protocol": protocol(config.otlp.logs.protocol),
+            "logs_endpoint": config.otlp.logs.endpoint,
+            "header_names": config.otlp.metrics.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            "timeout_ms": config.otlp.metrics.timeout.as_millis() as u64,
+            "temporality": format!("{:?}", config.otlp.temporality).to_lowercase(),
         },
+        "otel_not_applied": config.otel_not_applied.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
         "export_interval_ms": config.export_interval.as_millis() as u64,
         "sample_interval_ms": config.sample_interval.as_millis() as u64,
         "devices": devices,
@@ -186,8 +194,8 @@ fn run(config: Config) -> ExitCode {
     };
     let destination = match config.metrics_exporter {
         gpu_otel_sidecar::config::ExporterKind::Otlp => format!(
-            "OTLP {:?} to {}",
-            config.otlp.protocol, config.otlp.metrics_endpoint
+            "OTLP {:?} to {} ({:?})",
+            config.otlp.metrics.protocol, config.otlp.metrics.endpoint, config.otlp.temporality
         ),
         other => format!("{other:?}"),
     };
@@ -198,9 +206,23 @@ fn run(config: Config) -> ExitCode {
         export_interval_ms = config.export_interval.as_millis() as u64,
         "starting"
     );
+    if config.sdk_disabled {
+        tracing::info!("OTEL_SDK_DISABLED=true: no metrics and no events are exported");
+    }
+    if !config.otel_not_applied.is_empty() {
+        let list = config
+            .otel_not_applied
+            .iter()
+            .map(|(var, why)| format!("{var} ({why})"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(
+            "these OpenTelemetry variables are set but do not apply to this agent, and are ignored: {list} (docs/otel-variables.md)"
+        );
+    }
     if config.sample_interval > config.export_interval {
         tracing::warn!(
-            "GPU_SIDECAR_SAMPLE_INTERVAL ({:?}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({:?}): some exports will repeat the previous sample",
+            "GPU_SIDECAR_SAMPLE_INTERVAL ({:?}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({:?}): GPU metrics are exported once per sample, less often than the export interval",
             config.sample_interval,
             config.export_interval
         );
@@ -282,7 +304,7 @@ fn run(config: Config) -> ExitCode {
     let started = {
         let _guard = runtime.enter();
         Events::start(&config, resource.clone())
-            .map_err(TelemetryError::Exporter)
+            .map_err(TelemetryError::from)
             .and_then(|e| {
                 Ok((
                     Telemetry::start(&config, resource.clone(), shared.clone())?,
@@ -314,11 +336,16 @@ fn run(config: Config) -> ExitCode {
         .clone()
         .map(|c| SampleLogger::start(c, &shared));
     // Before the sampler, so that the rules see every tick too.
-    let rules = Rules::start(&config.rules, &shared, events.clone(), &telemetry.meter());
+    let rules = Rules::start(
+        &config.rules,
+        &shared,
+        events.clone(),
+        &telemetry.recorded(),
+    );
     // After the pipelines: the sampler reports group durations and XID/ECC events into them,
     // and each XID also to the rules and the run report.
     let observer = Arc::new(DeviceEvents {
-        recorder: Recorder::new(&telemetry.meter(), events.emitter()),
+        recorder: Recorder::new(&telemetry.recorded(), events.emitter()),
         rules: rules.xid_hook(),
         report: run_report.xid_recorder(),
     });

@@ -38,6 +38,7 @@ fn sample_once(name: &str, selection: DeviceSelection) -> Vec<DeviceSample> {
         slow_intervals: gpu_otel_sidecar::config::SlowIntervals::default(),
         nvml_library: lib,
         interval: std::time::Duration::from_secs(1),
+        export_interval: std::time::Duration::from_secs(1),
         devices: selection,
     };
     let samples =

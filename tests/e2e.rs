@@ -154,11 +154,18 @@ fn h200_end_to_end(protocol: Protocol, extra: &[(&str, &str)]) -> (Receiver, Age
         assert!(gpu_temps.contains(&((p.value * 1e6).round() as u64)));
     }
 
+    // hw.energy counts from the agent's first reading (the recording's first row: the first
+    // tick comes within ms of NVML's start), with that reading's time as start time: the
+    // first point is 0 at its own start, later ones a difference of recorded totals.
+    let first_mj = rec[0]["energy_mj"].as_f64().unwrap();
     let energies = set(rec
         .iter()
-        .map(|r| r["energy_mj"].as_f64().unwrap() / 1000.0));
-    let energy = rx.points("hw.energy");
+        .map(|r| (r["energy_mj"].as_f64().unwrap() - first_mj) / 1000.0));
+    let mut energy = rx.points("hw.energy");
+    energy.sort_by_key(|p| p.time_unix_nano);
     assert!(!energy.is_empty());
+    assert_eq!(energy[0].value, 0.0, "{:?}", energy[0]);
+    assert_eq!(energy[0].start_time_unix_nano, energy[0].time_unix_nano);
     for p in &energy {
         assert_eq!(p.unit, "J");
         assert_eq!(
@@ -168,9 +175,10 @@ fn h200_end_to_end(protocol: Protocol, extra: &[(&str, &str)]) -> (Receiver, Age
                 cumulative: true
             }
         );
+        assert_eq!(p.start_time_unix_nano, energy[0].start_time_unix_nano);
         assert!(
             energies.contains(&((p.value * 1e6).round() as u64)),
-            "energy {} J not in the recording",
+            "energy {} J is not a difference of recorded totals from the first",
             p.value
         );
     }
@@ -690,4 +698,88 @@ fn nvml_init_error_is_explained_and_the_agent_keeps_running() {
             .and_then(|s| s.code()),
         Some(0)
     );
+}
+
+/// Issue 12 (standard settings): the per-signal forms win. Metrics go over HTTP/protobuf to
+/// a `/v1/metrics` URL while the general settings (gRPC) carry the events; delta temporality
+/// makes counters and the histogram deltas (contiguous: each starts where the last accepted
+/// one ended) and leaves up-down counters cumulative; a variable that does not apply is named
+/// in one warning at start.
+#[test]
+fn per_signal_settings_and_delta_temporality() {
+    let metrics = Receiver::start(Protocol::Http);
+    let logs = Receiver::start(Protocol::Grpc);
+    let mut agent = Agent::builder()
+        .env_mock("h200-under-load.json")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", logs.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
+        .env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", metrics.metrics_url())
+        .env("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta")
+        .env("OTEL_TRACES_EXPORTER", "otlp")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "200ms")
+        .env("GPU_SIDECAR_ENERGY_INTERVAL", "200ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        .env("GPU_SIDECAR_REPORT_FILE", "/dev/null")
+        .spawn();
+    assert!(
+        metrics.wait_until(WAIT, |r| r.points("hw.energy").len() >= 4),
+        "{}",
+        agent.dump()
+    );
+    agent.sigterm();
+    assert_eq!(
+        agent.wait_exit(WAIT).unwrap().code(),
+        Some(0),
+        "{}",
+        agent.dump()
+    );
+    assert!(metrics.log_requests().is_empty(), "events go over gRPC");
+    assert!(
+        !logs.log_events("gpu.run.report").is_empty(),
+        "the run report event reached the gRPC receiver\n{}",
+        agent.dump()
+    );
+    assert!(logs.metrics_requests().is_empty(), "metrics go over HTTP");
+
+    let mut energy = metrics.points("hw.energy");
+    energy.sort_by_key(|p| p.time_unix_nano);
+    for p in &energy {
+        assert_eq!(
+            p.kind,
+            Kind::Sum {
+                monotonic: true,
+                cumulative: false
+            }
+        );
+        assert!(p.value >= 0.0 && p.time_unix_nano >= p.start_time_unix_nano);
+    }
+    for w in energy.windows(2) {
+        assert_eq!(
+            w[1].start_time_unix_nano, w[0].time_unix_nano,
+            "each delta starts where the last accepted one ended"
+        );
+    }
+    assert!(
+        energy.iter().map(|p| p.value).sum::<f64>() > 0.0,
+        "the deltas add up to the energy used: {energy:#?}"
+    );
+    let usage = metrics.last_points("hw.gpu.memory.usage");
+    assert_eq!(
+        usage[0].kind,
+        Kind::Sum {
+            monotonic: false,
+            cumulative: true
+        },
+        "up-down counters stay cumulative"
+    );
+    let durations = metrics.last_points("gpu_sidecar.sample.duration");
+    assert!(!durations.is_empty());
+    let warned: Vec<_> = agent
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("do not apply to this agent"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{}", agent.dump());
+    assert!(warned[0].contains("OTEL_TRACES_EXPORTER"), "{}", warned[0]);
 }

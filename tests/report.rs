@@ -115,12 +115,13 @@ fn report_matches_the_h200_recording() {
         .spawn();
     let first_row = &rec[0];
     let last_row = rec.last().unwrap();
-    let last_j = num(last_row, "energy_mj") / 1000.0;
+    // hw.energy counts from the agent's first reading (the held first row).
+    let last_j = (num(last_row, "energy_mj") - num(first_row, "energy_mj")) / 1000.0;
     assert!(
         rx.wait_until(WAIT, |r| r
             .points("hw.energy")
             .iter()
-            .any(|p| p.value == last_j)),
+            .any(|p| (p.value - last_j).abs() < 1e-6)),
         "the last row was never exported\n{}",
         agent.dump()
     );

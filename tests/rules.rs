@@ -388,14 +388,36 @@ fn throttling_card_power_cap_is_info_hw_slowdown_is_warning_and_counted() {
             })
             .collect()
     };
+    // Every series the rules may produce exists from the first sample at 0 (a first firing
+    // is an increase a backend sees); four of them have counted one transition.
+    let fired = |rx: &Receiver| counted(rx).values().filter(|v| **v > 0.0).count();
     assert!(
         run.rx
-            .wait_until(Duration::from_secs(10), |rx| counted(rx).len() == 4),
+            .wait_until(Duration::from_secs(10), |rx| fired(rx) == 4),
         "{:?}",
         counted(&run.rx)
     );
     let rx = run.stop();
-    let points = rx.last_points("nvidia.gpu.alerts");
+    let all_series = counted(&rx);
+    assert_eq!(all_series.len(), 2 * RULES.len(), "{all_series:?}");
+    let first = rx
+        .metrics_requests()
+        .into_iter()
+        .find_map(|r| {
+            let p = common::receiver::request_points(&r.request, "nvidia.gpu.alerts");
+            (!p.is_empty()).then_some(p)
+        })
+        .unwrap();
+    assert!(
+        first.iter().all(|p| p.value == 0.0),
+        "the first export has every alert series at 0: {first:#?}"
+    );
+    let points: Vec<_> = rx
+        .last_points("nvidia.gpu.alerts")
+        .into_iter()
+        .filter(|p| p.value > 0.0)
+        .collect();
+    assert_eq!(points.len(), 4);
     for p in &points {
         assert_eq!(p.value, 1.0, "{p:?}");
         assert_eq!(p.unit, "{alert}");
@@ -485,7 +507,13 @@ fn clean_run_fires_nothing() {
         .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
         .collect();
     assert!(all.is_empty(), "{:#?}", names(&all));
-    assert!(!rx.has_metric("nvidia.gpu.alerts"));
+    // Every alert series exists for each GPU (each rule, firing and resolved), at 0.
+    let alerts = rx.last_points("nvidia.gpu.alerts");
+    let gpus: std::collections::BTreeSet<_> =
+        alerts.iter().filter_map(|p| p.attr("hw.id")).collect();
+    assert_eq!(gpus.len(), 2, "{alerts:#?}");
+    assert_eq!(alerts.len(), 2 * RULES.len() * gpus.len(), "{alerts:#?}");
+    assert!(alerts.iter().all(|p| p.value == 0.0), "{alerts:#?}");
 }
 
 /// The real H200 recording: nothing fires but the power cap it really had (SW power cap

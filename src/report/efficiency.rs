@@ -498,6 +498,7 @@ mod tests {
                 taken_at: SystemTime::UNIX_EPOCH + Duration::from_secs_f64(1.8e9 + t),
                 taken_instant: base + Duration::from_secs_f64(t),
                 seq: k as u64 + 1,
+                export: true,
                 devices,
             });
         }

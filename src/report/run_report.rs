@@ -434,8 +434,7 @@ impl GpuAcc {
         }
         if s.answered_nothing() {
             self.missed += 1;
-            // The energy counter may still have been read at this tick (its own cadence);
-            // a carried reading adds nothing to the difference.
+            // The energy counter may still have been read at this tick (its own cadence).
             if let Some(mj) = s.energy_millijoules {
                 self.energy.add(mj);
             }
@@ -1054,6 +1053,7 @@ mod tests {
                     + Duration::from_secs_f64(t),
                 taken_instant: self.base + Duration::from_secs_f64(t),
                 seq,
+                export: true,
                 devices,
             }
         }

@@ -438,6 +438,7 @@ mod tests {
             taken_at: UNIX_EPOCH + Duration::from_millis(1_800_000_000_250) + at,
             taken_instant: *START.get_or_init(Instant::now) + at,
             seq,
+            export: true,
             devices,
         }
     }

@@ -469,7 +469,9 @@ pub fn markdown() -> String {
          - A reading NVML does not give makes the condition unknown: an unknown sample neither \
          starts nor confirms an alert, and does not clear a firing one.\n\
          - Each firing and each resolution adds 1 to the counter `nvidia.gpu.alerts` \
-         (see [metrics.md](metrics.md)).\n\
+         (see [metrics.md](metrics.md)), whose series (each enabled rule, firing and resolved) \
+         exist at 0 from each device's first sample, so a first firing is an increase \
+         `increase()` and `rate()` see.\n\
          - Time is the sample's: a condition \"for 10 s\" holds from the first sample where it is \
          true to a sample at least 10 s later, with no false sample between.\n\n\
          ## Attributes on every record\n\n\

@@ -28,7 +28,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use opentelemetry::logs::Severity;
-use opentelemetry::metrics::{Counter, Meter};
 use opentelemetry::KeyValue;
 
 pub use catalogue::{AlertSeverity, Hold, RuleId, RULES};
@@ -37,13 +36,16 @@ pub(crate) use workload::holds_memory;
 
 use crate::config::RulesConfig;
 use crate::sampling::SharedState;
-use crate::telemetry::catalogue::RECORDED;
+use crate::sampling::Snapshot;
+use crate::telemetry::catalogue::ALERTS;
 use crate::telemetry::events::{Event, Events};
+use crate::telemetry::recorded::{Counter, Recorded};
 
 /// Snapshots queued for the rules thread before the sampler starts dropping them for it.
 const QUEUE: usize = 64;
 
-/// Name of the alerts counter (a row of [`RECORDED`]).
+/// Name of the alerts counter (a row of
+/// [`RECORDED`](crate::telemetry::catalogue::RECORDED)).
 pub const ALERTS_COUNTER: &str = "nvidia.gpu.alerts";
 
 /// `x` bytes as `12.3 GiB`.
@@ -59,7 +61,25 @@ pub(crate) fn mib(bytes: f64) -> String {
 /// Turns [`Alert`]s into records and counts them.
 struct Sink {
     events: Events,
-    counter: Counter<u64>,
+    counter: Counter,
+    /// The enabled rules (their alert series are created at 0 for each device).
+    rules: Vec<RuleId>,
+    /// Devices whose alert series exist.
+    known: Mutex<std::collections::HashSet<String>>,
+}
+
+/// The attributes of one `nvidia.gpu.alerts` series.
+fn alert_attributes(rule: RuleId, state: AlertState, hw_id: Option<&str>) -> Vec<KeyValue> {
+    let spec = rule.spec();
+    let mut attrs = vec![
+        KeyValue::new("nvidia.gpu.alert.rule", spec.name),
+        KeyValue::new("nvidia.gpu.alert.state", state.as_str()),
+        KeyValue::new("nvidia.gpu.alert.severity", spec.severity.as_str()),
+    ];
+    if let Some(h) = hw_id {
+        attrs.push(KeyValue::new("hw.id", h.to_string()));
+    }
+    attrs
 }
 
 fn round_ms(d: Duration) -> Duration {
@@ -67,30 +87,37 @@ fn round_ms(d: Duration) -> Duration {
 }
 
 impl Sink {
-    fn new(events: Events, meter: &Meter) -> Self {
-        let def = RECORDED
-            .iter()
-            .find(|d| d.name == ALERTS_COUNTER)
-            .expect("nvidia.gpu.alerts is in RECORDED");
-        let counter = meter
-            .u64_counter(def.name)
-            .with_unit(def.unit)
-            .with_description(def.description)
-            .build();
-        Self { events, counter }
+    fn new(events: Events, recorded: &Arc<Recorded>, rules: Vec<RuleId>) -> Self {
+        Self {
+            events,
+            counter: recorded.counter(&ALERTS),
+            rules,
+            known: Mutex::new(std::collections::HashSet::new()),
+        }
+    }
+
+    /// Creates at 0 every alert series the rules may produce for the devices of
+    /// `snapshot` not seen before (each enabled rule, firing and resolved), so that a
+    /// backend sees the first firing as an increase: `increase()` and `rate()` need a point
+    /// before it.
+    fn ensure_series(&self, snapshot: &Snapshot) {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        for d in &snapshot.devices {
+            if known.insert(d.info.uuid.clone()) {
+                for rule in &self.rules {
+                    for state in [AlertState::Firing, AlertState::Resolved] {
+                        self.counter
+                            .ensure(&alert_attributes(*rule, state, Some(&d.info.uuid)));
+                    }
+                }
+            }
+        }
     }
 
     fn report(&self, alert: Alert) {
         let event = to_event(&alert);
         let spec = alert.rule.spec();
-        let mut attrs = vec![
-            KeyValue::new("nvidia.gpu.alert.rule", spec.name),
-            KeyValue::new("nvidia.gpu.alert.state", alert.state.as_str()),
-            KeyValue::new("nvidia.gpu.alert.severity", spec.severity.as_str()),
-        ];
-        if let Some(h) = &alert.hw_id {
-            attrs.push(KeyValue::new("hw.id", h.clone()));
-        }
+        let attrs = alert_attributes(alert.rule, alert.state, alert.hw_id.as_deref());
         self.counter.add(1, &attrs);
         match (alert.state, spec.severity) {
             (AlertState::Firing, AlertSeverity::Warning | AlertSeverity::Critical) => {
@@ -197,8 +224,8 @@ pub struct Rules {
 
 impl Rules {
     /// Starts the `rules` thread on `shared`'s snapshots, emitting through `events` and
-    /// counting on `meter` (a no-op meter when metrics are off). With every rule disabled
-    /// nothing is started.
+    /// counting in `recorded` (`nvidia.gpu.alerts`). With every rule disabled nothing is
+    /// started.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
@@ -206,7 +233,7 @@ impl Rules {
         config: &RulesConfig,
         shared: &SharedState,
         events: Events,
-        meter: &Meter,
+        recorded: &Arc<Recorded>,
     ) -> Self {
         let engine = Engine::new(config);
         if engine.is_empty() {
@@ -217,7 +244,13 @@ impl Rules {
             };
         }
         let engine = Arc::new(Mutex::new(engine));
-        let sink = Arc::new(Sink::new(events, meter));
+        let enabled = config
+            .0
+            .iter()
+            .filter(|(_, s)| s.enabled)
+            .map(|(id, _)| *id)
+            .collect();
+        let sink = Arc::new(Sink::new(events, recorded, enabled));
         let rx = shared.subscribe(QUEUE);
         let (done_tx, done_rx) = mpsc::channel();
         let (e, s) = (engine.clone(), sink.clone());
@@ -225,6 +258,7 @@ impl Rules {
             .name("rules".into())
             .spawn(move || {
                 for snapshot in rx {
+                    s.ensure_series(&snapshot);
                     let alerts = e
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())

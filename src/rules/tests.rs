@@ -76,6 +76,7 @@ impl Clock {
             taken_at: self.wall + d,
             taken_instant: self.instant + d,
             seq: self.seq,
+            export: true,
             devices,
         }
     }

@@ -26,6 +26,7 @@
 //! health checks, and it counts every error NVML answers ([`SharedState::nvml_errors`]).
 
 pub mod bounds;
+pub mod cadence;
 mod gpm;
 mod processes;
 mod raw;
@@ -45,6 +46,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
 use crate::config::{Config, DeviceSelection, SlowIntervals};
+use cadence::{Cadence, Due};
 pub use raw::{refused_version, Versioned, VERSIONED};
 pub use snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
@@ -547,6 +549,9 @@ pub struct SamplerSettings {
     pub nvml_library: PathBuf,
     /// Tick period.
     pub interval: Duration,
+    /// Export period (`OTEL_METRIC_EXPORT_INTERVAL`): which ticks are export ticks, the
+    /// only ones that read the slow groups (see [`cadence`]).
+    pub export_interval: Duration,
     /// Devices to sample.
     pub devices: DeviceSelection,
     /// Cadence of the slow groups.
@@ -554,14 +559,8 @@ pub struct SamplerSettings {
 }
 
 impl SamplerSettings {
-    fn plan(&self) -> read::Plan {
-        let every = |d| SlowIntervals::every(d, self.interval);
-        read::Plan {
-            energy: every(self.slow_intervals.energy),
-            pcie: every(self.slow_intervals.pcie),
-            process: every(self.slow_intervals.process),
-            gpm: every(self.slow_intervals.gpm),
-        }
+    fn cadence(&self) -> Cadence {
+        Cadence::new(self.interval, self.export_interval, self.slow_intervals)
     }
 }
 
@@ -570,6 +569,7 @@ impl From<&Config> for SamplerSettings {
         Self {
             nvml_library: c.nvml_library.clone(),
             interval: c.sample_interval,
+            export_interval: c.export_interval,
             devices: c.devices.clone(),
             slow_intervals: c.slow_intervals,
         }
@@ -674,6 +674,8 @@ struct Carry {
     io_totals: HashMap<String, IoTotals>,
     /// After NVML went silent: the device count to list again before sampling resumes.
     relist: Option<usize>,
+    /// The export schedule and the slow groups' last reads.
+    cadence: Option<Cadence>,
 }
 
 fn run(
@@ -684,7 +686,10 @@ fn run(
 ) {
     let mut backoff = Duration::from_secs(1);
     let mut last_down: Option<NvmlDown> = None;
-    let mut carry = Carry::default();
+    let mut carry = Carry {
+        cadence: Some(settings.cadence()),
+        ..Carry::default()
+    };
     loop {
         shared.begin(Activity::Init);
         let init = Nvml::builder()
@@ -898,16 +903,18 @@ fn session(
     shared.set_status(NvmlStatus::Up {
         devices: reader.device_count(),
     });
-    let plan = settings.plan();
     tracing::info!(
         devices = reader.device_count(),
         interval_ms = settings.interval.as_millis() as u64,
-        energy_every_ticks = plan.energy,
-        process_every_ticks = plan.process,
-        gpm_every_ticks = plan.gpm,
-        pcie_every_ticks = plan.pcie,
+        export_interval_ms = settings.export_interval.as_millis() as u64,
+        energy_interval_ms = settings.slow_intervals.energy.as_millis() as u64,
+        process_interval_ms = settings.slow_intervals.process.as_millis() as u64,
+        gpm_interval_ms = settings.slow_intervals.gpm.as_millis() as u64,
+        pcie_interval_ms = settings.slow_intervals.pcie.as_millis() as u64,
         "sampling started"
     );
+    let mut cadence = carry.cadence.take().unwrap_or_else(|| settings.cadence());
+    cadence.new_session();
     let targets = reader.event_targets();
     // One wait per sample interval at most when nothing happens (an event ends a wait at
     // once, whatever its bound).
@@ -916,7 +923,7 @@ fn session(
     let mut refused = 0u32;
     let end = ticks(
         &mut reader,
-        plan,
+        &mut cadence,
         settings,
         shared,
         commands,
@@ -932,6 +939,7 @@ fn session(
             }
         },
     );
+    carry.cadence = Some(cadence);
     carry.io_totals = reader.io_totals();
     if matches!(end, SessionEnd::Silent) {
         carry.relist = Some(reader.device_count());
@@ -959,7 +967,7 @@ fn session(
 #[allow(clippy::too_many_arguments)]
 fn ticks(
     reader: &mut read::Reader<'_>,
-    plan: read::Plan,
+    cadence: &mut Cadence,
     settings: &SamplerSettings,
     shared: &SharedState,
     commands: &mpsc::Receiver<Command>,
@@ -967,15 +975,14 @@ fn ticks(
     seq: &mut u64,
     between: &mut dyn FnMut(),
 ) -> SessionEnd {
-    let mut tick = 0u64;
     let mut timings = Vec::new();
-    let mut sample = |tick: u64, seq: &mut u64| {
+    let mut sample = |due: Due, seq: &mut u64| {
         *seq += 1;
         shared.begin(Activity::Tick);
         let taken_at = SystemTime::now();
         let taken_instant = Instant::now();
         timings.clear();
-        let devices = reader.sample(tick, plan, &mut timings);
+        let devices = reader.sample(due, &mut timings);
         shared.end();
         shared.add_nvml_errors(reader.take_errors());
         for (group, took) in &timings {
@@ -991,6 +998,7 @@ fn ticks(
             taken_at,
             taken_instant,
             seq: *seq,
+            export: due.export,
             devices,
         });
         silent
@@ -998,7 +1006,8 @@ fn ticks(
     let mut next = Instant::now();
     let mut silent_ticks = 0u32;
     loop {
-        silent_ticks = if sample(tick, seq) {
+        let due = cadence.tick(Instant::now());
+        silent_ticks = if sample(due, seq) {
             silent_ticks + 1
         } else {
             0
@@ -1016,7 +1025,6 @@ fn ticks(
             return SessionEnd::Silent;
         }
         between();
-        tick += 1;
         next += settings.interval;
         let now = Instant::now();
         if next < now {
@@ -1026,7 +1034,9 @@ fn ticks(
         match commands.recv_timeout(next - now) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(Command::FinalSampleAndStop { until }) => {
-                sample(tick, seq);
+                // Every group, so that the run report's energy covers the whole run and
+                // the last export holds everything.
+                sample(cadence.last(Instant::now()), seq);
                 return SessionEnd::Stop(Some(until));
             }
             Err(RecvTimeoutError::Disconnected) => return SessionEnd::Stop(None),
@@ -1042,8 +1052,10 @@ fn ticks(
 /// resolved into a list first, else nothing is selected) and reads their static facts, then
 /// calls `f` with a closure that runs one sampler tick (the same code: the fast fields every
 /// call, each slow group on its cadence from `settings`, unsupported fields asked once) and
-/// returns one [`DeviceSample`] per device, in listing order. `settings.interval` is not used: the
-/// caller decides when to sample. NVML is shut down (`nvmlShutdown`) after `f` returns.
+/// returns one [`DeviceSample`] per device, in listing order. Each call counts as an export
+/// tick `settings.interval` after the previous one (the slow groups' cadence follows from
+/// that); the caller decides when to sample. NVML is shut down (`nvmlShutdown`) after `f`
+/// returns.
 ///
 /// # Errors
 /// The [`NvmlError`] of the library load, `nvmlInit_v2` or the device listing
@@ -1056,11 +1068,16 @@ pub fn with_session<R>(
         .lib_path(settings.nvml_library.as_os_str())
         .init()?;
     let result = {
-        let plan = settings.plan();
+        let mut cadence = Cadence::new(
+            settings.interval,
+            settings.interval,
+            settings.slow_intervals,
+        );
         let mut reader = read::Reader::open(&nvml, &settings.devices, &HashMap::new())?;
-        let (mut tick, mut timings) = (0u64, Vec::new());
+        let (t0, mut tick, mut timings) = (Instant::now(), 0u32, Vec::new());
         f(&mut || {
-            let devices = reader.sample(tick, plan, &mut timings);
+            let due = cadence.tick(t0 + settings.interval * tick);
+            let devices = reader.sample(due, &mut timings);
             timings.clear();
             tick += 1;
             devices

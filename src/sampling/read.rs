@@ -2,9 +2,10 @@
 //! static facts, and the sampled fields in their groups ([`SampleGroup`]), each call through
 //! [`Gate`] so an unsupported field is asked once and then left alone.
 //!
-//! The fast group is read every tick; each slow group on its own cadence ([`Plan`]), its
-//! last values carried into every snapshot until the next read (a value never read yet is
-//! absent). What a MIG device is asked: memory, processes, process utilization and GPM
+//! The fast group is read every tick; each slow group at the ticks [`Due`] names (export
+//! ticks, on its own cadence; see [`super::cadence`]), and its values are in that tick's
+//! sample only: a group not read at a tick is absent from it, never carried over from an
+//! earlier read. What a MIG device is asked: memory, processes, process utilization and GPM
 //! (through its parent); power, energy, temperatures, clocks, ECC and row remapping belong
 //! to the parent GPU and are read there only. A GPU in MIG mode reports its processes on its
 //! MIG devices, not itself (no double counting).
@@ -23,6 +24,7 @@ use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
 use super::bounds::{self, Reading};
+use super::cadence::{Due, SLOW_GROUPS};
 use super::gpm::{GpmState, MIB};
 use super::processes;
 use super::raw::{self, ProcessInfoLayout, ProcessList, RawProcess, Versioned};
@@ -387,29 +389,6 @@ impl Gate {
     }
 }
 
-/// How often each slow group is read, in ticks (1 = every tick); see
-/// [`crate::config::SlowIntervals::every`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Plan {
-    pub energy: u64,
-    pub pcie: u64,
-    pub process: u64,
-    pub gpm: u64,
-}
-
-impl Plan {
-    fn due(self, group: SampleGroup, tick: u64) -> bool {
-        let every = match group {
-            SampleGroup::Static | SampleGroup::Fast => 1,
-            SampleGroup::Energy => self.energy,
-            SampleGroup::Pcie => self.pcie,
-            SampleGroup::Process => self.process,
-            SampleGroup::Gpm => self.gpm,
-        };
-        tick % every.max(1) == 0
-    }
-}
-
 /// What a device is, for what it is asked.
 enum Role<'n> {
     /// A GPU; in MIG mode its processes are reported on its MIG devices.
@@ -438,18 +417,20 @@ struct Selected<'n> {
     /// the PCIe throughput call is the fallback when it did not.
     gpm_pcie: Option<bool>,
     gpm_unanswered_said: bool,
-    // Carried values of the slow groups.
-    energy_millijoules: Option<u64>,
-    gpm_metrics: Option<GpmMetrics>,
+    /// The byte counters (running totals, kept across NVML sessions).
     io: IoTotals,
     pcie_previous: Option<(Instant, u32, u32)>,
     /// PCIe bytes are counted up to this instant. GPM windows and the throughput fallback
     /// both add bytes over a stretch of time; each adds only what lies after it, so when
     /// GPM's PCIe answers come and go no stretch is counted twice.
     pcie_counted_until: Option<Instant>,
-    /// Process shares of the last process-utilization read (`None`: not answered yet).
-    process_utilization: Option<HashMap<u32, ProcessUtilization>>,
     process_utilization_seen_us: u64,
+    /// PIDs listed at the last successful process-utilization read: the next read's window
+    /// covers them whole, so one without a sample there was idle (0). A process first
+    /// listed after that read has no utilization until a read covers it.
+    process_covered: HashSet<u32>,
+    /// What the slow groups read at this tick (reset at each tick: nothing is carried).
+    fresh: Fresh,
     // This tick's process list, and executable names by PID.
     processes: Option<Vec<RawProcess>>,
     names: HashMap<u32, Option<String>>,
@@ -468,13 +449,12 @@ impl<'n> Selected<'n> {
             gpm: None,
             gpm_pcie: None,
             gpm_unanswered_said: false,
-            energy_millijoules: None,
-            gpm_metrics: None,
             io,
             pcie_previous: None,
             pcie_counted_until: None,
-            process_utilization: None,
             process_utilization_seen_us: 0,
+            process_covered: HashSet::new(),
+            fresh: Fresh::default(),
             processes: None,
             names: HashMap::new(),
         }
@@ -496,6 +476,13 @@ impl<'n> Selected<'n> {
         if tx.is_some() || rx.is_some() {
             self.pcie_counted_until = Some(self.pcie_counted_until.map_or(to, |c| c.max(to)));
         }
+        // Counted at this tick: in this tick's sample (and only this one).
+        if tx.is_some() {
+            self.fresh.io.pcie_transmit_bytes = self.io.pcie_transmit_bytes;
+        }
+        if rx.is_some() {
+            self.fresh.io.pcie_receive_bytes = self.io.pcie_receive_bytes;
+        }
     }
 
     fn is_gpu(&self) -> bool {
@@ -506,18 +493,29 @@ impl<'n> Selected<'n> {
         !matches!(self.role, Role::Gpu { mig_enabled: true })
     }
 
-    /// Forgets what was carried (the device is lost; nothing of it is exported).
+    /// Forgets the windows in progress (the device is lost; nothing of it is exported, and
+    /// a window across the loss would be a guess).
     fn drop_carried(&mut self) {
-        self.energy_millijoules = None;
-        self.gpm_metrics = None;
+        self.fresh = Fresh::default();
         self.gpm_pcie = None;
         self.pcie_previous = None;
-        self.process_utilization = None;
+        self.process_covered.clear();
         self.processes = None;
         if let Some(g) = &mut self.gpm {
             g.reset();
         }
     }
+}
+
+/// The slow groups' readings of one tick, for one device.
+#[derive(Debug, Default)]
+struct Fresh {
+    energy_millijoules: Option<u64>,
+    gpm: Option<GpmMetrics>,
+    /// The counters updated at this tick (their running totals), the others `None`.
+    io: IoTotals,
+    /// Process shares of this tick's process-utilization read.
+    process_utilization: Option<HashMap<u32, ProcessUtilization>>,
 }
 
 /// The devices of one NVML session and their gates.
@@ -890,17 +888,19 @@ impl<'n> Reader<'n> {
         targets
     }
 
-    /// Reads the fast fields of every device, and each slow group due at `tick` (0-based
-    /// tick of this session: every group is due at tick 0); pushes the time each group took,
-    /// over all devices, to `timings`.
+    /// Reads the fast fields of every device, and each slow group that `due` names; pushes
+    /// the time each group took, over all devices, to `timings`. A slow group's values are
+    /// in the returned samples only when it was read now.
     pub(crate) fn sample(
         &mut self,
-        tick: u64,
-        plan: Plan,
+        due: Due,
         timings: &mut Vec<(SampleGroup, Duration)>,
     ) -> Vec<DeviceSample> {
         let started = Instant::now();
         let nvml = self.nvml;
+        for d in &mut self.devices {
+            d.fresh = Fresh::default();
+        }
         let (gate, layout, proc_root) = (&mut self.gate, self.layout, self.proc_root.as_deref());
         let mut out: Vec<DeviceSample> = self
             .devices
@@ -910,13 +910,8 @@ impl<'n> Reader<'n> {
             .collect();
         timings.push((SampleGroup::Fast, started.elapsed()));
 
-        for group in [
-            SampleGroup::Energy,
-            SampleGroup::Process,
-            SampleGroup::Gpm,
-            SampleGroup::Pcie,
-        ] {
-            if !plan.due(group, tick) {
+        for group in SLOW_GROUPS {
+            if !due.reads(group) {
                 continue;
             }
             let started = Instant::now();
@@ -944,22 +939,31 @@ impl<'n> Reader<'n> {
                 continue;
             }
             s.sharing = sharing(d);
-            s.energy_millijoules = d.energy_millijoules;
-            s.gpm = d.gpm_metrics;
-            s.io = d.io;
+            let fresh = std::mem::take(&mut d.fresh);
+            s.energy_millijoules = fresh.energy_millijoules;
+            s.gpm = fresh.gpm;
+            s.io = fresh.io;
+            let covered = &d.process_covered;
             s.processes = d.processes.as_ref().map(|list| {
                 list.iter()
                     .map(|p| ProcessSample {
                         pid: p.pid,
                         used_memory_bytes: p.used_memory_bytes,
                         executable_name: d.names.get(&p.pid).cloned().flatten(),
-                        utilization: d
-                            .process_utilization
-                            .as_ref()
-                            .map(|u| u.get(&p.pid).copied().unwrap_or_default()),
+                        // Read now: its samples' mean, or idle (0) when the window covered
+                        // it whole; a process that started within the window and has no
+                        // sample is absent (NVML may not have sampled it yet).
+                        utilization: fresh.process_utilization.as_ref().and_then(|u| {
+                            u.get(&p.pid)
+                                .copied()
+                                .or_else(|| covered.contains(&p.pid).then(Default::default))
+                        }),
                     })
                     .collect()
             });
+            if fresh.process_utilization.is_some() {
+                d.process_covered = d.processes.iter().flatten().map(|p| p.pid).collect();
+            }
         }
         // Impossible values (NVML's sentinels answered with SUCCESS) go before anyone sees
         // the sample: absent, not exported, judged or kept as peaks.
@@ -1130,7 +1134,7 @@ fn read_slow<'n>(
     match group {
         SampleGroup::Energy if d.is_gpu() => {
             let dev = &d.device;
-            d.energy_millijoules = gate.read(slot, &info, Field::Energy, lost, || {
+            d.fresh.energy_millijoules = gate.read(slot, &info, Field::Energy, lost, || {
                 dev.total_energy_consumption()
             });
             true
@@ -1145,14 +1149,14 @@ fn read_slow<'n>(
                     other => other,
                 }
             });
-            if let Some(samples) = samples {
+            // No sample at all since the last read (NOT_FOUND, or a window shorter than
+            // NVML's sampling period): nothing is known for this window, not "all idle"; the
+            // window goes on to the next read.
+            if let Some(samples) = samples.filter(|s| !s.is_empty()) {
                 if let Some(latest) = samples.iter().map(|s| s.timestamp).max() {
                     d.process_utilization_seen_us = latest;
                 }
-                d.process_utilization = Some(processes::average(&samples));
-            } else {
-                // A failed read leaves no window: absent, not the last one carried as fresh.
-                d.process_utilization = None;
+                d.fresh.process_utilization = Some(processes::average(&samples));
             }
             if !d.mps_seen {
                 // MPS clients on the device: it is shared (until NVML is initialized again).
@@ -1208,11 +1212,13 @@ fn read_slow<'n>(
                         rate(Reading::GpmNvlink, r.nvlink_tx_mib_s),
                         rate(Reading::GpmNvlink, r.nvlink_rx_mib_s),
                     );
-                    let add = |total: &mut Option<f64>, mib_s: Option<f64>| {
-                        if let Some(rate) = mib_s {
-                            *total = Some(total.unwrap_or(0.0) + rate * MIB * window);
-                        }
-                    };
+                    let add =
+                        |total: &mut Option<f64>, now: &mut Option<f64>, mib_s: Option<f64>| {
+                            if let Some(rate) = mib_s {
+                                *total = Some(total.unwrap_or(0.0) + rate * MIB * window);
+                                *now = *total;
+                            }
+                        };
                     // The window ends at the sample just taken.
                     let end = Instant::now();
                     let start = end
@@ -1224,19 +1230,26 @@ fn read_slow<'n>(
                         pcie_tx.map(|m| m * MIB),
                         pcie_rx.map(|m| m * MIB),
                     );
-                    add(&mut d.io.nvlink_transmit_bytes, nvlink_tx);
-                    add(&mut d.io.nvlink_receive_bytes, nvlink_rx);
+                    let (io, fresh) = (&mut d.io, &mut d.fresh.io);
+                    add(
+                        &mut io.nvlink_transmit_bytes,
+                        &mut fresh.nvlink_transmit_bytes,
+                        nvlink_tx,
+                    );
+                    add(
+                        &mut io.nvlink_receive_bytes,
+                        &mut fresh.nvlink_receive_bytes,
+                        nvlink_rx,
+                    );
                     d.gpm_pcie = Some(r.pcie_tx_mib_s.is_some() || r.pcie_rx_mib_s.is_some());
                     if !r.unanswered.is_empty() && !d.gpm_unanswered_said {
                         d.gpm_unanswered_said = true;
                         tracing::info!(gpu = info.index, uuid = %info.uuid, unanswered = ?r.unanswered, "GPM does not answer these metrics on this device; they are absent");
                     }
-                    d.gpm_metrics = Some(r.metrics);
+                    d.fresh.gpm = Some(r.metrics);
                 }
                 Some(None) => {} // first sample: no window yet
                 None => {
-                    // A failed read leaves no window: absent, not the last one carried.
-                    d.gpm_metrics = None;
                     if gate.is_unsupported(slot, Field::Gpm) {
                         d.gpm = None; // frees the held sample
                     }

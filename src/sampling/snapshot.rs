@@ -91,14 +91,17 @@ pub struct ProcessSample {
     /// Executable name (`/proc/<pid>/comm`), only when the agent runs in the host PID
     /// namespace (`hostPID`), where NVML's host PIDs are its own; else `None`.
     pub executable_name: Option<String>,
-    /// Engine shares over the last process-utilization window; `None` until read or where
-    /// the call is unsupported.
+    /// Engine shares over the process-utilization window that ended at this tick; `None` at
+    /// ticks that did not read it, where the call is unsupported or failed, and for a process
+    /// that started within the window without a sample in it (see [`ProcessUtilization`]).
     pub utilization: Option<ProcessUtilization>,
 }
 
 /// One process's engine shares, percent, averaged over the samples NVML buffered since the
-/// previous read (`nvmlDeviceGetProcessUtilization`). A process that had no sample in the
-/// window was idle there (NVML lists only processes with a non-zero share): 0.
+/// previous read (`nvmlDeviceGetProcessUtilization`). A process listed at the previous read
+/// and without a sample in a window where NVML sampled others was idle there (NVML lists
+/// only processes with a non-zero share): 0. One first listed after the previous read has no
+/// value until a read covers it; a window with no sample at all gives no value to anyone.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ProcessUtilization {
     /// SM (3D/compute) share, percent (`smUtil`).
@@ -145,8 +148,8 @@ pub struct GpmMetrics {
 }
 
 /// Bytes moved since the agent started counting for this device (cumulative; never reset
-/// while the agent runs, NVML re-inits included). `None` until two reads made a first
-/// interval.
+/// while the agent runs, NVML re-inits included). In a [`DeviceSample`], only the totals
+/// updated at that tick are `Some` (a GPM window or a PCIe throughput interval ended then).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct IoTotals {
     /// PCIe bytes sent by the GPU.
@@ -206,7 +209,8 @@ pub struct DeviceSample {
     pub power_milliwatts: Option<u32>,
     /// Enforced power limit, milliwatts (`nvmlDeviceGetEnforcedPowerLimit`).
     pub power_limit_milliwatts: Option<u32>,
-    /// Energy since the driver was loaded, millijoules (`nvmlDeviceGetTotalEnergyConsumption`).
+    /// Energy since the driver was loaded, millijoules (`nvmlDeviceGetTotalEnergyConsumption`);
+    /// only at ticks that read the energy group, else `None`.
     pub energy_millijoules: Option<u64>,
     /// Graphics clock, MHz (`nvmlDeviceGetClockInfo(NVML_CLOCK_GRAPHICS)`).
     pub clock_graphics_mhz: Option<u32>,
@@ -228,10 +232,10 @@ pub struct DeviceSample {
     /// Compute processes; `None` when the list could not be read, and on a GPU in MIG mode
     /// (its processes are reported on its MIG devices).
     pub processes: Option<Vec<ProcessSample>>,
-    /// GPM profiling metrics of the last GPM interval; `None` where GPM is unsupported or
-    /// before the second GPM sample.
+    /// GPM profiling metrics of the GPM window that ended at this tick; `None` where GPM is
+    /// unsupported, before the second GPM sample, and at ticks that did not read GPM.
     pub gpm: Option<GpmMetrics>,
-    /// PCIe and NVLink byte counters.
+    /// PCIe and NVLink byte counters updated at this tick (`None`: not updated now).
     pub io: IoTotals,
     /// Row remapping state; `None` where unsupported.
     pub remapped_rows: Option<RemappedRows>,
@@ -241,8 +245,8 @@ pub struct DeviceSample {
 
 impl DeviceSample {
     /// Whether NVML answered nothing for this device at this tick: lost, or every reading
-    /// absent. The slow groups (energy, GPM, PCIe bytes, per-process utilization) carry their
-    /// last reading between reads, so they are left out of the judgement.
+    /// absent. The slow groups (energy, GPM, PCIe bytes, per-process utilization) are read
+    /// at some ticks only, so they are left out of the judgement.
     pub fn answered_nothing(&self) -> bool {
         if self.state == DeviceState::Lost {
             return true;
@@ -300,6 +304,10 @@ pub struct Snapshot {
     pub taken_instant: Instant,
     /// Tick number since the agent started (1-based).
     pub seq: u64,
+    /// An export tick: the export clock exports this snapshot, and the slow groups due were
+    /// read at this tick (they are read at export ticks only; see
+    /// [`crate::sampling::cadence`]).
+    pub export: bool,
     /// One entry per selected device, in NVML index order.
     pub devices: Vec<DeviceSample>,
 }

@@ -7,7 +7,9 @@
 use opentelemetry::KeyValue;
 
 use crate::sampling::bounds::{self, Reading};
-use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, ProcessSample, CLOCKS_EVENT_REASONS};
+use crate::sampling::{
+    DeviceInfo, DeviceSample, DeviceState, ProcessSample, SampleGroup, CLOCKS_EVENT_REASONS,
+};
 
 /// OpenTelemetry instrument kind of a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +64,9 @@ pub struct MetricDef {
     pub instrument: Instrument,
     /// Point number type.
     pub number: Number,
+    /// The group of NVML calls the value comes from: its cadence, and so how old an
+    /// exported value can be ([`age`]).
+    pub group: SampleGroup,
     /// UCUM unit.
     pub unit: &'static str,
     /// One-line description.
@@ -129,6 +134,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "hw.gpu.utilization",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Fast,
         unit: "1",
         description: "Fraction of the last sample period during which the GPU engine was busy.",
         attributes: "`hw.gpu.task` = `general` | `encoder` | `decoder`",
@@ -143,6 +149,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "hw.gpu.memory.usage",
         instrument: Instrument::UpDownCounter,
         number: Number::Int,
+        group: SampleGroup::Fast,
         unit: "By",
         description: "GPU memory used.",
         attributes: "",
@@ -153,6 +160,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "hw.gpu.memory.limit",
         instrument: Instrument::UpDownCounter,
         number: Number::Int,
+        group: SampleGroup::Fast,
         unit: "By",
         description: "Size of the GPU memory.",
         attributes: "",
@@ -163,6 +171,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "hw.gpu.memory.utilization",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Fast,
         unit: "1",
         description: "Fraction of GPU memory used (used / total).",
         attributes: "",
@@ -179,6 +188,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.memory.reserved",
         instrument: Instrument::UpDownCounter,
         number: Number::Int,
+        group: SampleGroup::Fast,
         unit: "By",
         description: "GPU memory reserved by the driver and firmware (not usable by applications).",
         attributes: "",
@@ -189,6 +199,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.memory_controller.utilization",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Fast,
         unit: "1",
         description: "Fraction of the last sample period during which device memory was being read or written.",
         attributes: "",
@@ -199,6 +210,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "hw.temperature",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Fast,
         unit: "Cel",
         description: "Temperature of the GPU die or of its memory.",
         attributes: "`hw.sensor_location` = `gpu` | `memory`",
@@ -212,6 +224,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "hw.power",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Fast,
         unit: "W",
         description: "Power drawn by the GPU board.",
         attributes: "",
@@ -222,6 +235,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.power.limit",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Fast,
         unit: "W",
         description: "Power limit the driver enforces (the cap the board is held to).",
         attributes: "",
@@ -232,16 +246,18 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "hw.energy",
         instrument: Instrument::Counter,
         number: Number::F64,
+        group: SampleGroup::Energy,
         unit: "J",
-        description: "Energy consumed by the GPU since the driver was loaded.",
+        description: "Energy consumed by the GPU since the agent's first reading (start time: that reading's time; a new start time when NVML's total goes down, after a driver reload or GPU reset).",
         attributes: "",
-        source: "`nvmlDeviceGetTotalEnergyConsumption`; mJ / 1000",
+        source: "`nvmlDeviceGetTotalEnergyConsumption` (mJ since the driver loaded) / 1000, minus the first reading",
         extract: |d, out| push(out, d.energy_millijoules.map(|mj| mj as f64 / 1000.0), vec![]),
     },
     MetricDef {
         name: "nvidia.gpu.clock.frequency",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Fast,
         unit: "Hz",
         description: "Current clock frequency.",
         attributes: "`nvidia.gpu.clock.type` = `graphics` | `sm` | `memory`",
@@ -257,6 +273,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.clocks_event.active",
         instrument: Instrument::UpDownCounter,
         number: Number::Int,
+        group: SampleGroup::Fast,
         unit: "1",
         description: "1 while the reason is holding the clocks back (clock-event or throttle reason), else 0.",
         attributes: "`nvidia.gpu.clocks_event.reason` = `gpu_idle` | `applications_clocks_setting` | `sw_power_cap` | `hw_slowdown` | `sync_boost` | `sw_thermal_slowdown` | `hw_thermal_slowdown` | `hw_power_brake_slowdown` | `display_clock_setting`",
@@ -274,6 +291,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.performance_state",
         instrument: Instrument::Gauge,
         number: Number::Int,
+        group: SampleGroup::Fast,
         unit: "{pstate}",
         description: "Performance state: 0 (P0, maximum performance) to 15 (P15, minimum).",
         attributes: "",
@@ -284,10 +302,11 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "hw.errors",
         instrument: Instrument::Counter,
         number: Number::Int,
+        group: SampleGroup::Fast,
         unit: "{error}",
-        description: "ECC memory errors since the driver was loaded.",
+        description: "ECC memory errors since the agent's first reading (start time: that reading's time; a new start time when NVML's total goes down, after a driver reload or GPU reset).",
         attributes: "`error.type` = `corrected` | `uncorrected`",
-        source: "`nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_CORRECTED | _UNCORRECTED, NVML_VOLATILE_ECC)`",
+        source: "`nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_CORRECTED | _UNCORRECTED, NVML_VOLATILE_ECC)` (since the driver loaded), minus the first reading",
         extract: |d, out| {
             push(out, d.ecc_corrected_total.map(|n| n as f64), vec![kv("error.type", "corrected")]);
             push(out, d.ecc_uncorrected_total.map(|n| n as f64), vec![kv("error.type", "uncorrected")]);
@@ -297,6 +316,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "hw.status",
         instrument: Instrument::UpDownCounter,
         number: Number::Int,
+        group: SampleGroup::Fast,
         unit: "1",
         description: "1 for the device's current state, 0 for the others: `failed` when NVML reports it lost, `degraded` while thermal or hardware slowdown holds its clocks back or a row remapping is pending or failed, else `ok` (running at the power cap is normal). Carries the static facts.",
         attributes: "`hw.state` = `ok` | `degraded` | `failed`; `hw.serial_number`, `hw.firmware_version` (VBIOS), `hw.driver_version`, `nvidia.gpu.pci.bus_id`, `nvidia.gpu.index` (NVML's node-wide index as `nvidia-smi` numbers GPUs, not the training process's `cuda:N`: match GPUs by `hw.id` (UUID) or `nvidia.gpu.pci.bus_id`) where known; on a MIG device `nvidia.gpu.mig.gpu_instance_id`, `nvidia.gpu.mig.compute_instance_id`",
@@ -340,6 +360,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.memory.remapped_rows",
         instrument: Instrument::UpDownCounter,
         number: Number::Int,
+        group: SampleGroup::Fast,
         unit: "{row}",
         description: "Memory rows remapped to spare rows since the GPU was made (Ampere and newer); a pending or failed remapping sets `hw.status` to `degraded`.",
         attributes: "`error.type` = `corrected` | `uncorrected` (the kind of error that caused the remapping)",
@@ -355,6 +376,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.process.memory.usage",
         instrument: Instrument::UpDownCounter,
         number: Number::Int,
+        group: SampleGroup::Fast,
         unit: "By",
         description: "GPU memory held by one compute process. A process that has ended is no longer reported (no stale series).",
         attributes: "`process.pid` (host PID, as NVML reports it); `process.executable.name` where `/proc` shows the host PID namespace (see README)",
@@ -365,10 +387,11 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.process.utilization",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Process,
         unit: "1",
         description: "Fraction of the last process-utilization window during which the engine worked for this process.",
         attributes: "`process.pid`, `process.executable.name` (as above); `hw.gpu.task` = `general` (SM, 3D/compute) | `encoder` | `decoder`",
-        source: "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`) every `GPU_SIDECAR_PROCESS_INTERVAL`: mean of the samples since the previous read; a listed process with no sample in the window was idle, 0 (`NVML_ERROR_NOT_FOUND` = no sample at all); percent / 100",
+        source: "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`) every `GPU_SIDECAR_PROCESS_INTERVAL`: mean of the samples since the previous read; a process listed at the previous read with no sample in a window where NVML sampled others was idle, 0; no sample at all (`NVML_ERROR_NOT_FOUND`) leaves every process absent and the window open; a process first listed after the previous read and without a sample is absent until a read covers it; percent / 100",
         extract: |d, out| {
             for (task, f) in [
                 ("general", (|u: &crate::sampling::ProcessUtilization| u.sm_percent) as fn(&_) -> f64),
@@ -383,6 +406,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.process.memory_controller.utilization",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Process,
         unit: "1",
         description: "Fraction of the last process-utilization window during which device memory was read or written for this process.",
         attributes: "`process.pid`, `process.executable.name` (as above)",
@@ -393,6 +417,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.graphics_engine.activity",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Gpm,
         unit: "1",
         description: "GPM: fraction of the last GPM window during which the graphics or compute engine was active.",
         attributes: "",
@@ -403,6 +428,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.sm.activity",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Gpm,
         unit: "1",
         description: "GPM: fraction of the last GPM window during which the SMs had at least one warp resident, averaged over SMs.",
         attributes: "",
@@ -413,6 +439,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.sm.occupancy",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Gpm,
         unit: "1",
         description: "GPM: resident warps as a fraction of the maximum, averaged over SMs and the last GPM window.",
         attributes: "",
@@ -423,6 +450,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.tensor.activity",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Gpm,
         unit: "1",
         description: "GPM: fraction of the last GPM window during which the tensor pipes were active (any, or one kind).",
         attributes: "`nvidia.gpu.tensor.op` = `any` | `hmma` (half precision) | `imma` (integer) | `dfma` (FP64), each where GPM answers it",
@@ -444,6 +472,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.pipe.activity",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Gpm,
         unit: "1",
         description: "GPM: fraction of the last GPM window during which the SMs did non-tensor math of a kind.",
         attributes: "`nvidia.gpu.pipe` = `fp16` | `fp32` | `fp64` | `integer`, each where GPM answers it",
@@ -465,6 +494,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.dram.activity",
         instrument: Instrument::Gauge,
         number: Number::F64,
+        group: SampleGroup::Gpm,
         unit: "1",
         description: "GPM: DRAM bandwidth used as a fraction of the peak, over the last GPM window.",
         attributes: "",
@@ -475,8 +505,9 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "hw.gpu.io",
         instrument: Instrument::Counter,
         number: Number::Int,
+        group: SampleGroup::Pcie,
         unit: "By",
-        description: "Bytes the GPU sent or received over PCIe since the agent started.",
+        description: "Bytes the GPU sent or received over PCIe since the agent's first reading.",
         attributes: "`network.io.direction` = `transmit` | `receive`",
         source: "With GPM: `NVML_GPM_METRIC_PCIE_TX_PER_SEC` / `_RX_PER_SEC` (MiB/s, mean over each GPM window) × the window, summed: a count of every byte. Without GPM: `nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_TX_BYTES | _RX_BYTES)` (KB/s over a ~20 ms window) every `GPU_SIDECAR_PCIE_INTERVAL`, mean of consecutive readings × the time between them: an estimate. Absent until a first interval is complete",
         extract: |d, out| {
@@ -488,8 +519,9 @@ pub static CATALOGUE: &[MetricDef] = &[
         name: "nvidia.gpu.nvlink.io",
         instrument: Instrument::Counter,
         number: Number::Int,
+        group: SampleGroup::Gpm,
         unit: "By",
-        description: "Bytes the GPU sent or received over all its NVLinks since the agent started.",
+        description: "Bytes the GPU sent or received over all its NVLinks since the agent's first reading.",
         attributes: "`network.io.direction` = `transmit` | `receive`",
         source: "GPM: `NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC` / `_RX_PER_SEC` (MiB/s, mean over each GPM window) × the window, summed; absent where GPM or NVLink is missing",
         extract: |d, out| {
@@ -696,6 +728,27 @@ pub fn device_points(def: &MetricDef, d: &DeviceSample) -> Vec<Point> {
     own
 }
 
+/// How old a value of `group` can be when exported, and how often it is in an export.
+pub fn age(group: SampleGroup) -> &'static str {
+    match group {
+        SampleGroup::Static | SampleGroup::Fast => {
+            "read at every tick; in every export, read by the tick it is exported with"
+        }
+        SampleGroup::Energy => {
+            "read at the export tick it is exported with, every `GPU_SIDECAR_ENERGY_INTERVAL` (rounded to whole exports; at every export when shorter); absent from the other exports"
+        }
+        SampleGroup::Process => {
+            "read at the export tick it is exported with, every `GPU_SIDECAR_PROCESS_INTERVAL` (rounded to whole exports; at every export when shorter); the mean over the window since the previous read"
+        }
+        SampleGroup::Gpm => {
+            "read at the export tick it is exported with, every `GPU_SIDECAR_GPM_INTERVAL` (rounded to whole exports; at every export when shorter); the mean over the window since the previous GPM sample"
+        }
+        SampleGroup::Pcie => {
+            "updated when a GPM window ends (`GPU_SIDECAR_GPM_INTERVAL`) or, on GPUs without GPM PCIe counters, at a PCIe throughput read (`GPU_SIDECAR_PCIE_INTERVAL`), at export ticks; in the export of that tick only"
+        }
+    }
+}
+
 /// `docs/metrics.md`, generated from [`CATALOGUE`].
 pub fn markdown() -> String {
     let mut s = String::from(
@@ -707,17 +760,44 @@ pub fn markdown() -> String {
     s.push_str(&format!(
         "Every GPU data point carries {COMMON_ATTRIBUTES}.\n\n"
     ));
-    s.push_str("| name | instrument | unit | attributes | NVML source | description |\n");
-    s.push_str("| --- | --- | --- | --- | --- | --- |\n");
+    s.push_str(
+        "## Time\n\n\
+         One rule for every metric: **an exported point's time is within one sample tick of when NVML \
+         produced its value.** Each GPU data point's `time_unix_nano` is the start of the sample tick \
+         that read its value, and the export follows that tick at once (the sampler marks the ticks that \
+         are exported: one every `OTEL_METRIC_EXPORT_INTERVAL`). A value not read at an exported tick is \
+         not in that export: nothing is carried from an earlier read under a later time. The fast group \
+         is read at every tick; each slow group (energy, per-process utilization, GPM, PCIe throughput) at \
+         export ticks, every N-th export for an interval of N exports (column *age*), and when its \
+         interval is shorter than the export interval also at its own cadence between exports (those \
+         reads reach the rules and the run report, not the exporter); the final sample at shutdown \
+         reads every group. Reading a tick takes under 1 ms per GPU for the fast group; the \
+         energy counter costs ~4 ms of CPU per GPU on an H200 (which is why it has its own interval).\n\n\
+         **Start times.** A counter (sum) read from a total counts from the agent's first reading of \
+         that series: its first point has that reading's time as start time and the value 0 (NVML's \
+         energy and ECC totals count since the driver loaded; that past is not claimed). When NVML's \
+         total goes down (driver reload, GPU reset), the series starts again: start time = the previous \
+         reading's time, counting from 0. When the wall clock steps by more than 1 s against the \
+         monotonic clock (NTP correcting the node), every series starts again at the next point (start \
+         time = its time, value 0). Both are logged once. No point ends before it starts, and no sum goes \
+         down under one start time. An up-down counter's start time is when the agent first saw it. \
+         Gauges carry no start time. Elapsed times (GPM and PCIe windows, the run report) come from the \
+         monotonic clock. Sums and the histogram are cumulative unless \
+         `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` asks for delta (a delta point covers the time \
+         since the last point the collector accepted).\n\n",
+    );
+    s.push_str("| name | instrument | unit | attributes | NVML source | age | description |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
     let cell = |t: &str| t.replace('|', "\\|");
     for d in CATALOGUE {
         s.push_str(&format!(
-            "| `{}` | {} | `{}` | {} | {} | {} |\n",
+            "| `{}` | {} | `{}` | {} | {} | {} | {} |\n",
             d.name,
             d.instrument.as_str(),
             d.unit,
             cell(d.attributes),
             cell(d.source),
+            cell(age(d.group)),
             cell(d.description)
         ));
     }
@@ -750,7 +830,13 @@ pub fn markdown() -> String {
     }
     s.push_str(
         "\n## Recorded as they happen\n\n\
-         Synchronous instruments: a series appears with its first event.\n\n",
+         Synchronous instruments, counting from 0 at the agent's start (start time: the agent's start), \
+         stamped with the export's time. Every `nvidia.gpu.alerts` series the rules may produce (each \
+         enabled rule, firing and resolved, for each device) is exported at 0 from the device's first \
+         sample, so a first firing is an increase that `increase()` and `rate()` see. An \
+         `nvidia.gpu.xid.errors` series appears with the first XID of its code on its device (the codes \
+         are not known in advance); alert on `nvidia.gpu.alerts{nvidia.gpu.alert.rule=xid}` (as the \
+         shipped `GPUXidError` rule does), which exists at 0 before.\n\n",
     );
     s.push_str("| name | instrument | unit | attributes | source | description |\n");
     s.push_str("| --- | --- | --- | --- | --- | --- |\n");

@@ -1,136 +1,201 @@
-//! The export clock: exports right after a sample, so an exported value is as old as one
-//! sample's reading takes, not up to a whole sample interval.
+//! The export clock: the thread `export-clock` exports each snapshot the sampler marked as
+//! an export tick ([`Snapshot::export`]), as soon as it is published, so an exported value
+//! is as old as reading NVML takes. It builds the request and hands the sending to the
+//! runtime (`otel-io`), one export at a time.
 //!
-//! The SDK's `PeriodicReader` keeps its own timer, independent of the sampler's: each
-//! export then carried the previous sample, up to one sample interval old (seen on the
-//! H200: every value equalled `nvidia-smi` one interval earlier). Here the reader's own
-//! timer is parked and the thread `export-clock` calls `force_flush` when an export is due
-//! *and* a new sample has just been published. If no sample comes within a grace period
-//! after the due time (a wedged driver call, NVML down), it exports anyway: self-metrics go
-//! on, and stale GPU values are left out by [`crate::sampling::SharedState::fresh`].
+//! The export schedule itself lives in the sampler ([`crate::sampling::cadence`]), which
+//! reads the slow groups on export ticks only. Other snapshots only update the counters'
+//! state (a reset between exports is still seen). When no export tick comes within one
+//! export interval plus one sample interval (NVML down, a driver call wedged), it exports
+//! anyway: the agent's own metrics go on, and GPU values, having no fresh export tick, are
+//! left out. An export tick's snapshot that waited longer than two sample intervals (behind
+//! a slow collector) is not exported either. The thread sleeps on its subscription between snapshots: it wakes once per
+//! sample, and stopping ends the subscription, which wakes it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use opentelemetry_sdk::metrics::SdkMeterProvider;
+use super::encode::Encoder;
+use super::export::ExportStatus;
+use super::recorded::Recorded;
+use super::self_metrics::OwnValues;
+use super::series::Stamp;
+use super::transport::Transport;
+use crate::sampling::{SharedState, Snapshot};
 
-use crate::sampling::SharedState;
-
-/// When to export, given sample arrivals; pure, so it is tested without clocks.
-#[derive(Debug, Clone)]
-pub struct Schedule {
-    interval: Duration,
-    grace: Duration,
-    due: Instant,
+/// Everything one export needs; shared by the clock thread, the exports it hands to the
+/// runtime, and the final export at shutdown.
+pub struct Exporter {
+    pub(crate) encoder: Mutex<Encoder>,
+    pub(crate) transport: Transport,
+    pub(crate) runtime: tokio::runtime::Handle,
+    pub(crate) recorded: Arc<Recorded>,
+    pub(crate) shared: Arc<SharedState>,
+    pub(crate) status: Arc<ExportStatus>,
+    /// Where exports go (for logs; no secrets).
+    pub(crate) target: String,
+    /// Bound on one export, retries included.
+    pub(crate) bound: Duration,
+    /// Sequence number of the last snapshot exported (0: none).
+    pub(crate) last_seq: AtomicU64,
+    /// One export at a time: an export is built only once the previous one was answered
+    /// (delta series start where the last accepted point ended).
+    pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
 }
 
-impl Schedule {
-    /// First export due at `start` (the first sample is exported at once, so a collector or
-    /// a person sees data within a second of start), then every `export_interval`; after a
-    /// due time, wait up to `grace` for a fresh sample.
-    pub fn new(start: Instant, export_interval: Duration, sample_interval: Duration) -> Self {
-        Self {
-            interval: export_interval,
-            grace: sample_interval.min(export_interval / 2) + Duration::from_millis(50),
-            due: start,
-        }
+impl Exporter {
+    fn encoder(&self) -> std::sync::MutexGuard<'_, Encoder> {
+        self.encoder.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A sample was just published at `now`: export if one is due.
-    pub fn on_sample(&mut self, now: Instant) -> bool {
-        let export = now >= self.due;
-        if export {
-            self.advance(now);
-        }
-        export
+    /// Follows the counters of a snapshot that is not exported.
+    pub fn observe(&self, snapshot: &Snapshot) {
+        self.encoder().observe(snapshot);
     }
 
-    /// No sample came: export if the grace after the due time is over.
-    pub fn on_idle(&mut self, now: Instant) -> bool {
-        let export = now >= self.due + self.grace;
-        if export {
-            self.advance(now);
+    fn build(&self, snapshot: Option<&Snapshot>) -> super::encode::Batch {
+        let own = OwnValues::read(&self.shared, &self.status);
+        let batch = self
+            .encoder()
+            .encode(snapshot, &self.recorded, &own, Stamp::now());
+        if let Some(s) = snapshot {
+            self.last_seq.fetch_max(s.seq, Ordering::Relaxed);
         }
-        export
+        batch
     }
 
-    /// How long to wait for a sample before calling [`Schedule::on_idle`].
-    pub fn wait(&self, now: Instant) -> Duration {
-        if now < self.due {
-            self.due - now
-        } else {
-            (self.due + self.grace).saturating_duration_since(now)
+    /// Sends a built export within `bound`, records the outcome, and on success lets the
+    /// series remember it. The encoder's lock is not held while the request is on the
+    /// network.
+    async fn send(&self, batch: super::encode::Batch, bound: Duration) -> bool {
+        let result = self.transport.send(&batch.request, bound).await;
+        self.status.record(&result, &self.target);
+        let ok = result.is_ok();
+        if ok {
+            self.encoder().accepted(batch);
         }
+        ok
     }
 
-    /// The next due time.
-    pub fn due(&self) -> Instant {
-        self.due
+    /// From the clock thread: builds the export of `snapshot`'s GPU metrics (none when
+    /// `None`) with the agent's own and recorded metrics, and hands the sending to the
+    /// runtime, so the thread goes back to waiting at once (it wakes once per sample). The
+    /// console exporter writes on this thread. While the previous export is still being
+    /// answered (a slow collector), this one is skipped: its counters are followed, and the
+    /// next export covers them; nothing queues up.
+    pub fn start_export(self: &Arc<Self>, snapshot: Option<&Snapshot>) {
+        let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
+            if let Some(s) = snapshot {
+                self.observe(s);
+            }
+            tracing::debug!("the previous metrics export is still in flight; this one is skipped");
+            return;
+        };
+        let batch = self.build(snapshot);
+        if let Transport::Console = self.transport {
+            let result = super::transport::console(&batch.request);
+            self.status.record(&result, &self.target);
+            if result.is_ok() {
+                self.encoder().accepted(batch);
+            }
+            return;
+        }
+        let exporter = self.clone();
+        self.runtime.spawn(async move {
+            exporter.send(batch, exporter.bound).await;
+            drop(permit);
+        });
     }
 
-    fn advance(&mut self, now: Instant) {
-        self.due += self.interval;
-        if self.due <= now {
-            self.due = now + self.interval;
-        }
+    /// Waits at most `timeout` for the export in flight to be answered.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        self.runtime.block_on(async {
+            tokio::time::timeout(timeout, self.in_flight.acquire())
+                .await
+                .is_ok_and(|p| p.is_ok())
+        })
+    }
+
+    /// The final export at shutdown, within `bound` (the wait for an export still in flight
+    /// included): the latest snapshot if it is fresh and not exported yet (the final
+    /// sample), else only the agent's own metrics. Blocks; call from a plain thread.
+    pub fn export_last(&self, max_age: Duration, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        self.runtime.block_on(async {
+            let Ok(Ok(_permit)) = tokio::time::timeout(bound, self.in_flight.acquire()).await
+            else {
+                return false;
+            };
+            let latest = self
+                .shared
+                .fresh(max_age)
+                .filter(|s| s.seq > self.last_seq.load(Ordering::Relaxed));
+            let batch = self.build(latest.as_deref());
+            self.send(batch, deadline.saturating_duration_since(Instant::now()))
+                .await
+        })
     }
 }
 
 /// Handle on the `export-clock` thread.
 pub struct ExportClock {
-    stop: Arc<AtomicBool>,
     shared: Arc<SharedState>,
     subscription: u64,
     thread: Option<JoinHandle<()>>,
 }
 
 impl ExportClock {
-    /// Starts the thread, subscribed to the sampler's snapshots in `shared`. It sleeps until
-    /// a sample arrives or an export is due (no polling): stopping ends its subscription,
-    /// which wakes it.
+    /// Starts the thread, subscribed to the sampler's snapshots in `shared`.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
     pub fn start(
-        provider: SdkMeterProvider,
+        exporter: Arc<Exporter>,
         shared: Arc<SharedState>,
         export_interval: Duration,
         sample_interval: Duration,
+        max_age: Duration,
     ) -> Self {
-        let (subscription, samples) = shared.subscribe_with_id(1);
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let (subscription, samples) = shared.subscribe_with_id(4);
+        let idle = export_interval + sample_interval;
         let thread = std::thread::Builder::new()
             .name("export-clock".into())
             .spawn(move || {
-                let mut schedule = Schedule::new(Instant::now(), export_interval, sample_interval);
+                let mut idle_until = Instant::now() + idle;
                 loop {
-                    let export = match samples.recv_timeout(schedule.wait(Instant::now())) {
-                        Ok(_) => schedule.on_sample(Instant::now()),
-                        Err(RecvTimeoutError::Timeout) => schedule.on_idle(Instant::now()),
+                    let wait = idle_until.saturating_duration_since(Instant::now());
+                    match samples.recv_timeout(wait) {
+                        // Queued behind a slow export for too long: its points would still
+                        // carry their true time, but a burst of late exports helps nobody.
+                        Ok(s) if s.export && s.taken_instant.elapsed() > max_age => {
+                            exporter.observe(&s);
+                        }
+                        Ok(s) if s.export => {
+                            exporter.start_export(Some(&s));
+                            idle_until = Instant::now() + idle;
+                        }
+                        Ok(s) => exporter.observe(&s),
+                        Err(RecvTimeoutError::Timeout) => {
+                            exporter.start_export(None);
+                            idle_until = Instant::now() + export_interval;
+                        }
                         Err(RecvTimeoutError::Disconnected) => return,
-                    };
-                    if export && !flag.load(Ordering::Relaxed) {
-                        // Outcome is recorded (and logged) by the exporter itself.
-                        let _ = provider.force_flush();
                     }
                 }
             })
             .expect("spawn export-clock thread");
         Self {
-            stop,
             shared,
             subscription,
             thread: Some(thread),
         }
     }
 
-    /// Stops the clock; waits at most `timeout` for an export in flight to end.
-    pub fn stop(mut self, timeout: Duration) {
-        self.stop.store(true, Ordering::Relaxed);
+    /// Stops the clock; waits at most `timeout` for it and for an export in flight to end.
+    pub fn stop(mut self, timeout: Duration, exporter: &Exporter) {
         self.shared.unsubscribe(self.subscription);
         let deadline = Instant::now() + timeout;
         if let Some(t) = self.thread.take() {
@@ -141,67 +206,6 @@ impl ExportClock {
                 let _ = t.join();
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const S: Duration = Duration::from_secs(1);
-
-    #[test]
-    fn exports_at_the_first_sample_after_due() {
-        let t0 = Instant::now();
-        let mut s = Schedule::new(t0, 10 * S, 5 * S);
-        assert!(
-            s.on_sample(t0 + Duration::from_millis(2)),
-            "the first sample goes out at once"
-        );
-        assert_eq!(s.due(), t0 + 10 * S);
-        assert!(!s.on_sample(t0 + 5 * S), "not due yet");
-        assert_eq!(s.wait(t0 + 5 * S), 5 * S);
-        assert!(
-            !s.on_idle(t0 + 10 * S),
-            "due, but a sample is expected within the grace"
-        );
-        assert!(
-            s.on_sample(t0 + 10 * S + Duration::from_millis(300)),
-            "fresh sample after due"
-        );
-        assert_eq!(s.due(), t0 + 20 * S, "the schedule keeps its period");
-    }
-
-    #[test]
-    fn exports_without_a_sample_after_the_grace() {
-        let t0 = Instant::now();
-        let mut s = Schedule::new(t0, 10 * S, 5 * S);
-        assert!(s.on_sample(t0));
-        let grace = 5 * S + Duration::from_millis(50);
-        assert_eq!(s.wait(t0 + 10 * S), grace);
-        assert!(!s.on_idle(t0 + 10 * S + grace - Duration::from_millis(1)));
-        assert!(
-            s.on_idle(t0 + 10 * S + grace),
-            "wedged sampler: export anyway"
-        );
-        assert_eq!(s.due(), t0 + 20 * S);
-    }
-
-    #[test]
-    fn fast_exports_with_slow_samples_are_not_held_more_than_half_an_interval() {
-        let t0 = Instant::now();
-        let mut s = Schedule::new(t0, 2 * S, 5 * S);
-        assert!(s.on_sample(t0));
-        assert!(s.on_idle(t0 + 2 * S + S + Duration::from_millis(50)));
-        assert_eq!(s.due(), t0 + 4 * S);
-    }
-
-    #[test]
-    fn a_late_export_resets_the_schedule_instead_of_bursting() {
-        let t0 = Instant::now();
-        let mut s = Schedule::new(t0, 10 * S, 5 * S);
-        assert!(s.on_sample(t0));
-        assert!(s.on_sample(t0 + 35 * S));
-        assert_eq!(s.due(), t0 + 45 * S);
+        exporter.wait_idle(deadline.saturating_duration_since(Instant::now()));
     }
 }

@@ -1,12 +1,13 @@
-//! Events: OpenTelemetry log records with an `event.name`, exported over the same OTLP
-//! endpoint and protocol as the metrics (`OTEL_LOGS_EXPORTER` = `otlp` | `console` | `none`),
-//! with the same headers and TLS settings ([`super::tls`]).
+//! Events: OpenTelemetry log records with an `event.name`, exported over OTLP as the logs
+//! signal (`OTEL_LOGS_EXPORTER` = `otlp` | `console` | `none`): the general
+//! `OTEL_EXPORTER_OTLP_*` settings the metrics use too, unless the `OTEL_EXPORTER_OTLP_LOGS_*`
+//! forms say otherwise; TLS in [`super::tls`].
 //!
-//! Records go through the SDK's `BatchLogProcessor` (its own thread, bounded queue of 2048:
-//! an unreachable collector drops events, never grows memory), so whoever emits an event
-//! (the sampler, a rule) never waits on the network. A failed OTLP export is logged like a
-//! failed metric export ([`ExportStatus`]): the first one at once, with the endpoint and the
-//! cause, then at most once a minute.
+//! Records go through the SDK's `BatchLogProcessor` (its own thread, bounded queue,
+//! `OTEL_BLRP_MAX_QUEUE_SIZE` (2048): an unreachable collector drops events, never grows
+//! memory), so whoever emits an event (the sampler, a rule) never waits on the network. A
+//! failed OTLP export is logged like a failed metric export ([`ExportStatus`]): the first one
+//! at once, with the endpoint and the cause, then at most once a minute.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -17,11 +18,13 @@ use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::logs::{LogBatch, LogExporter, SdkLogger, SdkLoggerProvider};
+use opentelemetry_sdk::logs::{
+    BatchConfigBuilder, BatchLogProcessor, LogBatch, LogExporter, SdkLogger, SdkLoggerProvider,
+};
 use opentelemetry_sdk::Resource;
 
 use super::export::{ExportStatus, TransportCause};
-use crate::config::{Config, ExporterKind, OtlpConfig, Protocol};
+use crate::config::{Config, ExporterKind, LogsBatch, OtlpExporter, Protocol};
 
 /// One event to emit.
 #[derive(Debug, Clone)]
@@ -108,18 +111,30 @@ impl LogExporter for ConsoleLogExporter {
 }
 
 fn otlp_log_exporter(
-    c: &OtlpConfig,
+    c: &OtlpExporter,
     cause: TransportCause,
 ) -> Result<opentelemetry_otlp::LogExporter, opentelemetry_otlp::ExporterBuildError> {
     let builder = opentelemetry_otlp::LogExporter::builder();
     match c.protocol {
-        Protocol::Grpc => {
-            super::export::configure_tonic(builder.with_tonic(), c, &c.logs_endpoint).build()
-        }
+        Protocol::Grpc => super::export::configure_tonic(builder.with_tonic(), c).build(),
         Protocol::HttpProtobuf => {
-            super::export::configure_http(builder.with_http(), c, &c.logs_endpoint, cause)?.build()
+            super::export::configure_http(builder.with_http(), c, cause)?.build()
         }
     }
+}
+
+/// The batch processor for `exporter`, configured from the validated `OTEL_BLRP_*`
+/// settings (set explicitly: the SDK would otherwise read the environment itself).
+fn batch<E: LogExporter + 'static>(exporter: E, b: LogsBatch) -> BatchLogProcessor {
+    BatchLogProcessor::builder(exporter)
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_scheduled_delay(b.schedule_delay)
+                .with_max_queue_size(b.max_queue_size)
+                .with_max_export_batch_size(b.max_export_batch_size)
+                .build(),
+        )
+        .build()
 }
 
 /// The OTLP log exporter, recording each export's outcome in an [`ExportStatus`] (which logs
@@ -192,17 +207,22 @@ impl Events {
         let builder = SdkLoggerProvider::builder().with_resource(resource);
         let provider = match config.logs_exporter {
             ExporterKind::None => return Ok(Self::disabled()),
-            ExporterKind::Console => builder.with_batch_exporter(ConsoleLogExporter::default()),
+            ExporterKind::Console => {
+                builder.with_log_processor(batch(ConsoleLogExporter::default(), config.logs_batch))
+            }
             ExporterKind::Otlp => {
                 let status = Arc::new(ExportStatus::new(
                     "events",
                     "these events are lost (nothing is queued for later)",
                 ));
-                builder.with_batch_exporter(AgentLogExporter {
-                    inner: otlp_log_exporter(&config.otlp, status.transport_cause())?,
-                    target: config.otlp.logs_endpoint.clone(),
-                    status,
-                })
+                builder.with_log_processor(batch(
+                    AgentLogExporter {
+                        inner: otlp_log_exporter(&config.otlp.logs, status.transport_cause())?,
+                        target: config.otlp.logs.endpoint.clone(),
+                        status,
+                    },
+                    config.logs_batch,
+                ))
             }
         }
         .build();

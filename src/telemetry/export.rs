@@ -1,20 +1,13 @@
-//! Exporters: OTLP (gRPC via tonic, or HTTP/protobuf) and console (one line of OTLP/JSON
-//! per export on stdout), wrapped in [`AgentExporter`], which records each export's outcome
-//! in [`ExportStatus`] and logs failures at a bounded rate.
+//! The outcome of metric exports ([`ExportStatus`]: health reads it, failures are logged at a
+//! bounded rate), and the OTLP exporter builders of the events' (logs) pipeline.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::Temporality;
 
-use crate::config::{OtlpConfig, Protocol};
+use crate::config::OtlpExporter;
 
 /// What the last exports of one signal did; read by health checks and logs.
 #[derive(Debug)]
@@ -165,7 +158,7 @@ impl ExportStatus {
     }
 
     /// Records one export's outcome and logs at a bounded rate (see [`FAILURE_LOG_PERIOD`]).
-    pub fn record(&self, result: &OTelSdkResult, target: &str) {
+    pub fn record<E: std::fmt::Display>(&self, result: &Result<(), E>, target: &str) {
         // Taken whatever the outcome: a cause left by an attempt the exporter retried with
         // success must not be shown with a later, different failure.
         let cause = self.cause.take();
@@ -216,93 +209,13 @@ impl ExportStatus {
     }
 }
 
-/// Writes each export as one line of OTLP/JSON (the protobuf JSON mapping of
-/// `ExportMetricsServiceRequest`) on stdout.
-#[derive(Debug, Default)]
-pub struct ConsoleExporter;
-
-impl ConsoleExporter {
-    /// The JSON line for one export.
-    ///
-    /// # Errors
-    /// If serialization fails (it does not for well-formed data).
-    pub fn encode(metrics: &ResourceMetrics) -> Result<String, serde_json::Error> {
-        serde_json::to_string(&ExportMetricsServiceRequest::from(metrics))
-    }
-}
-
-/// The exporter behind the periodic reader.
-#[derive(Debug)]
-pub enum Inner {
-    /// OTLP over gRPC or HTTP.
-    Otlp(Box<opentelemetry_otlp::MetricExporter>),
-    /// OTLP/JSON lines on stdout.
-    Console(ConsoleExporter),
-}
-
-/// The agent's metric exporter: the configured one, plus outcome tracking.
-#[derive(Debug)]
-pub struct AgentExporter {
-    inner: Inner,
-    target: String,
-    status: std::sync::Arc<ExportStatus>,
-}
-
-impl AgentExporter {
-    /// Wraps an exporter; `target` names where it sends (for logs; no secrets).
-    pub fn new(inner: Inner, target: String, status: std::sync::Arc<ExportStatus>) -> Self {
-        Self {
-            inner,
-            target,
-            status,
-        }
-    }
-}
-
-impl PushMetricExporter for AgentExporter {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        let result = match &self.inner {
-            Inner::Otlp(e) => e.export(metrics).await,
-            Inner::Console(_) => match ConsoleExporter::encode(metrics) {
-                Ok(line) => {
-                    let mut out = std::io::stdout().lock();
-                    writeln!(out, "{line}")
-                        .and_then(|()| out.flush())
-                        .map_err(|e| OTelSdkError::InternalFailure(format!("stdout: {e}")))
-                }
-                Err(e) => Err(OTelSdkError::InternalFailure(format!("JSON encoding: {e}"))),
-            },
-        };
-        self.status.record(&result, &self.target);
-        result
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        match &self.inner {
-            Inner::Otlp(e) => e.force_flush(),
-            Inner::Console(_) => Ok(()),
-        }
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        match &self.inner {
-            Inner::Otlp(e) => e.shutdown_with_timeout(timeout),
-            Inner::Console(_) => Ok(()),
-        }
-    }
-
-    fn temporality(&self) -> Temporality {
-        Temporality::Cumulative
-    }
-}
-
-/// Points an OTLP/gRPC exporter builder (metrics or logs) at `endpoint` with the validated
+/// Points the events' OTLP/gRPC exporter builder at its endpoint with the validated
 /// settings: timeout, headers as metadata, TLS (for `https`), gzip.
 pub(crate) fn configure_tonic<B: WithExportConfig + WithTonicConfig>(
     builder: B,
-    c: &OtlpConfig,
-    endpoint: &str,
+    c: &OtlpExporter,
 ) -> B {
+    let endpoint = c.endpoint.as_str();
     let mut metadata = tonic::metadata::MetadataMap::new();
     // Keys and values were validated in `config`.
     for (k, v) in &c.headers {
@@ -326,18 +239,18 @@ pub(crate) fn configure_tonic<B: WithExportConfig + WithTonicConfig>(
     b
 }
 
-/// Points an OTLP/HTTP protobuf exporter builder (metrics or logs) at `endpoint` (a full
-/// URL) with the validated settings: our rustls HTTP client (recording transport failures'
-/// causes in `cause`), timeout, headers, gzip.
+/// Points the events' OTLP/HTTP protobuf exporter builder at its endpoint (a full URL) with
+/// the validated settings: our rustls HTTP client (recording transport failures' causes in
+/// `cause`), timeout, headers, gzip.
 ///
 /// # Errors
 /// The HTTP client cannot be built (TLS files).
 pub(crate) fn configure_http<B: WithExportConfig + WithHttpConfig>(
     builder: B,
-    c: &OtlpConfig,
-    endpoint: &str,
+    c: &OtlpExporter,
     cause: TransportCause,
 ) -> Result<B, opentelemetry_otlp::ExporterBuildError> {
+    let endpoint = c.endpoint.as_str();
     let headers: HashMap<String, String> = c
         .headers
         .iter()
@@ -356,24 +269,4 @@ pub(crate) fn configure_http<B: WithExportConfig + WithHttpConfig>(
         b = b.with_compression(opentelemetry_otlp::Compression::Gzip);
     }
     Ok(b)
-}
-
-/// Builds the OTLP metric exporter from validated settings; over HTTP, transport failures'
-/// causes go to `cause` (see [`TransportCause`]). Must run with a tokio runtime entered
-/// (tonic spawns its connection task there).
-///
-/// # Errors
-/// The SDK's build error (bad endpoint, TLS setup).
-pub fn otlp_metric_exporter(
-    c: &OtlpConfig,
-    cause: TransportCause,
-) -> Result<opentelemetry_otlp::MetricExporter, opentelemetry_otlp::ExporterBuildError> {
-    let builder =
-        opentelemetry_otlp::MetricExporter::builder().with_temporality(Temporality::Cumulative);
-    match c.protocol {
-        Protocol::Grpc => configure_tonic(builder.with_tonic(), c, &c.metrics_endpoint).build(),
-        Protocol::HttpProtobuf => {
-            configure_http(builder.with_http(), c, &c.metrics_endpoint, cause)?.build()
-        }
-    }
 }

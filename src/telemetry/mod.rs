@@ -1,29 +1,37 @@
-//! Telemetry export: the OTel SDK `MeterProvider` with a `PeriodicReader` over the agent's
-//! exporter, fed by the catalogue's instruments.
+//! Telemetry export: the agent builds each metrics export itself, as OTLP messages
+//! ([`encode`]), straight from the snapshot of an export tick, and sends it ([`transport`])
+//! from the thread `export-clock` ([`clock`]); events go through the OTel SDK's logs
+//! pipeline ([`events`]).
 //!
-//! The `PeriodicReader` runs on its own OS thread (`OTEL_METRIC_EXPORT_INTERVAL`); its
-//! callbacks read the latest snapshot and never call NVML.
+//! Why not the SDK's metrics pipeline: there a point's time is the collection's, and a
+//! cumulative series' start time is one per instrument, taken when the SDK created it. The
+//! agent needs per-series start times (a counter counts from its first reading, a GPU reset
+//! starts its series again, a wall-clock step starts every series again) and points stamped
+//! with the time NVML answered; OTLP carries both per data point.
 
 pub mod catalogue;
 pub mod clock;
+pub mod encode;
 pub mod events;
 pub mod export;
-pub mod instruments;
+pub mod recorded;
 pub mod recorder;
 pub mod self_metrics;
+pub mod series;
 pub mod tls;
+pub mod transport;
 pub mod xid;
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
-use opentelemetry::metrics::{Meter, MeterProvider as _, NoopMeterProvider};
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
 use crate::config::{Config, ExporterKind};
 use crate::sampling::SharedState;
-use export::{AgentExporter, ExportStatus, Inner};
+use export::ExportStatus;
+use recorded::Recorded;
 
 /// Instrumentation scope name of every metric the agent exports.
 pub const SCOPE: &str = "gpu-otel-sidecar";
@@ -32,123 +40,136 @@ pub const SCOPE: &str = "gpu-otel-sidecar";
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
     /// The OTLP exporter could not be built (endpoint, TLS).
-    #[error("cannot build the OTLP metric exporter: {0}")]
-    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    #[error("cannot build the OTLP exporter: {0}")]
+    Exporter(String),
+}
+
+impl From<opentelemetry_otlp::ExporterBuildError> for TelemetryError {
+    fn from(e: opentelemetry_otlp::ExporterBuildError) -> Self {
+        Self::Exporter(e.to_string())
+    }
 }
 
 /// The running metrics pipeline.
 pub struct Telemetry {
-    provider: Option<SdkMeterProvider>,
+    exporter: Option<Arc<clock::Exporter>>,
     clock: Option<clock::ExportClock>,
     /// Outcome of exports (for health).
     pub status: Arc<ExportStatus>,
-    meter: Meter,
+    recorded: Arc<Recorded>,
+    max_age: Duration,
 }
 
 impl Telemetry {
-    /// Builds the pipeline and registers the instruments. With `OTEL_METRICS_EXPORTER=none`
-    /// nothing is exported. Must be called with a tokio runtime entered (gRPC).
+    /// Builds the pipeline and starts the export clock. With `OTEL_METRICS_EXPORTER=none`
+    /// nothing is exported (what is recorded is kept, bounded, and dropped). Must be called
+    /// with a tokio runtime entered (gRPC).
     ///
     /// # Errors
-    /// [`TelemetryError::Exporter`] if the OTLP exporter cannot be built.
+    /// [`TelemetryError::Exporter`] if the OTLP transport cannot be built.
     pub fn start(
         config: &Config,
         resource: Resource,
         shared: Arc<SharedState>,
     ) -> Result<Self, TelemetryError> {
         let status = Arc::new(ExportStatus::default());
-        let (inner, target) = match config.metrics_exporter {
+        let recorded = Recorded::new();
+        let max_age = max_snapshot_age(config.sample_interval);
+        let (transport, target) = match config.metrics_exporter {
             ExporterKind::None => {
                 return Ok(Self {
-                    provider: None,
+                    exporter: None,
                     clock: None,
                     status,
-                    meter: NoopMeterProvider::new().meter(SCOPE),
+                    recorded,
+                    max_age,
                 })
             }
-            ExporterKind::Console => (
-                Inner::Console(export::ConsoleExporter),
-                "stdout".to_string(),
-            ),
+            ExporterKind::Console => (transport::Transport::Console, "stdout".to_string()),
             ExporterKind::Otlp => (
-                Inner::Otlp(Box::new(export::otlp_metric_exporter(
-                    &config.otlp,
-                    status.transport_cause(),
-                )?)),
-                config.otlp.metrics_endpoint.clone(),
+                transport::Transport::otlp(&config.otlp.metrics)
+                    .map_err(TelemetryError::Exporter)?,
+                config.otlp.metrics.endpoint.clone(),
             ),
         };
-        let exporter = AgentExporter::new(inner, target, status.clone());
-        // The reader's own timer is parked: the export clock flushes right after samples.
-        let reader = PeriodicReader::builder(exporter)
-            .with_interval(PARKED_READER_INTERVAL)
-            .build();
-        let provider = SdkMeterProvider::builder()
-            .with_resource(resource)
-            .with_reader(reader)
-            .build();
-        let meter = provider.meter_with_scope(
-            opentelemetry::InstrumentationScope::builder(SCOPE)
-                .with_version(env!("CARGO_PKG_VERSION"))
-                .build(),
+        let slowest = [
+            config.slow_intervals.energy,
+            config.slow_intervals.gpm,
+            config.slow_intervals.pcie,
+            config.slow_intervals.process,
+            config.export_interval,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or_default();
+        let encoder = encode::Encoder::new(
+            &resource,
+            config.otlp.temporality,
+            (slowest * 3).max(Duration::from_secs(3600)),
+            SystemTime::now(),
         );
-        instruments::register(
-            &meter,
-            shared.clone(),
-            max_snapshot_age(config.sample_interval),
-        );
-        self_metrics::register(&meter, shared.clone(), status.clone());
+        let exporter = Arc::new(clock::Exporter {
+            encoder: Mutex::new(encoder),
+            transport,
+            runtime: tokio::runtime::Handle::current(),
+            recorded: recorded.clone(),
+            shared: shared.clone(),
+            status: status.clone(),
+            target,
+            bound: config.metrics_export_bound(),
+            last_seq: AtomicU64::new(0),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(1)),
+        });
         let clock = clock::ExportClock::start(
-            provider.clone(),
+            exporter.clone(),
             shared,
             config.export_interval,
             config.sample_interval,
+            max_age,
         );
         Ok(Self {
-            provider: Some(provider),
+            exporter: Some(exporter),
             clock: Some(clock),
             status,
-            meter,
+            recorded,
+            max_age,
         })
     }
 
     /// Stops the export clock (waiting at most `timeout` for an export in flight), so that
     /// the final sample is exported once, by [`Telemetry::shutdown`].
     pub fn stop_clock(&mut self, timeout: Duration) {
-        if let Some(clock) = self.clock.take() {
-            clock.stop(timeout);
+        if let (Some(clock), Some(exporter)) = (self.clock.take(), &self.exporter) {
+            clock.stop(timeout, exporter);
         }
     }
 
-    /// The agent's meter (scope `gpu-otel-sidecar`), for synchronous instruments recorded
-    /// outside the catalogue's callbacks (the rules' `nvidia.gpu.alerts`); a no-op meter
-    /// when `OTEL_METRICS_EXPORTER=none`.
-    pub fn meter(&self) -> Meter {
-        self.meter.clone()
+    /// Where the metrics recorded as things happen go (the rules' `nvidia.gpu.alerts`, XIDs,
+    /// sample durations); kept but never exported when `OTEL_METRICS_EXPORTER=none`.
+    pub fn recorded(&self) -> Arc<Recorded> {
+        self.recorded.clone()
     }
 
-    /// SDK shutdown, whose reader makes one final collection and export, bounded by `timeout`. Runs on a
-    /// plain thread: a blocking flush from an async worker can hang with tonic.
+    /// The final export (the final sample, if it came in time), bounded by `timeout`. Runs
+    /// on a plain thread: the export blocks on the network.
     /// Returns `false` if the bound was hit (the export is then abandoned).
     pub fn shutdown(mut self, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
         self.stop_clock(timeout);
-        let Some(provider) = self.provider else {
+        let Some(exporter) = self.exporter else {
             return true;
         };
         let timeout = deadline.saturating_duration_since(std::time::Instant::now());
+        let max_age = self.max_age;
+        let bound = exporter.bound.min(timeout);
         run_bounded("otel-shutdown", timeout, move || {
-            // The reader's shutdown collects and exports once more (a force_flush first
-            // would send the same points twice).
-            if let Err(e) = provider.shutdown() {
-                tracing::warn!("final export failed: {e}");
-            }
+            exporter.export_last(max_age, bound);
         })
     }
 }
 
-/// Runs `f` on a plain thread named `name` and waits at most `timeout` for it: SDK
-/// shutdowns block on the network, and from an async worker they can hang with tonic.
+/// Runs `f` on a plain thread named `name` and waits at most `timeout` for it: final exports
+/// and SDK shutdowns block on the network, and from an async worker they can hang with tonic.
 /// Returns `false` if the bound was hit (the thread is then left to finish or die with the
 /// process).
 pub(crate) fn run_bounded(
@@ -165,10 +186,6 @@ pub(crate) fn run_bounded(
         });
     spawned.is_ok() && rx.recv_timeout(timeout).is_ok()
 }
-
-/// The `PeriodicReader`'s own interval: far beyond any run, so only the export clock
-/// ([`clock::ExportClock`]) and shutdown trigger exports.
-const PARKED_READER_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A snapshot older than this is not exported: two sample intervals, at least one second.
 pub fn max_snapshot_age(sample_interval: Duration) -> Duration {

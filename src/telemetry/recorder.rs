@@ -5,14 +5,14 @@
 //! in between), so an XID storm does not flood the log. The instruments are the catalogue's recorded metrics
 //! ([`RECORDED`](super::catalogue::RECORDED)).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use opentelemetry::metrics::{Counter, Histogram, Meter};
 use opentelemetry::KeyValue;
 
 use super::catalogue::{info_attributes, SAMPLE_DURATION, XID_ERRORS};
 use super::events::EventEmitter;
+use super::recorded::{Counter, Histogram, Recorded};
 use super::xid::{to_event, XID_CODE};
 use crate::logging::{LogLimiter, LOG_PERIOD};
 use crate::sampling::{DeviceEvent, DeviceEventKind, Observer, SampleGroup};
@@ -29,28 +29,19 @@ pub const GROUP: &str = "gpu_sidecar.sample.group";
 
 /// Records what the NVML threads report.
 pub struct Recorder {
-    duration: Histogram<f64>,
-    xid: Counter<u64>,
+    duration: Histogram,
+    xid: Counter,
     events: EventEmitter,
     /// XID log lines, by device UUID and code.
     xid_lines: Mutex<LogLimiter<(String, u64)>>,
 }
 
 impl Recorder {
-    /// Registers the recorded metrics on `meter`; events go to `events`.
-    pub fn new(meter: &Meter, events: EventEmitter) -> Self {
+    /// Records into `recorded`; events go to `events`.
+    pub fn new(recorded: &Arc<Recorded>, events: EventEmitter) -> Self {
         Self {
-            duration: meter
-                .f64_histogram(SAMPLE_DURATION.name)
-                .with_unit(SAMPLE_DURATION.unit)
-                .with_description(SAMPLE_DURATION.description)
-                .with_boundaries(DURATION_BOUNDS.to_vec())
-                .build(),
-            xid: meter
-                .u64_counter(XID_ERRORS.name)
-                .with_unit(XID_ERRORS.unit)
-                .with_description(XID_ERRORS.description)
-                .build(),
+            duration: recorded.histogram(&SAMPLE_DURATION, DURATION_BOUNDS),
+            xid: recorded.counter(&XID_ERRORS),
             events,
             xid_lines: Mutex::new(LogLimiter::new(LOG_PERIOD)),
         }

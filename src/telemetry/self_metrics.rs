@@ -2,12 +2,6 @@
 //! Exported with the GPU metrics, same resource and scope; listed in the README ("Health and
 //! self-metrics"), where a test checks each row of [`SELF_METRICS`] appears.
 
-use std::sync::Arc;
-use std::time::UNIX_EPOCH;
-
-use opentelemetry::metrics::Meter;
-use opentelemetry::KeyValue;
-
 use super::export::ExportStatus;
 use crate::sampling::SharedState;
 
@@ -71,60 +65,28 @@ pub const SELF_METRICS: &[SelfMetric] = &[
     EXPORT_LAST_SUCCESS,
 ];
 
-/// Registers the self-metrics on `meter`; their callbacks read `shared` and `status` (no
-/// NVML call, no lock held for long).
-pub fn register(meter: &Meter, shared: Arc<SharedState>, status: Arc<ExportStatus>) {
-    let shared_for_stuck = shared.clone();
-    meter
-        .u64_observable_counter(NVML_ERRORS.name)
-        .with_unit(NVML_ERRORS.unit)
-        .with_description(NVML_ERRORS.description)
-        .with_callback(move |obs| {
-            for ((call, code), n) in shared.nvml_errors() {
-                obs.observe(
-                    n,
-                    &[
-                        KeyValue::new("nvidia.nvml.call", call),
-                        KeyValue::new("error.type", code),
-                    ],
-                );
-            }
-        })
-        .build();
-    let stuck_shared = shared_for_stuck;
-    meter
-        .u64_observable_counter(NVML_STUCK.name)
-        .with_unit(NVML_STUCK.unit)
-        .with_description(NVML_STUCK.description)
-        .with_callback(move |obs| {
-            for ((thread, step), n) in stuck_shared.stuck_counts() {
-                obs.observe(
-                    n,
-                    &[
-                        KeyValue::new("thread.name", thread),
-                        KeyValue::new("gpu_sidecar.nvml.step", step),
-                    ],
-                );
-            }
-        })
-        .build();
-    let s = status.clone();
-    meter
-        .u64_observable_counter(EXPORT_FAILURES.name)
-        .with_unit(EXPORT_FAILURES.unit)
-        .with_description(EXPORT_FAILURES.description)
-        .with_callback(move |obs| obs.observe(s.total_failures(), &[]))
-        .build();
-    meter
-        .f64_observable_gauge(EXPORT_LAST_SUCCESS.name)
-        .with_unit(EXPORT_LAST_SUCCESS.unit)
-        .with_description(EXPORT_LAST_SUCCESS.description)
-        .with_callback(move |obs| {
-            if let Some((_, at)) = status.last_success() {
-                if let Ok(t) = at.duration_since(UNIX_EPOCH) {
-                    obs.observe(t.as_secs_f64(), &[]);
-                }
-            }
-        })
-        .build();
+/// What the self-metrics report at one export, read from the sampler's state and the
+/// export status (no NVML call, no lock held for long).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OwnValues {
+    /// `gpu_sidecar.nvml.errors`: by (call, code).
+    pub nvml_errors: crate::sampling::NvmlErrorCounts,
+    /// `gpu_sidecar.nvml.stuck`: by (thread, step).
+    pub nvml_stuck: crate::sampling::StuckCounts,
+    /// `gpu_sidecar.export.failures`.
+    pub export_failures: u64,
+    /// `gpu_sidecar.export.last_success`.
+    pub last_success: Option<std::time::SystemTime>,
+}
+
+impl OwnValues {
+    /// The values now.
+    pub fn read(shared: &SharedState, status: &ExportStatus) -> Self {
+        Self {
+            nvml_errors: shared.nvml_errors(),
+            nvml_stuck: shared.stuck_counts(),
+            export_failures: status.total_failures(),
+            last_success: status.last_success().map(|(_, at)| at),
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! TLS for the OTLP exporters (metrics and events alike), with rustls and its `ring`
 //! provider: the CA and client certificate files of `OTEL_EXPORTER_OTLP_CERTIFICATE`,
-//! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` and `OTEL_EXPORTER_OTLP_CLIENT_KEY` (read and
-//! checked by [`crate::config`]; the OTel crates do not read these variables).
+//! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` and `OTEL_EXPORTER_OTLP_CLIENT_KEY`, or of their
+//! per-signal forms (`OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE`, …), read and checked by
+//! [`crate::config`] (the OTel crates do not read these variables).
 //!
 //! TLS is used when the endpoint is `https://`. Without a CA file the system's trust store
 //! is used (`/etc/ssl/certs` and the like); [`check_trust_store`] makes sure at startup that
@@ -14,7 +15,7 @@ use std::sync::Once;
 
 use opentelemetry_otlp::ExporterBuildError;
 
-use crate::config::{Config, ExporterKind, OtlpConfig};
+use crate::config::{Config, ExporterKind, OtlpExporter};
 
 /// Makes rustls' `ring` provider the process default (once). reqwest's rustls backend needs
 /// a process-wide provider; tonic picks `ring` itself.
@@ -43,19 +44,17 @@ fn is_https(endpoint: &str) -> bool {
 /// One line naming the variable, the endpoint, what was looked for and the two ways out.
 pub fn check_trust_store(config: &Config) -> Result<(), String> {
     let c = &config.otlp;
-    if c.tls.ca.is_some() {
-        return Ok(());
-    }
     let endpoints = [
-        (config.metrics_exporter, "metrics", &c.metrics_endpoint),
-        (config.logs_exporter, "events", &c.logs_endpoint),
+        (config.metrics_exporter, "metrics", &c.metrics, "METRICS_"),
+        (config.logs_exporter, "events", &c.logs, "LOGS_"),
     ];
-    let Some((_, signal, endpoint)) = endpoints
-        .into_iter()
-        .find(|(kind, _, endpoint)| *kind == ExporterKind::Otlp && is_https(endpoint))
-    else {
+    // A signal whose exporter has its own CA file does not need the trust store.
+    let Some((_, signal, exporter, infix)) = endpoints.into_iter().find(|(kind, _, e, _)| {
+        *kind == ExporterKind::Otlp && e.tls.ca.is_none() && is_https(&e.endpoint)
+    }) else {
         return Ok(());
     };
+    let endpoint = &exporter.endpoint;
     let found = rustls_native_certs::load_native_certs();
     if !found.certs.is_empty() {
         return Ok(());
@@ -67,23 +66,24 @@ pub fn check_trust_store(config: &Config) -> Result<(), String> {
     Err(format!(
         "the {signal} endpoint {endpoint} is https:// but there is no CA certificate to trust it with: \
          the system trust store is empty or missing{looked}; give the image its CA bundle \
-         (/etc/ssl/certs/ca-certificates.crt, from ca-certificates) or set OTEL_EXPORTER_OTLP_CERTIFICATE to the collector's CA"
+         (/etc/ssl/certs/ca-certificates.crt, from ca-certificates) or set OTEL_EXPORTER_OTLP_CERTIFICATE \
+         (or OTEL_EXPORTER_OTLP_{infix}CERTIFICATE) to the collector's CA"
     ))
 }
 
 /// Warns once per exporter when certificate files are given for a plain `http://`
 /// endpoint (they are then not used).
-fn warn_unused(c: &OtlpConfig, endpoint: &str) {
+fn warn_unused(c: &OtlpExporter, endpoint: &str) {
     if c.tls.is_set() && !is_https(endpoint) {
         tracing::warn!(
             endpoint,
-            "OTEL_EXPORTER_OTLP_CERTIFICATE / CLIENT_CERTIFICATE are set but the endpoint is not https://: TLS is not used"
+            "OTEL_EXPORTER_OTLP_[SIGNAL_]CERTIFICATE / CLIENT_CERTIFICATE are set but the endpoint is not https://: TLS is not used"
         );
     }
 }
 
 /// The tonic TLS settings for `endpoint`, or `None` for a plain `http://` endpoint.
-pub fn grpc(c: &OtlpConfig, endpoint: &str) -> Option<tonic::transport::ClientTlsConfig> {
+pub fn grpc(c: &OtlpExporter, endpoint: &str) -> Option<tonic::transport::ClientTlsConfig> {
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     warn_unused(c, endpoint);
     if !is_https(endpoint) {
@@ -109,7 +109,7 @@ pub fn grpc(c: &OtlpConfig, endpoint: &str) -> Option<tonic::transport::ClientTl
 /// [`ExporterBuildError::InvalidConfiguration`] if reqwest refuses the certificates
 /// (the files were checked by `config`, so this is rare); the message never holds the key.
 pub fn http_client(
-    c: &OtlpConfig,
+    c: &OtlpExporter,
     endpoint: &str,
 ) -> Result<reqwest::blocking::Client, ExporterBuildError> {
     install_crypto_provider();
@@ -154,4 +154,34 @@ pub fn http_client(
             ExporterBuildError::InternalFailure("building the HTTP client panicked".into())
         })?
         .map_err(ExporterBuildError::InvalidConfiguration)
+}
+
+/// The async reqwest client for the metrics' OTLP/HTTP transport (it runs on the agent's
+/// tokio runtime): for an `https://` endpoint, the CA and client certificate. Each request
+/// sets its own timeout (what is left of the export's bound).
+///
+/// # Errors
+/// A message if reqwest refuses the certificates (the files were checked by `config`); it
+/// never holds the key.
+pub fn http_client_async(c: &OtlpExporter, endpoint: &str) -> Result<reqwest::Client, String> {
+    install_crypto_provider();
+    warn_unused(c, endpoint);
+    let mut b = reqwest::Client::builder();
+    if is_https(endpoint) {
+        if let Some(ca) = &c.tls.ca {
+            let certs = reqwest::Certificate::from_pem_bundle(ca.bytes())
+                .map_err(|e| format!("OTEL_EXPORTER_OTLP_CERTIFICATE: {e}"))?;
+            b = b.tls_certs_only(certs);
+        }
+        if let (Some(cert), Some(key)) = (&c.tls.client_certificate, &c.tls.client_key) {
+            let mut pem = key.expose().as_bytes().to_vec();
+            pem.push(b'\n');
+            pem.extend_from_slice(cert.bytes());
+            // The error text comes from the PEM parser and names no key material.
+            let id = reqwest::Identity::from_pem(&pem)
+                .map_err(|e| format!("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE / CLIENT_KEY: {e}"))?;
+            b = b.identity(id);
+        }
+    }
+    b.build().map_err(|e| format!("HTTP client: {e}"))
 }

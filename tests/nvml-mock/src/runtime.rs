@@ -284,6 +284,13 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn counter(&self, c: scenario::Counter) -> Result<u64, u32> {
+        if self.dev.spec.linear_counters {
+            return self
+                .dev
+                .timeline
+                .counter_linear(c, self.e)
+                .ok_or(NOT_SUPPORTED);
+        }
         let (row, wraps) = self.dev.timeline.at(self.e).ok_or(NOT_SUPPORTED)?;
         self.dev
             .timeline

@@ -82,6 +82,10 @@ pub struct DeviceSpec {
     pub codec_sampling_period_us: Option<u32>,
     #[serde(default)]
     pub process_util_period_s: Option<f64>,
+    /// `true`: the counters (energy, ECC) grow linearly between a row and the next instead
+    /// of stepping at each row (a step down, a reset, stays a step).
+    #[serde(default)]
+    pub linear_counters: bool,
     #[serde(default)]
     pub mig: Option<MigSpec>,
     /// Only for a MIG device.
@@ -385,6 +389,28 @@ impl Timeline {
         c.get(row)
             .map(|v| v.saturating_add(self.deltas[i].saturating_mul(wraps)))
     }
+
+    /// The counter at scenario time `e`, growing linearly from the row in force to the
+    /// next row (`linear_counters`); a next row below it (a reset) or no next row: the row's
+    /// value.
+    pub fn counter_linear(&self, c: Counter, e: f64) -> Option<u64> {
+        let (idx, start, end) = self.segment(e)?;
+        let (row, wraps) = self.at(e)?;
+        let here = self.counter(c, row, wraps)?;
+        let next = match self.rows.get(idx + 1) {
+            Some(r) => self.counter(c, r, wraps),
+            // Looping: the next stretch starts the next wrap at the first row.
+            None if self.period.is_some() => self.counter(c, &self.rows[0], wraps + 1),
+            None => None,
+        };
+        match next {
+            Some(n) if n >= here && end.is_finite() && end > start => {
+                let f = ((e - start) / (end - start)).clamp(0.0, 1.0);
+                Some(here + ((n - here) as f64 * f) as u64)
+            }
+            _ => Some(here),
+        }
+    }
 }
 
 fn validate_row(r: &Row) -> Result<(), String> {
@@ -642,6 +668,24 @@ mod tests {
             {"t": 1, "energy_mj": 1500, "ecc_corrected": 1, "gpm": {"graphics_util": 30}},
             {"t": 2, "energy_mj": 2000, "ecc_corrected": 2, "power_mw": null, "gpm": {"graphics_util": 20}}
         ]}]}"#;
+
+    #[test]
+    fn linear_counters_grow_between_rows_and_step_down_at_a_reset() {
+        let p = parse(
+            r#"{"devices": [{"uuid": "GPU-x", "linear_counters": true, "timeline": [
+                {"t": 0, "energy_mj": 1000}, {"t": 2, "energy_mj": 3000},
+                {"t": 3, "energy_mj": 100}, {"t": 4, "energy_mj": 600}]}]}"#,
+        )
+        .unwrap();
+        let tl = &p.all[0].timeline;
+        let e = |t: f64| tl.counter_linear(Counter::Energy, t).unwrap();
+        assert_eq!(e(0.0), 1000);
+        assert_eq!(e(0.5), 1500);
+        assert_eq!(e(1.9), 2900);
+        assert_eq!(e(2.5), 3000, "the next row is a reset: no ramp down");
+        assert_eq!(e(3.5), 350);
+        assert_eq!(e(9.0), 600, "after the last row it holds");
+    }
 
     #[test]
     fn rows_defaults_and_loop() {

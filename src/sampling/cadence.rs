@@ -1,0 +1,255 @@
+//! When each group of NVML calls is made, and which ticks are exported.
+//!
+//! The sampler knows the export schedule (`OTEL_METRIC_EXPORT_INTERVAL`): a tick is an
+//! *export tick* when an export is due at its start (within half a sample interval), and its
+//! snapshot is marked so ([`crate::sampling::Snapshot::export`]); the export clock exports
+//! exactly those. A slow group (energy, GPM, per-process utilization, PCIe throughput) whose
+//! interval is the export interval or longer is read on export ticks only, when its interval
+//! has passed since its last read (so at every Nth export for an interval N exports long).
+//! One whose interval is shorter is read at its own cadence and at every export tick (the
+//! reads between exports reach the rules and the run report, not the exporter). A value is
+//! in the snapshot of the tick that read it only: never carried into later snapshots with
+//! later times, so an exported point is never older than the tick that exported it. The
+//! final sample at shutdown reads every group.
+
+use std::time::{Duration, Instant};
+
+use super::SampleGroup;
+use crate::config::SlowIntervals;
+
+/// The groups to read at one tick (the fast group always), and whether the tick is
+/// exported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Due {
+    /// This tick's snapshot is to be exported.
+    pub export: bool,
+    /// `nvmlDeviceGetTotalEnergyConsumption`.
+    pub energy: bool,
+    /// `nvmlDeviceGetPcieThroughput` (GPUs without GPM PCIe counters).
+    pub pcie: bool,
+    /// `nvmlDeviceGetProcessUtilization`.
+    pub process: bool,
+    /// GPM samples and metrics.
+    pub gpm: bool,
+}
+
+impl Due {
+    /// Every group, exported: the first tick of a session and the final sample.
+    pub fn everything() -> Self {
+        Self {
+            export: true,
+            energy: true,
+            pcie: true,
+            process: true,
+            gpm: true,
+        }
+    }
+
+    /// Whether `group` is read at this tick.
+    pub fn reads(&self, group: SampleGroup) -> bool {
+        match group {
+            SampleGroup::Static | SampleGroup::Fast => true,
+            SampleGroup::Energy => self.energy,
+            SampleGroup::Pcie => self.pcie,
+            SampleGroup::Process => self.process,
+            SampleGroup::Gpm => self.gpm,
+        }
+    }
+
+    fn set(&mut self, group: SampleGroup) {
+        match group {
+            SampleGroup::Static | SampleGroup::Fast => {}
+            SampleGroup::Energy => self.energy = true,
+            SampleGroup::Pcie => self.pcie = true,
+            SampleGroup::Process => self.process = true,
+            SampleGroup::Gpm => self.gpm = true,
+        }
+    }
+}
+
+/// The slow groups, in the order they are read.
+pub const SLOW_GROUPS: [SampleGroup; 4] = [
+    SampleGroup::Energy,
+    SampleGroup::Process,
+    SampleGroup::Gpm,
+    SampleGroup::Pcie,
+];
+
+/// The export schedule and each slow group's last read; pure (the caller passes the time),
+/// so it is tested without clocks.
+#[derive(Debug, Clone)]
+pub struct Cadence {
+    export_interval: Duration,
+    tolerance: Duration,
+    next_export: Option<Instant>,
+    intervals: SlowIntervals,
+    last_read: [Option<Instant>; SLOW_GROUPS.len()],
+}
+
+impl Cadence {
+    /// Exports every `export_interval` (the first at the first tick); slow groups every
+    /// `intervals`. A due time is met by a tick that starts up to half a sample interval
+    /// before it (ticks never line up exactly with due times).
+    pub fn new(
+        sample_interval: Duration,
+        export_interval: Duration,
+        intervals: SlowIntervals,
+    ) -> Self {
+        Self {
+            export_interval,
+            tolerance: sample_interval / 2,
+            next_export: None,
+            intervals,
+            last_read: [None; SLOW_GROUPS.len()],
+        }
+    }
+
+    fn interval(&self, group: SampleGroup) -> Duration {
+        match group {
+            SampleGroup::Energy => self.intervals.energy,
+            SampleGroup::Pcie => self.intervals.pcie,
+            SampleGroup::Process => self.intervals.process,
+            SampleGroup::Gpm => self.intervals.gpm,
+            SampleGroup::Static | SampleGroup::Fast => Duration::ZERO,
+        }
+    }
+
+    /// What to do at a tick starting at `now`.
+    pub fn tick(&mut self, now: Instant) -> Due {
+        let mut due = Due::default();
+        let export = self.next_export.is_none_or(|at| now + self.tolerance >= at);
+        if export {
+            due.export = true;
+            let mut next = self.next_export.unwrap_or(now) + self.export_interval;
+            if next <= now {
+                // Ticks ran late (a slow driver call, NVML down): restart the schedule rather
+                // than exporting several ticks in a row.
+                next = now + self.export_interval;
+            }
+            self.next_export = Some(next);
+        }
+        for (i, group) in SLOW_GROUPS.into_iter().enumerate() {
+            let interval = self.interval(group);
+            let since_ok =
+                self.last_read[i].is_none_or(|last| now + self.tolerance >= last + interval);
+            let read = if interval < self.export_interval {
+                // Its own cadence, and fresh at every export.
+                export || since_ok
+            } else {
+                export && since_ok
+            };
+            if read {
+                self.last_read[i] = Some(now);
+                due.set(group);
+            }
+        }
+        due
+    }
+
+    /// The final sample: every group, exported.
+    pub fn last(&mut self, now: Instant) -> Due {
+        self.last_read = [Some(now); SLOW_GROUPS.len()];
+        Due::everything()
+    }
+
+    /// A new NVML session starts: every group is read at its first tick (GPM and PCIe need
+    /// a first sample to make a window), the export schedule goes on.
+    pub fn new_session(&mut self) {
+        self.last_read = [None; SLOW_GROUPS.len()];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn defaults() -> SlowIntervals {
+        SlowIntervals::default()
+    }
+
+    /// Runs `n` ticks `sample` apart (each a few ms late, as real ticks are) and returns,
+    /// per tick, (export, energy, process, gpm, pcie).
+    fn run(sample: Duration, export: Duration, n: u32) -> Vec<(bool, bool, bool, bool, bool)> {
+        let t0 = Instant::now();
+        let mut c = Cadence::new(sample, export, defaults());
+        (0..n)
+            .map(|k| {
+                let d = c.tick(t0 + sample * k + Duration::from_millis(3 + u64::from(k % 3)));
+                (d.export, d.energy, d.process, d.gpm, d.pcie)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn defaults_export_every_other_tick_and_read_slow_groups_at_exports() {
+        // 5 s samples, 10 s exports; energy, GPM, processes every 10 s; PCIe every 30 s.
+        let ticks = run(5 * S, 10 * S, 8);
+        let exports: Vec<bool> = ticks.iter().map(|t| t.0).collect();
+        assert_eq!(
+            exports,
+            [true, false, true, false, true, false, true, false]
+        );
+        for (k, t) in ticks.iter().enumerate() {
+            assert_eq!(t.1, t.0, "tick {k}: energy read exactly on export ticks");
+            assert_eq!(t.2, t.0, "tick {k}: process utilization too");
+            assert_eq!(t.3, t.0, "tick {k}: GPM too");
+        }
+        let pcie: Vec<usize> = (0..8).filter(|&k| ticks[k].4).collect();
+        assert_eq!(pcie, [0, 6], "every third export");
+    }
+
+    #[test]
+    fn fast_exports_read_slow_groups_at_every_nth_export() {
+        // 1 s samples and exports: every tick exported, energy every 10th.
+        let ticks = run(S, S, 25);
+        assert!(ticks.iter().all(|t| t.0));
+        let energy: Vec<usize> = (0..25).filter(|&k| ticks[k].1).collect();
+        assert_eq!(energy, [0, 10, 20]);
+    }
+
+    #[test]
+    fn samples_slower_than_exports_export_every_tick() {
+        let ticks = run(5 * S, S, 4);
+        assert!(ticks.iter().all(|t| t.0), "{ticks:?}");
+        assert_eq!(
+            ticks.iter().filter(|t| t.1).count(),
+            2,
+            "energy at 0 s and 10 s"
+        );
+    }
+
+    #[test]
+    fn groups_faster_than_exports_keep_their_cadence_and_are_fresh_at_exports() {
+        // GPM every 3 s, 1 s samples, 10 s exports: read at 0, 3, 6, 9, 10 (export), 13, ...
+        let t0 = Instant::now();
+        let intervals = SlowIntervals {
+            gpm: 3 * S,
+            ..SlowIntervals::default()
+        };
+        let mut c = Cadence::new(S, 10 * S, intervals);
+        let gpm: Vec<u32> = (0..21)
+            .filter(|&k| c.tick(t0 + S * k + Duration::from_millis(3)).gpm)
+            .collect();
+        assert_eq!(gpm, [0, 3, 6, 9, 10, 13, 16, 19, 20]);
+    }
+
+    #[test]
+    fn late_ticks_restart_the_schedule_and_the_last_sample_reads_everything() {
+        let t0 = Instant::now();
+        let mut c = Cadence::new(S, 2 * S, defaults());
+        assert!(c.tick(t0).export);
+        assert!(!c.tick(t0 + S).export);
+        // A tick 30 s late (NVML was down): exported, then the period starts from it.
+        assert!(c.tick(t0 + 32 * S).export);
+        assert!(!c.tick(t0 + 33 * S).export);
+        assert!(c.tick(t0 + 34 * S).export);
+        assert_eq!(c.last(t0 + 34 * S + S / 2), Due::everything());
+        c.new_session();
+        let d = c.tick(t0 + 35 * S);
+        assert!(!d.export && !d.energy, "not an export tick: nothing slow");
+        let d = c.tick(t0 + 36 * S);
+        assert!(d.export && d.energy && d.gpm && d.pcie && d.process);
+    }
+}

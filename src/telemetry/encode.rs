@@ -1,0 +1,803 @@
+//! Builds each metrics export as an OTLP `ExportMetricsServiceRequest` (the official
+//! protobuf messages of `opentelemetry-proto`) straight from the exported
+//! [`Snapshot`]: names, units, instruments and values from the catalogue
+//! ([`CATALOGUE`]), the agent's own metrics ([`super::self_metrics`]) and the recorded ones
+//! ([`Recorded`]); start times, resets and temporality from [`SeriesStore`].
+//!
+//! Every GPU point carries the time of the tick that read its value (the snapshot's
+//! `taken_at`): a slow group's value is in the snapshot of the tick that read it only, so
+//! no point is older than its timestamp says. The agent's own metrics carry the export's
+//! time.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry::{KeyValue, Value};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{
+    any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue as ProtoKeyValue,
+};
+use opentelemetry_proto::tonic::metrics::v1::{
+    metric, number_data_point, AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
+    Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
+
+use super::catalogue::{device_points, Instrument, Number, RecordedDef, CATALOGUE};
+use super::recorded::{HistogramValue, Recorded};
+use super::self_metrics::OwnValues;
+use super::series::{series_key, Accepted, Cumulative, Origin, Restart, SeriesStore, Stamp};
+use crate::config::TemporalityPreference;
+use crate::sampling::Snapshot;
+
+/// The OTel instrument kinds, as the temporality preference tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Asynchronous (observable) counter: read from NVML or the agent's state.
+    ObservableCounter,
+    /// Synchronous counter: incremented as things happen.
+    Counter,
+    /// Synchronous histogram.
+    Histogram,
+}
+
+/// Whether `kind` is exported as delta under `preference` (OTLP exporter specification,
+/// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`). Up-down counters and gauges are
+/// never delta.
+pub fn is_delta(preference: TemporalityPreference, kind: Kind) -> bool {
+    match preference {
+        TemporalityPreference::Cumulative => false,
+        TemporalityPreference::Delta => true,
+        TemporalityPreference::LowMemory => kind != Kind::ObservableCounter,
+    }
+}
+
+/// One export: the request, and what the series remember once the collector accepted it.
+#[derive(Debug)]
+pub struct Batch {
+    /// The OTLP request.
+    pub request: ExportMetricsServiceRequest,
+    /// Data points in it.
+    pub points: usize,
+    accepted: Vec<Accepted>,
+    histograms: Vec<(String, HistogramValue, SystemTime)>,
+}
+
+#[derive(Debug, Clone)]
+struct HistogramState {
+    start: SystemTime,
+    epoch: u64,
+    /// Subtracted from the recorded value: the value at the last clock step.
+    base: Option<HistogramValue>,
+    /// The value and time of the last accepted point (delta).
+    accepted: Option<(HistogramValue, SystemTime)>,
+}
+
+/// Turns snapshots and the agent's own state into OTLP requests; owns the series' state.
+#[derive(Debug)]
+pub struct Encoder {
+    resource: ProtoResource,
+    scope: InstrumentationScope,
+    temporality: TemporalityPreference,
+    series: SeriesStore,
+    started: SystemTime,
+    /// Clock epoch: bumped at every wall-clock step (histograms restart then).
+    epoch: u64,
+    histograms: HashMap<String, HistogramState>,
+}
+
+/// Nanoseconds since the Unix epoch (0 before it).
+pub fn unix_nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// An OTel attribute value as an OTLP `AnyValue`.
+pub fn any_value(v: &Value) -> AnyValue {
+    use opentelemetry::Array;
+    let value = match v {
+        Value::Bool(b) => any_value::Value::BoolValue(*b),
+        Value::I64(i) => any_value::Value::IntValue(*i),
+        Value::F64(f) => any_value::Value::DoubleValue(*f),
+        Value::String(s) => any_value::Value::StringValue(s.to_string()),
+        Value::Array(a) => {
+            let values = match a {
+                Array::Bool(v) => v.iter().map(|x| any_value(&Value::Bool(*x))).collect(),
+                Array::I64(v) => v.iter().map(|x| any_value(&Value::I64(*x))).collect(),
+                Array::F64(v) => v.iter().map(|x| any_value(&Value::F64(*x))).collect(),
+                Array::String(v) => v
+                    .iter()
+                    .map(|x| any_value(&Value::String(x.clone())))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            any_value::Value::ArrayValue(ArrayValue { values })
+        }
+        other => any_value::Value::StringValue(other.to_string()),
+    };
+    AnyValue { value: Some(value) }
+}
+
+/// OTel attributes as OTLP key-values.
+pub fn attributes(attrs: &[KeyValue]) -> Vec<ProtoKeyValue> {
+    attrs
+        .iter()
+        .map(|kv| ProtoKeyValue {
+            key: kv.key.to_string(),
+            value: Some(any_value(&kv.value)),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn number(number: Number, value: f64) -> number_data_point::Value {
+    match number {
+        Number::Int => number_data_point::Value::AsInt(value.round() as i64),
+        Number::F64 => number_data_point::Value::AsDouble(value),
+    }
+}
+
+fn point(
+    attrs: &[KeyValue],
+    start: Option<SystemTime>,
+    time: SystemTime,
+    value: number_data_point::Value,
+) -> NumberDataPoint {
+    NumberDataPoint {
+        attributes: attributes(attrs),
+        start_time_unix_nano: start.map_or(0, unix_nanos),
+        time_unix_nano: unix_nanos(time),
+        value: Some(value),
+        ..Default::default()
+    }
+}
+
+fn temporality(delta: bool) -> i32 {
+    if delta {
+        AggregationTemporality::Delta as i32
+    } else {
+        AggregationTemporality::Cumulative as i32
+    }
+}
+
+/// One metric being assembled.
+struct Building {
+    metrics: Vec<Metric>,
+    points: usize,
+}
+
+impl Building {
+    fn push(&mut self, name: &str, unit: &str, description: &str, data: metric::Data, n: usize) {
+        if n == 0 {
+            return;
+        }
+        self.points += n;
+        self.metrics.push(Metric {
+            name: name.to_string(),
+            description: description.to_string(),
+            unit: unit.to_string(),
+            data: Some(data),
+            ..Default::default()
+        });
+    }
+}
+
+impl Encoder {
+    /// An encoder for `resource`, asked for `temporality`; counter series unseen for
+    /// `retention` are forgotten (up-down counter series after a tenth of it, at least a
+    /// minute); the agent's own counts start at `started`.
+    pub fn new(
+        resource: &opentelemetry_sdk::Resource,
+        temporality: TemporalityPreference,
+        retention: Duration,
+        started: SystemTime,
+    ) -> Self {
+        let mut attrs: Vec<KeyValue> = resource
+            .iter()
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+            .collect();
+        attrs.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
+        Self {
+            resource: ProtoResource {
+                attributes: attributes(&attrs),
+                ..Default::default()
+            },
+            scope: InstrumentationScope {
+                name: super::SCOPE.to_string(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                ..Default::default()
+            },
+            temporality,
+            series: SeriesStore::new(retention, (retention / 10).max(Duration::from_secs(60))),
+            started,
+            epoch: 0,
+            histograms: HashMap::new(),
+        }
+    }
+
+    fn check_clock(&mut self, at: Stamp) {
+        if let Some(step) = self.series.clock(at) {
+            self.epoch += 1;
+            tracing::warn!(
+                step_s = step,
+                "the wall clock stepped {} by {:.3} s against the monotonic clock: every cumulative metric series starts again (new start time) so that no point ends before it starts",
+                if step < 0.0 { "back" } else { "forward" },
+                step.abs()
+            );
+        }
+    }
+
+    fn log_restart(name: &str, attrs: &[KeyValue], restart: Option<Restart>) {
+        if let Some(Restart::WentDown(from, to)) = restart {
+            let hw_id = attrs
+                .iter()
+                .find(|kv| kv.key.as_str() == "hw.id")
+                .map(|kv| kv.value.to_string())
+                .unwrap_or_default();
+            tracing::info!(
+                metric = name,
+                hw_id,
+                from,
+                to,
+                "NVML's total went down (driver reloaded or GPU reset): the series starts again with a new start time"
+            );
+        }
+    }
+
+    /// Follows the counters of a snapshot that is not exported (a reset between exports is
+    /// still seen as one).
+    pub fn observe(&mut self, snapshot: &Snapshot) {
+        let at = Stamp {
+            wall: snapshot.taken_at,
+            mono: snapshot.taken_instant,
+        };
+        self.check_clock(at);
+        for def in CATALOGUE
+            .iter()
+            .filter(|d| d.instrument == Instrument::Counter)
+        {
+            for d in &snapshot.devices {
+                for p in device_points(def, d) {
+                    let key = series_key(def.name, &p.attributes);
+                    let (_, restart) = self.series.counter(&key, p.value, at, Origin::FirstReading);
+                    Self::log_restart(def.name, &p.attributes, restart);
+                }
+            }
+        }
+    }
+
+    /// One export at `now`: the GPU metrics of `snapshot` (none when `None`), the agent's
+    /// own metrics (`own`) and the recorded ones.
+    pub fn encode(
+        &mut self,
+        snapshot: Option<&Snapshot>,
+        recorded: &Recorded,
+        own: &OwnValues,
+        now: Stamp,
+    ) -> Batch {
+        let mut out = Building {
+            metrics: Vec::new(),
+            points: 0,
+        };
+        let mut accepted = Vec::new();
+        if let Some(snap) = snapshot {
+            self.gpu_metrics(snap, &mut out, &mut accepted);
+        }
+        self.check_clock(now);
+        self.own_metrics(own, now, &mut out, &mut accepted);
+        let histograms = self.recorded_metrics(recorded, now, &mut out, &mut accepted);
+        self.series.expire(now.mono);
+        let request = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(self.resource.clone()),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(self.scope.clone()),
+                    metrics: out.metrics,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        Batch {
+            request,
+            points: out.points,
+            accepted,
+            histograms,
+        }
+    }
+
+    /// The collector accepted `batch`: its delta points become the base of the next ones.
+    pub fn accepted(&mut self, batch: Batch) {
+        self.series.accept(batch.accepted);
+        for (key, value, time) in batch.histograms {
+            if let Some(h) = self.histograms.get_mut(&key) {
+                h.accepted = Some((value, time));
+            }
+        }
+    }
+
+    /// A monotonic sum's point (delta or cumulative) for a reading.
+    #[allow(clippy::too_many_arguments)]
+    fn counter_point(
+        &mut self,
+        name: &str,
+        attrs: &[KeyValue],
+        raw: f64,
+        at: Stamp,
+        origin: Origin,
+        delta: bool,
+        accepted: &mut Vec<Accepted>,
+    ) -> Cumulative {
+        let key = series_key(name, attrs);
+        let (p, restart) = self.series.counter(&key, raw, at, origin);
+        Self::log_restart(name, attrs, restart);
+        if !delta {
+            return p;
+        }
+        let (d, a) = self.series.delta(&key, p);
+        accepted.extend(a);
+        d
+    }
+
+    fn gpu_metrics(&mut self, snap: &Snapshot, out: &mut Building, accepted: &mut Vec<Accepted>) {
+        let at = Stamp {
+            wall: snap.taken_at,
+            mono: snap.taken_instant,
+        };
+        self.check_clock(at);
+        for def in CATALOGUE {
+            let mut points = Vec::new();
+            let delta = def.instrument == Instrument::Counter
+                && is_delta(self.temporality, Kind::ObservableCounter);
+            for d in &snap.devices {
+                for p in device_points(def, d) {
+                    let dp = match def.instrument {
+                        Instrument::Gauge => {
+                            point(&p.attributes, None, at.wall, number(def.number, p.value))
+                        }
+                        Instrument::Counter => {
+                            let c = self.counter_point(
+                                def.name,
+                                &p.attributes,
+                                p.value,
+                                at,
+                                Origin::FirstReading,
+                                delta,
+                                accepted,
+                            );
+                            point(
+                                &p.attributes,
+                                Some(c.start),
+                                c.time,
+                                number(def.number, c.value),
+                            )
+                        }
+                        Instrument::UpDownCounter => {
+                            let c = self.series.up_down(
+                                &series_key(def.name, &p.attributes),
+                                p.value,
+                                at,
+                            );
+                            point(
+                                &p.attributes,
+                                Some(c.start),
+                                c.time,
+                                number(def.number, c.value),
+                            )
+                        }
+                    };
+                    points.push(dp);
+                }
+            }
+            let n = points.len();
+            let data = match def.instrument {
+                Instrument::Gauge => metric::Data::Gauge(Gauge {
+                    data_points: points,
+                }),
+                Instrument::Counter => metric::Data::Sum(Sum {
+                    data_points: points,
+                    aggregation_temporality: temporality(delta),
+                    is_monotonic: true,
+                }),
+                Instrument::UpDownCounter => metric::Data::Sum(Sum {
+                    data_points: points,
+                    aggregation_temporality: temporality(false),
+                    is_monotonic: false,
+                }),
+            };
+            out.push(def.name, def.unit, def.description, data, n);
+        }
+    }
+
+    fn own_metrics(
+        &mut self,
+        own: &OwnValues,
+        now: Stamp,
+        out: &mut Building,
+        accepted: &mut Vec<Accepted>,
+    ) {
+        use super::self_metrics::{EXPORT_FAILURES, EXPORT_LAST_SUCCESS, NVML_ERRORS, NVML_STUCK};
+        let delta = is_delta(self.temporality, Kind::ObservableCounter);
+        let origin = Origin::AgentStart(self.started);
+        let mut sum = |enc: &mut Self,
+                       m: &super::self_metrics::SelfMetric,
+                       values: Vec<(Vec<KeyValue>, u64)>,
+                       out: &mut Building| {
+            let points: Vec<NumberDataPoint> = values
+                .into_iter()
+                .map(|(attrs, v)| {
+                    let c =
+                        enc.counter_point(m.name, &attrs, v as f64, now, origin, delta, accepted);
+                    point(&attrs, Some(c.start), c.time, number(Number::Int, c.value))
+                })
+                .collect();
+            let n = points.len();
+            out.push(
+                m.name,
+                m.unit,
+                m.description,
+                metric::Data::Sum(Sum {
+                    data_points: points,
+                    aggregation_temporality: temporality(delta),
+                    is_monotonic: true,
+                }),
+                n,
+            );
+        };
+        let errors = own
+            .nvml_errors
+            .iter()
+            .map(|((call, code), n)| {
+                (
+                    vec![
+                        KeyValue::new("nvidia.nvml.call", call.clone()),
+                        KeyValue::new("error.type", code.clone()),
+                    ],
+                    *n,
+                )
+            })
+            .collect();
+        sum(self, &NVML_ERRORS, errors, out);
+        let stuck = own
+            .nvml_stuck
+            .iter()
+            .map(|((thread, step), n)| {
+                (
+                    vec![
+                        KeyValue::new("thread.name", thread.clone()),
+                        KeyValue::new("gpu_sidecar.nvml.step", step.clone()),
+                    ],
+                    *n,
+                )
+            })
+            .collect();
+        sum(self, &NVML_STUCK, stuck, out);
+        sum(
+            self,
+            &EXPORT_FAILURES,
+            vec![(Vec::new(), own.export_failures)],
+            out,
+        );
+        if let Some(t) = own.last_success {
+            let secs = t
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            out.push(
+                EXPORT_LAST_SUCCESS.name,
+                EXPORT_LAST_SUCCESS.unit,
+                EXPORT_LAST_SUCCESS.description,
+                metric::Data::Gauge(Gauge {
+                    data_points: vec![point(&[], None, now.wall, number(Number::F64, secs))],
+                }),
+                1,
+            );
+        }
+    }
+
+    fn recorded_metrics(
+        &mut self,
+        recorded: &Recorded,
+        now: Stamp,
+        out: &mut Building,
+        accepted: &mut Vec<Accepted>,
+    ) -> Vec<(String, HistogramValue, SystemTime)> {
+        let (counters, histograms) = recorded.collect();
+        let delta = is_delta(self.temporality, Kind::Counter);
+        let origin = Origin::AgentStart(self.started);
+        let mut by_def: Vec<(&'static RecordedDef, Vec<NumberDataPoint>)> = Vec::new();
+        for c in counters {
+            let p = self.counter_point(
+                c.def.name,
+                &c.attributes,
+                c.count as f64,
+                now,
+                origin,
+                delta,
+                accepted,
+            );
+            let dp = point(
+                &c.attributes,
+                Some(p.start),
+                p.time,
+                number(Number::Int, p.value),
+            );
+            match by_def.iter_mut().find(|(d, _)| std::ptr::eq(*d, c.def)) {
+                Some((_, v)) => v.push(dp),
+                None => by_def.push((c.def, vec![dp])),
+            }
+        }
+        for (def, points) in by_def {
+            let n = points.len();
+            out.push(
+                def.name,
+                def.unit,
+                def.description,
+                metric::Data::Sum(Sum {
+                    data_points: points,
+                    aggregation_temporality: temporality(delta),
+                    is_monotonic: true,
+                }),
+                n,
+            );
+        }
+        let hdelta = is_delta(self.temporality, Kind::Histogram);
+        let mut pending = Vec::new();
+        let mut by_def: Vec<(&'static RecordedDef, Vec<HistogramDataPoint>)> = Vec::new();
+        for h in histograms {
+            let key = series_key(h.def.name, &h.attributes);
+            let (epoch, started) = (self.epoch, self.started);
+            let state = self
+                .histograms
+                .entry(key.clone())
+                .or_insert_with(|| HistogramState {
+                    start: started,
+                    epoch,
+                    base: None,
+                    accepted: None,
+                });
+            if state.epoch != epoch {
+                // The wall clock stepped: a new stream from here.
+                *state = HistogramState {
+                    start: now.wall,
+                    epoch,
+                    base: Some(h.clone()),
+                    accepted: None,
+                };
+            }
+            let (base, start) = match (&state.accepted, hdelta) {
+                (Some((v, t)), true) => (Some(v), *t),
+                _ => (state.base.as_ref(), state.start),
+            };
+            let dp = histogram_point(&h, base, start, now.wall);
+            if hdelta {
+                pending.push((key, h.clone(), now.wall));
+            }
+            match by_def.iter_mut().find(|(d, _)| std::ptr::eq(*d, h.def)) {
+                Some((_, v)) => v.push(dp),
+                None => by_def.push((h.def, vec![dp])),
+            }
+        }
+        for (def, points) in by_def {
+            let n = points.len();
+            out.push(
+                def.name,
+                def.unit,
+                def.description,
+                metric::Data::Histogram(Histogram {
+                    data_points: points,
+                    aggregation_temporality: temporality(hdelta),
+                }),
+                n,
+            );
+        }
+        pending
+    }
+}
+
+/// `h` minus `base` (a histogram since `start`); min and max only when nothing is
+/// subtracted (they cannot be).
+fn histogram_point(
+    h: &HistogramValue,
+    base: Option<&HistogramValue>,
+    start: SystemTime,
+    time: SystemTime,
+) -> HistogramDataPoint {
+    let (counts, count, sum, min, max) = match base {
+        None => (
+            h.bucket_counts.clone(),
+            h.count,
+            h.sum,
+            (h.count > 0).then_some(h.min),
+            (h.count > 0).then_some(h.max),
+        ),
+        Some(b) => (
+            h.bucket_counts
+                .iter()
+                .zip(&b.bucket_counts)
+                .map(|(a, b)| a.saturating_sub(*b))
+                .collect(),
+            h.count.saturating_sub(b.count),
+            (h.sum - b.sum).max(0.0),
+            None,
+            None,
+        ),
+    };
+    HistogramDataPoint {
+        attributes: attributes(&h.attributes),
+        start_time_unix_nano: unix_nanos(start),
+        time_unix_nano: unix_nanos(time),
+        count,
+        sum: Some(sum),
+        bucket_counts: counts,
+        explicit_bounds: h.bounds.to_vec(),
+        min,
+        max,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant, UNIX_EPOCH};
+
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+
+    use super::*;
+    use crate::sampling::{DeviceInfo, DeviceSample, DeviceState};
+
+    fn device(energy_mj: Option<u64>) -> DeviceSample {
+        let info = Arc::new(DeviceInfo {
+            uuid: "GPU-0c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5".into(),
+            name: Some("NVIDIA H200".into()),
+            ..DeviceInfo::default()
+        });
+        let mut d = DeviceSample::empty(info, DeviceState::Ok);
+        d.power_milliwatts = Some(700_000);
+        d.memory_used_bytes = Some(1 << 30);
+        d.ecc_corrected_total = Some(7);
+        d.energy_millijoules = energy_mj;
+        d
+    }
+
+    /// (name, start, time, value) of every sum point in `request`.
+    fn sums(request: &ExportMetricsServiceRequest) -> Vec<(String, u64, u64, f64)> {
+        let mut out = Vec::new();
+        for m in request
+            .resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+        {
+            if let Some(Data::Sum(sum)) = &m.data {
+                for p in &sum.data_points {
+                    let v = match p.value {
+                        Some(number_data_point::Value::AsDouble(v)) => v,
+                        Some(number_data_point::Value::AsInt(v)) => v as f64,
+                        None => f64::NAN,
+                    };
+                    out.push((m.name.clone(), p.start_time_unix_nano, p.time_unix_nano, v));
+                }
+            }
+        }
+        out
+    }
+
+    /// The encoder with an injected clock: snapshots every second, 700 J per second, the
+    /// wall clock stepped back one hour after the 5th. No sum point ends before it starts,
+    /// none goes down under one start time, the energy series starts again at the step.
+    #[test]
+    fn a_wall_clock_step_back_gives_no_point_before_its_start() {
+        let resource = opentelemetry_sdk::Resource::builder_empty().build();
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let m0 = Instant::now();
+        let mut enc = Encoder::new(
+            &resource,
+            TemporalityPreference::Cumulative,
+            Duration::from_secs(3600),
+            t0,
+        );
+        let recorded = Recorded::new();
+        let mut energy = Vec::new();
+        let mut all = Vec::new();
+        for k in 0..10u32 {
+            let step = if k >= 5 {
+                Duration::from_secs(3600)
+            } else {
+                Duration::ZERO
+            };
+            let wall = t0 + Duration::from_secs(u64::from(k)) - step;
+            let mono = m0 + Duration::from_secs(u64::from(k));
+            let snap = Snapshot {
+                taken_at: wall,
+                taken_instant: mono,
+                seq: u64::from(k) + 1,
+                export: true,
+                devices: vec![device(Some(3_600_000_000 + 700_000 * u64::from(k)))],
+            };
+            let now = Stamp {
+                wall: wall + Duration::from_millis(2),
+                mono: mono + Duration::from_millis(2),
+            };
+            let batch = enc.encode(Some(&snap), &recorded, &OwnValues::default(), now);
+            for p in sums(&batch.request) {
+                assert!(p.2 >= p.1, "tick {k}: {p:?} ends before it starts");
+                if p.0 == "hw.energy" {
+                    energy.push(p.clone());
+                }
+                all.push(p);
+            }
+            enc.accepted(batch);
+        }
+        assert_eq!(
+            energy[0].3, 0.0,
+            "counts from the first reading, not 3.6 MJ"
+        );
+        assert_eq!(energy[4].3, 2800.0);
+        assert_eq!(energy[5].3, 0.0, "a new stream at the step");
+        assert_eq!(energy[9].3, 2800.0);
+        assert_ne!(energy[5].1, energy[4].1);
+        for name in ["hw.energy", "hw.errors", "gpu_sidecar.export.failures"] {
+            let mine: Vec<_> = all.iter().filter(|p| p.0 == name).collect();
+            for w in mine.windows(2) {
+                if w[0].1 == w[1].1 {
+                    assert!(w[1].3 >= w[0].3, "{name} went down under one start");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn temporality_preference_per_instrument_kind() {
+        use TemporalityPreference::*;
+        assert!(!is_delta(Cumulative, Kind::Counter));
+        assert!(is_delta(Delta, Kind::ObservableCounter));
+        assert!(is_delta(Delta, Kind::Histogram));
+        assert!(!is_delta(LowMemory, Kind::ObservableCounter));
+        assert!(is_delta(LowMemory, Kind::Counter));
+        assert!(is_delta(LowMemory, Kind::Histogram));
+    }
+
+    /// A slow group not read at a tick is not in that tick's export: energy is absent from
+    /// a snapshot that did not read it, never the last reading under a later time.
+    #[test]
+    fn a_value_not_read_at_the_tick_is_not_exported() {
+        let resource = opentelemetry_sdk::Resource::builder_empty().build();
+        let mut enc = Encoder::new(
+            &resource,
+            TemporalityPreference::Cumulative,
+            Duration::from_secs(3600),
+            SystemTime::now(),
+        );
+        let snap = |seq: u64, e: Option<u64>| Snapshot {
+            taken_at: SystemTime::now(),
+            taken_instant: Instant::now(),
+            seq,
+            export: true,
+            devices: vec![device(e)],
+        };
+        let names = |b: &Batch| -> Vec<String> {
+            b.request.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .map(|m| m.name.clone())
+                .collect()
+        };
+        let r = Recorded::new();
+        let b = enc.encode(
+            Some(&snap(1, Some(5))),
+            &r,
+            &OwnValues::default(),
+            Stamp::now(),
+        );
+        assert!(names(&b).contains(&"hw.energy".to_string()));
+        let b = enc.encode(
+            Some(&snap(2, None)),
+            &r,
+            &OwnValues::default(),
+            Stamp::now(),
+        );
+        assert!(!names(&b).contains(&"hw.energy".to_string()));
+        assert!(names(&b).contains(&"hw.power".to_string()));
+    }
+}

@@ -1,0 +1,253 @@
+//! The metrics recorded as things happen ([`RECORDED`](super::catalogue::RECORDED): XIDs,
+//! alerts, sample durations): cumulative counts and histograms by attribute set, kept in
+//! memory until each export reads them ([`Recorded::collect`]).
+//!
+//! A series can be created at 0 before its first increment ([`Counter::ensure`]): the
+//! agent does so for every alert series it may produce, so that the first firing is an
+//! increase a backend sees (`increase()`/`rate()` need a point before it). Each metric
+//! keeps at most [`MAX_SERIES`] attribute sets; beyond that, new sets are dropped with one
+//! warning, so memory stays bounded.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use opentelemetry::KeyValue;
+
+use super::catalogue::RecordedDef;
+use super::series::series_key;
+
+/// Attribute sets kept per recorded metric (the SDK's default cardinality limit).
+pub const MAX_SERIES: usize = 2000;
+
+/// One counter series: its attributes and count.
+#[derive(Debug, Clone)]
+pub struct CounterValue {
+    /// The metric.
+    pub def: &'static RecordedDef,
+    /// Its attributes.
+    pub attributes: Vec<KeyValue>,
+    /// Count since the agent started.
+    pub count: u64,
+}
+
+/// One histogram series: explicit buckets, cumulative since the agent started.
+#[derive(Debug, Clone)]
+pub struct HistogramValue {
+    /// The metric.
+    pub def: &'static RecordedDef,
+    /// Its attributes.
+    pub attributes: Vec<KeyValue>,
+    /// Upper bounds of the buckets (the last bucket is unbounded).
+    pub bounds: &'static [f64],
+    /// Counts per bucket, `bounds.len() + 1` of them.
+    pub bucket_counts: Vec<u64>,
+    /// Number of values.
+    pub count: u64,
+    /// Sum of the values.
+    pub sum: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    counters: BTreeMap<String, CounterValue>,
+    histograms: BTreeMap<String, HistogramValue>,
+    /// Metrics whose series limit was hit (warned once).
+    full: Vec<&'static str>,
+}
+
+/// The store every recorded instrument writes to; the exporter reads it.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    state: Mutex<State>,
+}
+
+impl Recorded {
+    /// An empty store.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// A counter handle for `def`.
+    pub fn counter(self: &Arc<Self>, def: &'static RecordedDef) -> Counter {
+        Counter {
+            def,
+            store: self.clone(),
+        }
+    }
+
+    /// A histogram handle for `def` with the explicit bucket upper bounds `bounds`.
+    pub fn histogram(
+        self: &Arc<Self>,
+        def: &'static RecordedDef,
+        bounds: &'static [f64],
+    ) -> Histogram {
+        Histogram {
+            def,
+            bounds,
+            store: self.clone(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every series, as of now.
+    pub fn collect(&self) -> (Vec<CounterValue>, Vec<HistogramValue>) {
+        let s = self.lock();
+        (
+            s.counters.values().cloned().collect(),
+            s.histograms.values().cloned().collect(),
+        )
+    }
+}
+
+fn room<T>(map: &BTreeMap<String, T>, full: &mut Vec<&'static str>, def: &RecordedDef) -> bool {
+    let per_metric = map
+        .keys()
+        .filter(|k| k.split('\u{1f}').next() == Some(def.name))
+        .count();
+    if per_metric < MAX_SERIES {
+        return true;
+    }
+    if !full.contains(&def.name) {
+        full.push(def.name);
+        tracing::warn!(
+            metric = def.name,
+            "{MAX_SERIES} attribute sets reached; new ones are dropped"
+        );
+    }
+    false
+}
+
+/// A monotonic counter recorded as things happen.
+#[derive(Debug, Clone)]
+pub struct Counter {
+    def: &'static RecordedDef,
+    store: Arc<Recorded>,
+}
+
+impl Counter {
+    /// Adds `n` to the series of `attributes`.
+    pub fn add(&self, n: u64, attributes: &[KeyValue]) {
+        self.bump(n, attributes);
+    }
+
+    /// Creates the series of `attributes` at 0 if it does not exist yet (exported from then
+    /// on, so its first increment is visible as one).
+    pub fn ensure(&self, attributes: &[KeyValue]) {
+        self.bump(0, attributes);
+    }
+
+    fn bump(&self, n: u64, attributes: &[KeyValue]) {
+        let key = series_key(self.def.name, attributes);
+        let mut s = self.store.lock();
+        let State { counters, full, .. } = &mut *s;
+        if let Some(c) = counters.get_mut(&key) {
+            c.count += n;
+        } else if room(counters, full, self.def) {
+            counters.insert(
+                key,
+                CounterValue {
+                    def: self.def,
+                    attributes: attributes.to_vec(),
+                    count: n,
+                },
+            );
+        }
+    }
+}
+
+/// An explicit-bucket histogram recorded as things happen.
+#[derive(Debug, Clone)]
+pub struct Histogram {
+    def: &'static RecordedDef,
+    bounds: &'static [f64],
+    store: Arc<Recorded>,
+}
+
+impl Histogram {
+    /// Records `value` in the series of `attributes`.
+    pub fn record(&self, value: f64, attributes: &[KeyValue]) {
+        let key = series_key(self.def.name, attributes);
+        let mut s = self.store.lock();
+        let State {
+            histograms, full, ..
+        } = &mut *s;
+        if !histograms.contains_key(&key) {
+            if !room(histograms, full, self.def) {
+                return;
+            }
+            histograms.insert(
+                key.clone(),
+                HistogramValue {
+                    def: self.def,
+                    attributes: attributes.to_vec(),
+                    bounds: self.bounds,
+                    bucket_counts: vec![0; self.bounds.len() + 1],
+                    count: 0,
+                    sum: 0.0,
+                    min: f64::INFINITY,
+                    max: f64::NEG_INFINITY,
+                },
+            );
+        }
+        let h = histograms.get_mut(&key).expect("inserted");
+        let bucket = self.bounds.partition_point(|b| *b < value);
+        h.bucket_counts[bucket] += 1;
+        h.count += 1;
+        h.sum += value;
+        h.min = h.min.min(value);
+        h.max = h.max.max(value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::catalogue::{ALERTS, SAMPLE_DURATION};
+
+    #[test]
+    fn counters_start_at_zero_when_ensured_and_count_increments() {
+        let r = Recorded::new();
+        let c = r.counter(&ALERTS);
+        let attrs = [KeyValue::new("hw.id", "GPU-a")];
+        c.ensure(&attrs);
+        assert_eq!(r.collect().0[0].count, 0);
+        c.add(1, &attrs);
+        c.ensure(&attrs);
+        c.add(1, &[KeyValue::new("hw.id", "GPU-b")]);
+        let (counters, _) = r.collect();
+        assert_eq!(
+            counters.iter().map(|c| c.count).collect::<Vec<_>>(),
+            vec![1, 1]
+        );
+    }
+
+    #[test]
+    fn histogram_buckets_are_upper_inclusive() {
+        let r = Recorded::new();
+        let h = r.histogram(&SAMPLE_DURATION, &[0.001, 0.01]);
+        for v in [0.0005, 0.001, 0.005, 0.5] {
+            h.record(v, &[]);
+        }
+        let (_, hs) = r.collect();
+        assert_eq!(hs[0].bucket_counts, vec![2, 1, 1]);
+        assert_eq!((hs[0].count, hs[0].min, hs[0].max), (4, 0.0005, 0.5));
+        assert!((hs[0].sum - 0.5065).abs() < 1e-12);
+    }
+
+    #[test]
+    fn series_per_metric_are_bounded() {
+        let r = Recorded::new();
+        let c = r.counter(&ALERTS);
+        for i in 0..(MAX_SERIES + 10) {
+            c.add(1, &[KeyValue::new("hw.id", i as i64)]);
+        }
+        assert_eq!(r.collect().0.len(), MAX_SERIES);
+    }
+}
