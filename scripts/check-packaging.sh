@@ -12,7 +12,9 @@
 #                   Debian's `prometheus` package when obtainable, else skipped with a note
 #   pytest          tests/packaging: placement, env, securityContext, GPU visibility per mode,
 #                   collector pipelines, dashboard/rule metric names against docs/metrics.md,
-#                   the Dockerfile, the release binary's dynamic dependencies
+#                   the Dockerfile, the release binary's dynamic dependencies, the admission
+#                   webhook (the binary with the chart's certificate and sidecar: the patched
+#                   pods equal the named templates' and pass kubernetes-validate)
 #
 # Usage: scripts/check-packaging.sh [--binary PATH]
 #   --binary PATH   release binary to check (its absence is then a failure). Without it the
@@ -36,6 +38,7 @@ PY_REQUIREMENTS=(
   "PyYAML==6.0.4"
   "promql-parser==0.11.0"
   "pyelftools==0.33"
+  "jsonpatch==1.33"
 )
 # docker-compose 1.29.2 pins PyYAML<6, which no longer builds from source on current
 # setuptools/Cython; it runs fine on PyYAML 6, so it is installed without its pins.
@@ -112,7 +115,7 @@ stamp_ok() { [ -f "$1/.stamp" ] && [ "$(cat "$1/.stamp")" = "$2" ]; }
 
 install_python_tools() {
   local want; want="$(printf '%s\n' "${PY_REQUIREMENTS[@]}")"
-  if stamp_ok "$VENV" "$want" && "$VENV/bin/python" -c 'import yaml, pytest, promql_parser, elftools' 2>/dev/null; then
+  if stamp_ok "$VENV" "$want" && "$VENV/bin/python" -c 'import yaml, pytest, promql_parser, elftools, jsonpatch' 2>/dev/null; then
     echo "python tools: cached ($VENV)"
   else
     rm -rf "$VENV"
@@ -189,7 +192,7 @@ find_promtool() {
       (cd "$dl" && apt-get download -q prometheus >>"$WORK/apt.log" 2>&1) || true
     fi
   fi
-  local deb; deb="$(find "$dl" -maxdepth 1 -name 'prometheus_*.deb' | head -n 1)"
+  local deb; deb="$(find "$dl" -maxdepth 1 -name 'prometheus_*.deb' | sed -n 1p)"
   if [ -z "$deb" ]; then
     PROMTOOL_NOTE="promtool not obtainable (apt-get download prometheus: $(grep -E '^(E|W):' "$WORK/apt.log" | tail -n 1)): rule checks skipped"
     return 0
@@ -233,6 +236,9 @@ SCENARIOS=(
   "native-dra-existing-claim|1.33|--set gpuVisibility.mode=dra --set gpuVisibility.dra.resourceClaimName=team-gpus"
   "classic-dra-v1beta1|1.33|--set mode=classic --set gpuVisibility.mode=dra"
   "native-dra-v1|1.34|--set gpuVisibility.mode=dra --api-versions resource.k8s.io/v1/ResourceClaimTemplate"
+  "native-webhook|1.29 1.33|--set webhook.enabled=true"
+  "classic-webhook-gateway|1.25 1.29 1.33|--set webhook.enabled=true --set mode=classic --set collector.mode=service --set webhook.failurePolicy=Fail"
+  "native-dra-webhook-cert-manager|1.33|--set webhook.enabled=true --set gpuVisibility.mode=dra --set webhook.certManager.enabled=true"
 )
 
 check_helm_lint() {
@@ -269,7 +275,7 @@ check_helm_template_validate() {
       || { echo "ERROR: kubernetes-validate --strict -k $v failed" >&2; return 1; }
     echo "kubernetes-validate --strict -k $v: $(echo "${files[$v]}" | wc -w) renderings valid"
   done
-  echo "(PrometheusRule is a CRD without a schema here: tests/packaging checks it with promtool)"
+  echo "(PrometheusRule and the cert-manager Certificate/Issuer are CRDs without a schema here: tests/packaging checks the first with promtool, the others field by field)"
 }
 
 check_promtool_available() {

@@ -36,7 +36,7 @@ find_promtool() {
       (cd "$work" && apt-get download -q prometheus >>"$work/apt.log" 2>&1) || true
     fi
   fi
-  local deb; deb="$(find "$work" -maxdepth 1 -name 'prometheus_*.deb' | head -n 1)"
+  local deb; deb="$(find "$work" -maxdepth 1 -name 'prometheus_*.deb' | sed -n 1p)"
   if [ -z "$deb" ]; then
     echo "ERROR: cannot download Debian's prometheus package:" >&2
     tail -n 3 "$work/apt.log" >&2
@@ -51,7 +51,7 @@ find_promtool() {
 }
 
 find_promtool
-"$PROMTOOL" --version 2>&1 | head -n 1
+"$PROMTOOL" --version 2>&1 | sed -n 1p
 "$PROMTOOL" check rules "$RULES"
 shopt -s nullglob
 tests=("$ROOT"/tests/packaging/*.test.yaml)

@@ -813,7 +813,8 @@ struct RawOwn {
 }
 
 /// Every `GPU_SIDECAR_*` variable the agent knows (without the prefix); any other one is
-/// rejected as a probable typo.
+/// rejected as a probable typo, except the webhook's
+/// ([`crate::webhook::settings::SETTINGS`], which the `webhook` command reads).
 pub const KNOWN_SETTINGS: &[&str] = &[
     "SAMPLE_INTERVAL",
     "DEVICES",
@@ -942,12 +943,17 @@ pub fn settings_help() -> String {
 /// be a typo of it: normalized Damerau-Levenshtein similarity of at least 0.6 (up to four
 /// letters wrong, swapped, missing or extra in a name of ten or more).
 fn nearest_setting(unknown: &str) -> Option<&'static str> {
+    let webhook = crate::webhook::settings::SETTINGS
+        .iter()
+        .filter_map(|s| s.name.strip_prefix(PREFIX));
     KNOWN_SETTINGS
         .iter()
+        .copied()
+        .chain(webhook)
         .map(|known| {
             (
                 strsim::normalized_damerau_levenshtein(unknown, known),
-                *known,
+                known,
             )
         })
         .filter(|(similarity, _)| *similarity >= 0.6)
@@ -987,7 +993,9 @@ impl Config {
         let vars: BTreeMap<String, String> = vars.into_iter().collect();
         for key in vars.keys() {
             if let Some(rest) = key.strip_prefix(PREFIX) {
-                if !KNOWN_SETTINGS.contains(&rest) {
+                if !KNOWN_SETTINGS.contains(&rest)
+                    && !crate::webhook::settings::is_webhook_setting(key)
+                {
                     let hint = match nearest_setting(rest) {
                         Some(near) => format!("did you mean {PREFIX}{near}? "),
                         None => String::new(),
@@ -1783,6 +1791,25 @@ mod tests {
         let e = cfg(&[("GPU_SIDECAR_SAMPEL_INTERVAL", "5s")]).unwrap_err();
         assert_eq!(e.var, "GPU_SIDECAR_SAMPEL_INTERVAL");
         assert!(e.expected.contains("GPU_SIDECAR_SAMPLE_INTERVAL"));
+    }
+
+    /// The `webhook` command reads the agent's configuration too (logging, OTLP): its own
+    /// names are accepted, a typo of them is not.
+    #[test]
+    fn webhook_settings_are_known() {
+        let mut vars: Vec<(&str, &str)> = crate::webhook::settings::SETTINGS
+            .iter()
+            .map(|s| (s.name, "x"))
+            .collect();
+        assert!(cfg(&vars).is_ok());
+        vars.push(("GPU_SIDECAR_WEBHOOK_TLS_CRT", "/tls/tls.crt"));
+        let e = cfg(&vars).unwrap_err();
+        assert_eq!(e.var, "GPU_SIDECAR_WEBHOOK_TLS_CRT");
+        assert!(
+            e.expected
+                .contains("did you mean GPU_SIDECAR_WEBHOOK_TLS_CERT?"),
+            "{e}"
+        );
     }
 
     /// A misspelled name gets the one nearest name, not the list of all of them; a name

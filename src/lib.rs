@@ -7,7 +7,8 @@
 //! events through the OTel SDK's logs pipeline), with [`attribution`] giving the resource
 //! (pod, container, node), and [`health`] (the `/healthz` and `/readyz` endpoints, the
 //! sampler watchdog). [`rules`] judges every sample and reports alerts and diagnoses as
-//! events; [`report`] writes the run report and the sample log.
+//! events; [`report`] writes the run report and the sample log. [`webhook`] is the
+//! `webhook` command: the admission webhook that injects the sidecar into GPU pods.
 
 #![warn(missing_docs)]
 
@@ -20,3 +21,4 @@ pub mod report;
 pub mod rules;
 pub mod sampling;
 pub mod telemetry;
+pub mod webhook;

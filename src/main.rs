@@ -7,6 +7,8 @@
 //! `gpu-otel-sidecar health` asks the local agent's `/readyz` (for a Docker `HEALTHCHECK`
 //! in an image without curl): exit 0 when ready, 1 otherwise.
 //!
+//! `gpu-otel-sidecar webhook` serves the admission webhook ([`gpu_otel_sidecar::webhook`]).
+//!
 //! `gpu-otel-sidecar check-config` reads the settings as the agent would and prints what it
 //! understood (one JSON object), without loading NVML or connecting anywhere: exit 0, or 2
 //! with the line the agent would print for a bad setting.
@@ -34,6 +36,8 @@ over OTLP.
 Usage: gpu-otel-sidecar           run the agent until SIGTERM or SIGINT
        gpu-otel-sidecar health    ask the running agent's /readyz (GPU_SIDECAR_HEALTH_ADDR);
                                   exit 0 if ready, 1 if not
+       gpu-otel-sidecar webhook   serve the admission webhook that injects the sidecar into
+                                  GPU pods (GPU_SIDECAR_WEBHOOK_*; installed by the Helm chart)
        gpu-otel-sidecar check-config
                                   read the settings from the environment as the agent
                                   would and print what it understood as one JSON object
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         None => {}
         Some("health") => return health_command(),
+        Some("webhook") => return gpu_otel_sidecar::webhook::command(),
         Some("check-config") => return check_config_command(),
         Some("--help" | "-h") => {
             print!("{}", help());

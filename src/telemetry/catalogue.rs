@@ -662,7 +662,12 @@ pub static ALERTS: RecordedDef = RecordedDef {
 };
 
 /// Every recorded metric, in documentation order.
-pub static RECORDED: &[&RecordedDef] = &[&XID_ERRORS, &SAMPLE_DURATION, &ALERTS];
+pub static RECORDED: &[&RecordedDef] = &[
+    &XID_ERRORS,
+    &SAMPLE_DURATION,
+    &ALERTS,
+    &crate::webhook::metrics::ADMISSIONS,
+];
 
 /// Clock-event reasons that mean the card is degraded (not the power cap, which is normal
 /// at full load): SW/HW thermal slowdown, HW slowdown, HW power brake.

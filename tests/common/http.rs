@@ -1,6 +1,6 @@
-//! A tiny blocking HTTP/1.1 client (plain `http://` only), for the agent's health endpoint and
-//! for hand-made OTLP/HTTP requests. One request per connection (`Connection: close`);
-//! `Content-Length` and chunked responses are both read.
+//! A tiny blocking HTTP/1.1 client (plain `http://`, or any stream with [`exchange`]), for the
+//! agent's health endpoint, hand-made OTLP/HTTP requests and the webhook over TLS. One request
+//! per connection (`Connection: close`); `Content-Length` and chunked responses are both read.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -62,10 +62,23 @@ pub fn request(
         .next()
         .ok_or_else(|| invalid(format!("cannot resolve {authority}")))?;
     let timeout = Duration::from_secs(10);
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    let stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
+    exchange(stream, method, authority, path, headers, body)
+}
 
+/// Sends one request on an open connection (plain TCP, or a TLS stream over one) and reads
+/// the response. `authority` is the `Host` header.
+pub fn exchange<S: Read + Write>(
+    mut stream: S,
+    method: &str,
+    authority: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<HttpResponse> {
+    let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()

@@ -22,11 +22,15 @@ def documented():
 
 
 def known_to_agent():
-    """GPU_SIDECAR_* settings the agent accepts, from KNOWN_SETTINGS in src/config.rs."""
+    """GPU_SIDECAR_* settings the binary accepts: KNOWN_SETTINGS in src/config.rs, and the
+    webhook command's table (SETTINGS in src/webhook/settings.rs)."""
     src = (ROOT / "src" / "config.rs").read_text(encoding="utf-8")
     block = re.search(r"pub const KNOWN_SETTINGS: &\[&str\] = &\[(.*?)\];", src, flags=re.S)
     assert block, "KNOWN_SETTINGS not found in src/config.rs"
-    return {"GPU_SIDECAR_" + n for n in re.findall(r'"([A-Z0-9_]+)"', block.group(1))}
+    webhook = (ROOT / "src" / "webhook" / "settings.rs").read_text(encoding="utf-8")
+    own = set(re.findall(r'^\s*name: "(GPU_SIDECAR_WEBHOOK_[A-Z0-9_]+)",$', webhook, flags=re.M))
+    assert own, "no setting found in src/webhook/settings.rs"
+    return {"GPU_SIDECAR_" + n for n in re.findall(r'"([A-Z0-9_]+)"', block.group(1))} | own
 
 
 def unknown(names):
@@ -46,6 +50,20 @@ def test_chart_settings_are_documented(helm):
         used |= set(env_map(sidecar_of(render(helm, *sets).pod_spec, load_yaml(CHART / "values.yaml")["containerName"])[1]))
     missing = unknown(used)
     assert not missing, f"the chart sets {sorted(missing)}, which the agent or README.md does not know"
+
+
+def test_webhook_settings_are_documented(helm):
+    """The webhook's Deployment: every variable it sets is known to the binary and the README."""
+    used = set()
+    for sets in ([], ["collector.headers.secretName=s", "collector.mode=service"], ["webhook.certManager.enabled=true"]):
+        deployments = render(helm, "webhook.enabled=true", *sets).of_kind("Deployment")
+        assert deployments, "no webhook Deployment rendered"
+        for d in deployments:
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                used |= {e["name"] for e in c["env"]}
+    assert {"GPU_SIDECAR_WEBHOOK_TLS_CERT", "OTEL_EXPORTER_OTLP_ENDPOINT"} <= used
+    missing = unknown(used)
+    assert not missing, f"the webhook Deployment sets {sorted(missing)}, which the binary or README.md does not know"
 
 
 def test_compose_and_image_settings_are_documented():

@@ -36,3 +36,33 @@ that includes the public templates (whose .Chart is its own).
 {{- define "gpu-otel-sidecar.claimTemplateName" -}}
 {{- printf "%s-gpu-otel-sidecar-gpu" .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/* Name of the admission webhook's objects (Deployment, Service, ConfigMap, ...). */}}
+{{- define "gpu-otel-sidecar.webhookName" -}}
+{{- printf "%s-webhook" (include "gpu-otel-sidecar.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "gpu-otel-sidecar.webhookSelectorLabels" -}}
+{{ include "gpu-otel-sidecar.selectorLabels" . }}
+app.kubernetes.io/component: webhook
+{{- end }}
+
+{{/* DNS names of the webhook's Service, for its serving certificate. */}}
+{{- define "gpu-otel-sidecar.webhookDnsNames" -}}
+{{- $svc := include "gpu-otel-sidecar.webhookName" . }}
+{{- $ns := .Release.Namespace }}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.collector.service.clusterDomain) | toJson }}
+{{- end }}
+
+{{/*
+The sidecar the webhook injects, as JSON: what the named templates of _sidecar.tpl render for
+this chart's values (src/webhook/inject.rs reads it as `SidecarTemplate`).
+*/}}
+{{- define "gpu-otel-sidecar.webhookSidecar" -}}
+{{- $sidecar := dict "gpuVisibility" .Values.gpuVisibility.mode }}
+{{- $_ := set $sidecar "podSpec" (include "gpu-otel-sidecar.podSpec" . | fromYaml) }}
+{{- $_ := set $sidecar "initContainers" (include "gpu-otel-sidecar.initContainers" . | fromYamlArray) }}
+{{- $_ := set $sidecar "containers" (include "gpu-otel-sidecar.containers" . | fromYamlArray) }}
+{{- $_ := set $sidecar "volumes" (include "gpu-otel-sidecar.volumes" . | fromYamlArray) }}
+{{- toPrettyJson $sidecar }}
+{{- end }}

@@ -152,6 +152,29 @@ hold no comma, `=`, space or `%`.
 {{- end }}
 {{- end }}
 
+{{/* Internal: where OTLP goes (env list items), shared by the sidecar and the webhook.
+Takes (dict "root" "values"). */}}
+{{- define "gpu-otel-sidecar.collectorEnv" -}}
+{{- $v := .values -}}
+{{- if eq $v.collector.mode "hostIP" -}}
+- name: K8S_HOST_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.hostIP
+{{ end -}}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ include "gpu-otel-sidecar.endpoint" . | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ $v.collector.protocol | quote }}
+{{- with $v.collector.headers.secretName }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ $v.collector.headers.secretKey | quote }}
+{{- end }}
+{{- end }}
+
 {{/* Internal: the container's env list. Takes (dict "root" "values"). */}}
 {{- define "gpu-otel-sidecar.env" -}}
 {{- $root := .root }}
@@ -176,23 +199,7 @@ hold no comma, `=`, space or `%`.
       fieldPath: spec.nodeName
 - name: K8S_CONTAINER_NAME
   value: {{ $v.targetContainerName | quote }}
-{{- if eq $v.collector.mode "hostIP" }}
-- name: K8S_HOST_IP
-  valueFrom:
-    fieldRef:
-      fieldPath: status.hostIP
-{{- end }}
-- name: OTEL_EXPORTER_OTLP_ENDPOINT
-  value: {{ include "gpu-otel-sidecar.endpoint" . | quote }}
-- name: OTEL_EXPORTER_OTLP_PROTOCOL
-  value: {{ $v.collector.protocol | quote }}
-{{- with $v.collector.headers.secretName }}
-- name: OTEL_EXPORTER_OTLP_HEADERS
-  valueFrom:
-    secretKeyRef:
-      name: {{ . | quote }}
-      key: {{ $v.collector.headers.secretKey | quote }}
-{{- end }}
+{{ include "gpu-otel-sidecar.collectorEnv" . }}
 - name: OTEL_SERVICE_NAME
   value: {{ $v.telemetry.serviceName | quote }}
 {{- with $v.telemetry.resourceAttributes }}

@@ -1,0 +1,95 @@
+//! The webhook's own metric, [`ADMISSIONS`], and the pipeline that exports it.
+//!
+//! The definition is a [`RecordedDef`] listed in the metric catalogue
+//! ([`crate::telemetry::catalogue::RECORDED`], `docs/metrics.md`). The pipeline is the
+//! agent's ([`Telemetry`]), with the agent's exporter settings as they are
+//! (`OTEL_METRICS_EXPORTER`, `OTEL_EXPORTER_OTLP_*`, TLS files, `OTEL_METRIC_EXPORT_INTERVAL`):
+//! the webhook has no NVML sampler, so no snapshot ever arrives and the export clock exports
+//! what was recorded (and the export self-metrics) every export interval.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::Resource;
+
+use super::inject::Outcome;
+use crate::config::Config;
+use crate::sampling::SharedState;
+use crate::telemetry::catalogue::{RecordedDef, RecordedInstrument};
+use crate::telemetry::recorded::Counter;
+use crate::telemetry::{Telemetry, TelemetryError};
+
+/// Attribute of [`ADMISSIONS`]: what the webhook did ([`Outcome::as_str`]).
+pub const OUTCOME: &str = "gpu_sidecar.webhook.outcome";
+
+/// `gpu_sidecar.webhook.admissions`: AdmissionReviews answered, by outcome.
+pub static ADMISSIONS: RecordedDef = RecordedDef {
+    name: "gpu_sidecar.webhook.admissions",
+    instrument: RecordedInstrument::Counter,
+    unit: "{admission}",
+    description: "AdmissionReviews the admission webhook answered since it started, by what it did with the pod (exported by the `webhook` command's own process, not by sidecars).",
+    attributes: "`gpu_sidecar.webhook.outcome` = `injected` | `already_injected` | `opted_out` | `not_requested` | `no_gpu` | `ambiguous_container` | `unknown_container` | `visibility_mismatch` | `volume_conflict` | `ignored` | `invalid`",
+    source: "the `webhook` command (`src/webhook/`), one per `POST /mutate` or `/mutate/namespace` answered",
+};
+
+/// The webhook's metrics pipeline (the agent's [`Telemetry`], fed by no sampler) and the
+/// admissions counter.
+pub struct WebhookMetrics {
+    telemetry: Mutex<Option<Telemetry>>,
+    admissions: Counter,
+}
+
+impl WebhookMetrics {
+    /// Builds the pipeline from the agent's export settings (nothing is exported with
+    /// `OTEL_METRICS_EXPORTER=none`). Must be called with a tokio runtime entered (the gRPC
+    /// transport spawns its connection there).
+    ///
+    /// # Errors
+    /// [`TelemetryError::Exporter`] if the OTLP transport cannot be built.
+    pub fn start(config: &Config, resource: Resource) -> Result<Self, TelemetryError> {
+        let telemetry = Telemetry::start(config, resource, Arc::new(SharedState::default()))?;
+        let admissions = telemetry.recorded().counter(&ADMISSIONS);
+        Ok(Self {
+            telemetry: Mutex::new(Some(telemetry)),
+            admissions,
+        })
+    }
+
+    /// Counts one answered AdmissionReview.
+    pub fn admitted(&self, outcome: Outcome) {
+        self.admissions
+            .add(1, &[KeyValue::new(OUTCOME, outcome.as_str())]);
+    }
+
+    /// Final export, bounded by `timeout` (see [`Telemetry::shutdown`]); later calls do
+    /// nothing. Returns `false` if the bound was hit.
+    pub fn shutdown(&self, timeout: Duration) -> bool {
+        let telemetry = self
+            .telemetry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        telemetry.is_none_or(|t| t.shutdown(timeout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The documented attribute values are exactly the outcomes.
+    #[test]
+    fn documented_outcomes_are_the_outcomes() {
+        let listed: Vec<&str> = ADMISSIONS
+            .attributes
+            .split(" = ")
+            .nth(1)
+            .unwrap()
+            .split(" | ")
+            .map(|s| s.trim_matches('`'))
+            .collect();
+        let outcomes: Vec<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(listed, outcomes);
+    }
+}

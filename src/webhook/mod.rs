@@ -1,0 +1,208 @@
+//! `gpu-otel-sidecar webhook`: a mutating admission webhook that injects the sidecar into
+//! GPU pods that ask for it (annotation `gpu-otel-sidecar.io/inject: "true"`, or a namespace
+//! labelled `gpu-otel-sidecar.io/inject=enabled`; `"false"` opts a pod out). The Helm chart
+//! installs it (`webhook.enabled`): Deployment, Service, `MutatingWebhookConfiguration`,
+//! serving certificate, and the sidecar to inject, rendered by the chart's named templates.
+//!
+//! Modules, in the order a request meets them:
+//! - [`settings`]: the webhook's settings table (`GPU_SIDECAR_WEBHOOK_*`);
+//! - [`server`]: HTTPS (axum, tokio-rustls), with [`certs`] re-reading the serving
+//!   certificate when its files change;
+//! - [`review`]: AdmissionReview in (kube-core, k8s-openapi), answer out;
+//! - [`inject`]: the decision for one pod and its JSON patch (json-patch);
+//! - [`metrics`]: `gpu_sidecar.webhook.admissions`, exported with the agent's OTLP/console
+//!   exporter settings.
+//!
+//! Exit codes: 0 after SIGTERM/SIGINT, 2 for a bad setting or file (one line naming the
+//! variable), 1 if the address cannot be bound or the exporter cannot be built.
+
+pub mod certs;
+pub mod inject;
+pub mod metrics;
+pub mod review;
+pub mod server;
+pub mod settings;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{Config, DEFAULT_SERVICE_NAME};
+use inject::{Injector, SidecarTemplate};
+use settings::WebhookSettings;
+
+/// `service.name` of the webhook when neither `OTEL_SERVICE_NAME` nor
+/// `OTEL_RESOURCE_ATTRIBUTES` names one.
+pub const DEFAULT_WEBHOOK_SERVICE_NAME: &str = "gpu-otel-sidecar-webhook";
+
+/// Bound on finishing the requests in flight after the shutdown delay, and on the final
+/// metrics export.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Runs the `webhook` command with the process environment; returns the exit code.
+pub fn command() -> ExitCode {
+    let vars: BTreeMap<String, String> = std::env::vars().collect();
+    let (mut config, settings) = match Config::from_vars(vars.clone())
+        .and_then(|c| Ok((c, WebhookSettings::from_vars(&vars)?)))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gpu-otel-sidecar webhook: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let named = vars
+        .get("OTEL_SERVICE_NAME")
+        .is_some_and(|v| !v.trim().is_empty());
+    if !named && config.service_name == DEFAULT_SERVICE_NAME {
+        config.service_name = DEFAULT_WEBHOOK_SERVICE_NAME.to_string();
+    }
+    crate::logging::init(
+        &config.log_level,
+        config.log_format == crate::config::LogFormat::Json,
+    );
+    let injector = match SidecarTemplate::load(&settings.sidecar) {
+        Ok(t) => Injector::new(t),
+        Err(e) => {
+            eprintln!(
+                "gpu-otel-sidecar webhook: invalid {}: {e}",
+                settings::SIDECAR.name
+            );
+            return ExitCode::from(2);
+        }
+    };
+    crate::telemetry::tls::install_crypto_provider();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certificate = match certs::ReloadingCert::new(
+        settings.tls_cert.clone(),
+        settings.tls_key.clone(),
+        provider.clone(),
+    ) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            eprintln!("gpu-otel-sidecar webhook: invalid {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let tls = match rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+    {
+        Ok(b) => {
+            let mut c = b.with_no_client_auth().with_cert_resolver(certificate);
+            c.alpn_protocols = vec![b"http/1.1".to_vec()];
+            // No session resumption: every new connection gets a full handshake, so a
+            // renewed certificate is presented from the next connection on (the API server
+            // keeps its connections open; full handshakes are rare).
+            c.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            c.send_tls13_tickets = 0;
+            Arc::new(c)
+        }
+        Err(e) => {
+            tracing::error!("cannot set TLS up: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("webhook-io")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(config, settings, injector, tls))
+}
+
+async fn run(
+    config: Config,
+    settings: WebhookSettings,
+    injector: Injector,
+    tls: Arc<rustls::ServerConfig>,
+) -> ExitCode {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return ExitCode::FAILURE;
+    };
+    let tcp = match tokio::net::TcpListener::bind(settings.addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(
+                "cannot listen on {}={}: {e}",
+                settings::ADDR.name,
+                settings.addr
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let metrics =
+        match metrics::WebhookMetrics::start(&config, crate::attribution::resource(&config)) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+    let template = injector.template();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        sidecar = template.container_name(),
+        placement = if template.init_containers.is_empty() {
+            "classic (containers)"
+        } else {
+            "native (initContainers)"
+        },
+        gpu_visibility = ?template.gpu_visibility,
+        "admission webhook listening on https://{} (POST /mutate, /mutate/namespace)",
+        tcp.local_addr().map_or(settings.addr, |a| a)
+    );
+    let state = Arc::new(server::AppState {
+        injector,
+        metrics,
+        shutting_down: AtomicBool::new(false),
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(server::serve(
+        tcp,
+        tls,
+        server::router(state.clone()),
+        async move {
+            let _ = stop_rx.await;
+        },
+        DRAIN,
+    ));
+    let signal = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    state.shutting_down.store(true, Ordering::Relaxed);
+    tracing::info!(
+        signal,
+        "shutting down: answering for {:?} more ({}), then finishing the requests in flight",
+        settings.shutdown_delay,
+        settings::SHUTDOWN_DELAY.name
+    );
+    tokio::time::sleep(settings.shutdown_delay).await;
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    let flushed = tokio::task::spawn_blocking(move || state.metrics.shutdown(DRAIN))
+        .await
+        .unwrap_or(false);
+    if !flushed {
+        tracing::warn!("the webhook's final metrics export did not finish within {DRAIN:?}");
+    }
+    tracing::info!("stopped");
+    ExitCode::SUCCESS
+}
