@@ -1,6 +1,7 @@
 //! Tests of the configuration: defaults, every error message, the tables against each other.
 
 use super::*;
+use crate::rules::catalogue::{Hold, RuleId};
 
 fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
     Config::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
