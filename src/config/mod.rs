@@ -1,8 +1,15 @@
 //! Configuration: read once from the environment, validated into [`Config`].
 //!
 //! Standard OpenTelemetry variables (`OTEL_*`) are used where one exists; the agent's own
-//! settings carry the prefix `GPU_SIDECAR_` and are read with `envy`. Nothing below this
-//! module reads the environment: every other module takes what it needs from [`Config`].
+//! settings carry the prefix `GPU_SIDECAR_` and are rows of one table
+//! ([`settings::SETTINGS`]) that the parsing reads them through. Nothing below this module
+//! reads the environment: every other module takes what it needs from [`Config`].
+//!
+//! Where things are: [`settings`] (the agent's and the webhook's settings: a new setting
+//! is a row there, then a field of [`Config`] read in [`Config::from_vars`]), [`known`]
+//! (the unknown-name check, `--help`'s list and `docs/settings.md`, from every table),
+//! `otel` (the standard `OTEL_*` table), `otlp` (the exporters' settings), `rules` (the
+//! alert rules' settings), `values` (readers shared by several settings), `tests`.
 //!
 //! A bad value is a [`ConfigError`] naming the variable, the value and what it accepts;
 //! the binary prints it as one line and exits with code 2.
@@ -12,13 +19,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
-
-use crate::rules::catalogue::RULES;
-
+pub mod known;
 mod otel;
 mod otlp;
 mod rules;
+pub mod settings;
 mod values;
 
 pub use otel::{otel_variable, otel_variables_markdown, OtelUse, OtelVariable, OTEL_VARIABLES};
@@ -27,7 +32,11 @@ pub use otlp::{
     TlsFiles,
 };
 pub use rules::{RuleSettings, RulesConfig};
+pub use settings::PREFIX;
 pub use values::parse_duration;
+
+use settings as S;
+use settings::Setting;
 
 use otlp::{parse_logs_batch, parse_otlp};
 use rules::parse_rules;
@@ -36,16 +45,9 @@ use values::{
     valid_log_filter,
 };
 
-/// Prefix of the agent's own settings.
-pub const PREFIX: &str = "GPU_SIDECAR_";
-
 /// Default `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES`
 /// names one.
 pub const DEFAULT_SERVICE_NAME: &str = "gpu-otel-sidecar";
-
-/// The NVML library loaded when `GPU_SIDECAR_NVML_LIBRARY` is unset: the soname that the
-/// NVIDIA driver installs and the NVIDIA Container Toolkit injects.
-pub const DEFAULT_NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// A setting that could not be accepted: the variable, the value as given and what the
 /// variable accepts. Displayed as one line.
@@ -281,9 +283,6 @@ pub enum SampleLogFormat {
     Jsonl,
 }
 
-/// Default rotation size of the sample log: 100 MiB.
-pub const DEFAULT_SAMPLE_LOG_MAX_BYTES: u64 = 100 * 1024 * 1024;
-
 /// The local sample log's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SampleLogConfig {
@@ -300,183 +299,6 @@ pub struct SampleLogConfig {
     /// log does not end with a near-copy of its last row.
     pub sample_interval: Duration,
 }
-
-/// The agent's own variables, as strings, read with `envy` (prefix `GPU_SIDECAR_`).
-#[derive(Debug, Default, Deserialize)]
-struct RawOwn {
-    sample_interval: Option<String>,
-    devices: Option<String>,
-    nvml_library: Option<String>,
-    log_format: Option<String>,
-    log_level: Option<String>,
-    shutdown_timeout: Option<String>,
-    pod_resources_socket: Option<String>,
-    exit_with_process: Option<String>,
-    report_file: Option<String>,
-    sample_log: Option<String>,
-    sample_log_format: Option<String>,
-    sample_log_max_bytes: Option<String>,
-    health_addr: Option<String>,
-    watchdog_timeout: Option<String>,
-    process_interval: Option<String>,
-    gpm_interval: Option<String>,
-    energy_interval: Option<String>,
-    pcie_interval: Option<String>,
-    price_per_gpu_hour: Option<String>,
-}
-
-/// Every `GPU_SIDECAR_*` variable the agent knows (without the prefix); any other one is
-/// rejected as a probable typo, except the webhook's
-/// ([`crate::webhook::settings::SETTINGS`], which the `webhook` command reads).
-pub const KNOWN_SETTINGS: &[&str] = &[
-    "SAMPLE_INTERVAL",
-    "DEVICES",
-    "NVML_LIBRARY",
-    "LOG_FORMAT",
-    "LOG_LEVEL",
-    "SHUTDOWN_TIMEOUT",
-    "POD_RESOURCES_SOCKET",
-    "EXIT_WITH_PROCESS",
-    "REPORT_FILE",
-    "SAMPLE_LOG",
-    "SAMPLE_LOG_FORMAT",
-    "SAMPLE_LOG_MAX_BYTES",
-    // Alert rules (src/rules/catalogue.rs, docs/events.md); a test checks this list
-    // against the rule table.
-    "RULE_MEMORY_NEAR_FULL_ENABLED",
-    "RULE_MEMORY_NEAR_FULL_THRESHOLD",
-    "RULE_MEMORY_NEAR_FULL_DURATION",
-    "RULE_MEMORY_PREALLOCATED_ENABLED",
-    "RULE_MEMORY_PREALLOCATED_THRESHOLD",
-    "RULE_MEMORY_PREALLOCATED_DURATION",
-    "RULE_MEMORY_LEAK_ENABLED",
-    "RULE_MEMORY_LEAK_THRESHOLD",
-    "RULE_MEMORY_LEAK_DURATION",
-    "RULE_TEMPERATURE_HIGH_ENABLED",
-    "RULE_TEMPERATURE_HIGH_THRESHOLD",
-    "RULE_TEMPERATURE_HIGH_SAMPLES",
-    "RULE_CLOCKS_POWER_CAPPED_ENABLED",
-    "RULE_CLOCKS_POWER_CAPPED_DURATION",
-    "RULE_CLOCKS_SLOWDOWN_ENABLED",
-    "RULE_CLOCKS_SLOWDOWN_DURATION",
-    "RULE_INPUT_STARVATION_ENABLED",
-    "RULE_INPUT_STARVATION_THRESHOLD",
-    "RULE_INPUT_STARVATION_DURATION",
-    "RULE_UTILIZATION_IMBALANCE_ENABLED",
-    "RULE_UTILIZATION_IMBALANCE_THRESHOLD",
-    "RULE_UTILIZATION_IMBALANCE_DURATION",
-    "RULE_TENSOR_CORES_IDLE_ENABLED",
-    "RULE_TENSOR_CORES_IDLE_THRESHOLD",
-    "RULE_TENSOR_CORES_IDLE_UTILIZATION",
-    "RULE_TENSOR_CORES_IDLE_DURATION",
-    "RULE_MEMORY_BOUND_ENABLED",
-    "RULE_MEMORY_BOUND_THRESHOLD",
-    "RULE_MEMORY_BOUND_SM_ACTIVITY",
-    "RULE_MEMORY_BOUND_DURATION",
-    "RULE_GPU_LOST_ENABLED",
-    "RULE_XID_ENABLED",
-    "RULE_XID_DURATION",
-    "HEALTH_ADDR",
-    "WATCHDOG_TIMEOUT",
-    "PROCESS_INTERVAL",
-    "GPM_INTERVAL",
-    "ENERGY_INTERVAL",
-    "PCIE_INTERVAL",
-    "PRICE_PER_GPU_HOUR",
-];
-
-/// Every standard `OTEL_*` variable the agent reads, as `--help` and the README's settings
-/// table name them: the per-signal forms as the patterns `OTEL_EXPORTER_OTLP_METRICS_*` and
-/// `OTEL_EXPORTER_OTLP_LOGS_*`. Each is an honoured row of [`OTEL_VARIABLES`] (a test checks
-/// both ways).
-pub const OTEL_SETTINGS: &[&str] = &[
-    "OTEL_METRICS_EXPORTER",
-    "OTEL_LOGS_EXPORTER",
-    "OTEL_SDK_DISABLED",
-    "OTEL_METRIC_EXPORT_INTERVAL",
-    "OTEL_METRIC_EXPORT_TIMEOUT",
-    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TIMEOUT",
-    "OTEL_EXPORTER_OTLP_COMPRESSION",
-    "OTEL_EXPORTER_OTLP_INSECURE",
-    "OTEL_EXPORTER_OTLP_CERTIFICATE",
-    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
-    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
-    "OTEL_EXPORTER_OTLP_METRICS_*",
-    "OTEL_EXPORTER_OTLP_LOGS_*",
-    "OTEL_BLRP_SCHEDULE_DELAY",
-    "OTEL_BLRP_MAX_QUEUE_SIZE",
-    "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
-    "OTEL_SERVICE_NAME",
-    "OTEL_RESOURCE_ATTRIBUTES",
-];
-
-/// The names of every setting, for `gpu-otel-sidecar --help`: lines of at most 100
-/// characters, one group per line start (`GPU_SIDECAR_*`, the alert rules with their
-/// suffixes in braces as the README writes them, `OTEL_*`, the Downward API `K8S_*`).
-pub fn settings_help() -> String {
-    let own = KNOWN_SETTINGS
-        .iter()
-        .filter(|s| !s.starts_with("RULE_"))
-        .map(|s| format!("{PREFIX}{s}"));
-    let rules = RULES.iter().map(|r| match r.setting_suffixes().as_slice() {
-        [one] => format!("{PREFIX}RULE_{}_{one}", r.env),
-        many => format!("{PREFIX}RULE_{}_{{{}}}", r.env, many.join(",")),
-    });
-    let groups: [Vec<String>; 4] = [
-        own.collect(),
-        rules.collect(),
-        OTEL_SETTINGS.iter().map(|s| s.to_string()).collect(),
-        DOWNWARD_API.iter().map(|(v, _)| v.to_string()).collect(),
-    ];
-    let mut out = String::new();
-    for group in groups {
-        let mut line = String::from(" ");
-        for name in group {
-            if line.len() + 1 + name.len() > 100 {
-                out.push_str(&line);
-                out.push('\n');
-                line = String::from(" ");
-            }
-            line.push(' ');
-            line.push_str(&name);
-        }
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
-}
-
-/// The known setting (without the prefix) nearest to `unknown`, when it is near enough to
-/// be a typo of it: normalized Damerau-Levenshtein similarity of at least 0.6 (up to four
-/// letters wrong, swapped, missing or extra in a name of ten or more).
-fn nearest_setting(unknown: &str) -> Option<&'static str> {
-    let webhook = crate::webhook::settings::SETTINGS
-        .iter()
-        .filter_map(|s| s.name.strip_prefix(PREFIX));
-    KNOWN_SETTINGS
-        .iter()
-        .copied()
-        .chain(webhook)
-        .map(|known| {
-            (
-                strsim::normalized_damerau_levenshtein(unknown, known),
-                known,
-            )
-        })
-        .filter(|(similarity, _)| *similarity >= 0.6)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, known)| known)
-}
-
-/// Default `GPU_SIDECAR_HEALTH_ADDR`: every interface (kubelet probes come from the node), a
-/// port next to the Collector's health port 13133.
-pub const DEFAULT_HEALTH_ADDR: &str = "0.0.0.0:13134";
 
 /// Downward API variables and the resource attribute each one sets.
 pub const DOWNWARD_API: &[(&str, &str)] = &[
@@ -504,123 +326,63 @@ impl Config {
         vars: I,
     ) -> Result<Self, ConfigError> {
         let vars: BTreeMap<String, String> = vars.into_iter().collect();
-        for key in vars.keys() {
-            if let Some(rest) = key.strip_prefix(PREFIX) {
-                if !KNOWN_SETTINGS.contains(&rest)
-                    && !crate::webhook::settings::is_webhook_setting(key)
-                {
-                    let hint = match nearest_setting(rest) {
-                        Some(near) => format!("did you mean {PREFIX}{near}? "),
-                        None => String::new(),
-                    };
-                    return Err(ConfigError::new(
-                        key,
-                        &vars[key],
-                        format!("no such setting; {hint}(all settings: gpu-otel-sidecar --help)"),
-                    ));
-                }
-            }
-        }
-        let raw: RawOwn = envy::prefixed(PREFIX)
-            .from_iter(vars.iter().map(|(k, v)| (k.clone(), v.clone())))
-            .map_err(|e| ConfigError::new(PREFIX, "", e.to_string()))?;
+        known::check_names(&vars)?;
         let get = |name: &str| vars.get(name).map(String::as_str).filter(|v| !v.is_empty());
+        // A row of the settings table: its value, or its default when unset.
+        let own = |s: &Setting| get(s.name).or(s.default_value());
 
-        let report_file = raw
-            .report_file
-            .as_deref()
-            .filter(|v| !v.is_empty())
-            .map(output_target);
-        let sample_interval = match raw.sample_interval.as_deref() {
-            None | Some("") => Duration::from_secs(5),
-            Some(v) => parse_duration("GPU_SIDECAR_SAMPLE_INTERVAL", v)?,
+        let report_file = get(S::REPORT_FILE.name).map(output_target);
+        let sample_interval =
+            parse_duration(S::SAMPLE_INTERVAL.name, value(&own, &S::SAMPLE_INTERVAL))?;
+        let sample_log = parse_sample_log(&own, sample_interval)?;
+        let shutdown_timeout =
+            parse_duration(S::SHUTDOWN_TIMEOUT.name, value(&own, &S::SHUTDOWN_TIMEOUT))?;
+        let slow_intervals = SlowIntervals {
+            process: parse_duration(S::PROCESS_INTERVAL.name, value(&own, &S::PROCESS_INTERVAL))?,
+            gpm: parse_duration(S::GPM_INTERVAL.name, value(&own, &S::GPM_INTERVAL))?,
+            energy: parse_duration(S::ENERGY_INTERVAL.name, value(&own, &S::ENERGY_INTERVAL))?,
+            pcie: parse_duration(S::PCIE_INTERVAL.name, value(&own, &S::PCIE_INTERVAL))?,
         };
-        let sample_log = parse_sample_log(&raw, sample_interval)?;
-        let shutdown_timeout = match raw.shutdown_timeout.as_deref() {
-            None | Some("") => Duration::from_secs(5),
-            Some(v) => parse_duration("GPU_SIDECAR_SHUTDOWN_TIMEOUT", v)?,
-        };
-        let mut slow_intervals = SlowIntervals::default();
-        for (value, var, slot) in [
-            (
-                &raw.process_interval,
-                "GPU_SIDECAR_PROCESS_INTERVAL",
-                &mut slow_intervals.process,
-            ),
-            (
-                &raw.gpm_interval,
-                "GPU_SIDECAR_GPM_INTERVAL",
-                &mut slow_intervals.gpm,
-            ),
-            (
-                &raw.energy_interval,
-                "GPU_SIDECAR_ENERGY_INTERVAL",
-                &mut slow_intervals.energy,
-            ),
-            (
-                &raw.pcie_interval,
-                "GPU_SIDECAR_PCIE_INTERVAL",
-                &mut slow_intervals.pcie,
-            ),
-        ] {
-            if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
-                *slot = parse_duration(var, v)?;
-            }
-        }
-        let devices = match raw.devices.as_deref() {
-            None | Some("") => DeviceSelection::All,
-            Some(v) => parse_devices(v)?,
-        };
+        let devices = parse_devices(value(&own, &S::DEVICES))?;
         if devices == DeviceSelection::PodResources
             && (get("K8S_POD_NAME").is_none() || get("K8S_NAMESPACE_NAME").is_none())
         {
             return Err(ConfigError::new(
-                "GPU_SIDECAR_DEVICES",
+                S::DEVICES.name,
                 "pod-resources",
                 "K8S_POD_NAME and K8S_NAMESPACE_NAME to be set too (Downward API), to find this pod's GPUs",
             ));
         }
-        let pod_resources_socket = raw
-            .pod_resources_socket
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"));
-        let exit_with_process = raw.exit_with_process.filter(|v| !v.is_empty());
+        let pod_resources_socket = PathBuf::from(value(&own, &S::POD_RESOURCES_SOCKET));
+        let exit_with_process = get(S::EXIT_WITH_PROCESS.name).map(str::to_string);
         if let Some(name) = &exit_with_process {
             // /proc/<pid>/comm holds at most 15 bytes.
             if name.len() > 15 || name.contains('/') {
                 return Err(ConfigError::new(
-                    "GPU_SIDECAR_EXIT_WITH_PROCESS",
+                    S::EXIT_WITH_PROCESS.name,
                     name,
-                    "a process name as in /proc/<pid>/comm (at most 15 characters, no '/'), e.g. python",
+                    S::EXIT_WITH_PROCESS.accepts,
                 ));
             }
         }
-        let nvml_library = raw
-            .nvml_library
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_NVML_LIBRARY));
-        let log_format = match raw.log_format.as_deref() {
-            None | Some("") | Some("text") => LogFormat::Text,
-            Some("json") => LogFormat::Json,
-            Some(v) => {
+        let nvml_library = PathBuf::from(value(&own, &S::NVML_LIBRARY));
+        let log_format = match value(&own, &S::LOG_FORMAT) {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            v => {
                 return Err(ConfigError::new(
-                    "GPU_SIDECAR_LOG_FORMAT",
+                    S::LOG_FORMAT.name,
                     v,
-                    "text or json",
+                    S::LOG_FORMAT.accepts,
                 ))
             }
         };
-        let log_level = raw
-            .log_level
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| "info".to_string());
+        let log_level = value(&own, &S::LOG_LEVEL).to_string();
         if !valid_log_filter(&log_level) {
             return Err(ConfigError::new(
-                "GPU_SIDECAR_LOG_LEVEL",
+                S::LOG_LEVEL.name,
                 &log_level,
-                "a level (error, warn, info, debug, trace) or tracing filter directives such as info,gpu_otel_sidecar=debug",
+                S::LOG_LEVEL.accepts,
             ));
         }
 
@@ -666,33 +428,37 @@ impl Config {
                 )),
             })
             .collect();
-        let health_addr = match raw.health_addr.as_deref().map(str::trim) {
-            None | Some("") => Some(DEFAULT_HEALTH_ADDR.parse().expect("valid default")),
-            Some("off") => None,
-            Some(v) => Some(v.parse::<SocketAddr>().map_err(|_| {
-                ConfigError::new(
-                    "GPU_SIDECAR_HEALTH_ADDR",
-                    v,
-                    "an IP address and port such as 0.0.0.0:13134, or off",
-                )
-            })?),
+        let trimmed = |s: &Setting| {
+            get(s.name)
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .or(s.default_value())
         };
-        let price_per_gpu_hour = match raw.price_per_gpu_hour.as_deref().map(str::trim) {
-            None | Some("") => None,
+        let health_addr = match trimmed(&S::HEALTH_ADDR) {
+            Some("off") => None,
+            v => {
+                let v = v.unwrap_or_default();
+                Some(v.parse::<SocketAddr>().map_err(|_| {
+                    ConfigError::new(S::HEALTH_ADDR.name, v, S::HEALTH_ADDR.accepts)
+                })?)
+            }
+        };
+        let price_per_gpu_hour = match trimmed(&S::PRICE_PER_GPU_HOUR) {
+            None => None,
             Some(v) => match v.parse::<f64>() {
                 Ok(p) if p.is_finite() && p >= 0.0 => Some(p),
                 _ => {
                     return Err(ConfigError::new(
-                        "GPU_SIDECAR_PRICE_PER_GPU_HOUR",
+                        S::PRICE_PER_GPU_HOUR.name,
                         v,
-                        "a price per GPU-hour: a number from 0, in any currency, e.g. 2.50",
+                        S::PRICE_PER_GPU_HOUR.accepts,
                     ))
                 }
             },
         };
-        let watchdog_timeout = match raw.watchdog_timeout.as_deref() {
-            None | Some("") => (sample_interval * 3).max(Duration::from_secs(10)),
-            Some(v) => parse_duration("GPU_SIDECAR_WATCHDOG_TIMEOUT", v)?,
+        let watchdog_timeout = match get(S::WATCHDOG_TIMEOUT.name) {
+            None => (sample_interval * 3).max(Duration::from_secs(10)),
+            Some(v) => parse_duration(S::WATCHDOG_TIMEOUT.name, v)?,
         };
 
         let mut resource_attributes = BTreeMap::new();
@@ -746,43 +512,44 @@ impl Config {
     }
 }
 
+/// The value of a row that has a default (the table's tests check which rows do).
+fn value<'a>(own: &impl Fn(&Setting) -> Option<&'a str>, s: &Setting) -> &'a str {
+    own(s).unwrap_or_default()
+}
+
 /// `GPU_SIDECAR_SAMPLE_LOG*`. The format and size are validated even when the log is off.
-fn parse_sample_log(
-    raw: &RawOwn,
+fn parse_sample_log<'a>(
+    own: &impl Fn(&Setting) -> Option<&'a str>,
     sample_interval: Duration,
 ) -> Result<Option<SampleLogConfig>, ConfigError> {
-    let format = match raw.sample_log_format.as_deref() {
-        None | Some("") | Some("csv") => SampleLogFormat::Csv,
-        Some("jsonl") => SampleLogFormat::Jsonl,
-        Some(v) => {
+    let format = match value(own, &S::SAMPLE_LOG_FORMAT) {
+        "csv" => SampleLogFormat::Csv,
+        "jsonl" => SampleLogFormat::Jsonl,
+        v => {
             return Err(ConfigError::new(
-                "GPU_SIDECAR_SAMPLE_LOG_FORMAT",
+                S::SAMPLE_LOG_FORMAT.name,
                 v,
-                "csv or jsonl",
+                S::SAMPLE_LOG_FORMAT.accepts,
             ))
         }
     };
-    let max_bytes = match raw.sample_log_max_bytes.as_deref() {
-        None | Some("") => DEFAULT_SAMPLE_LOG_MAX_BYTES,
-        Some(v) => match v.trim().parse::<bytesize::ByteSize>() {
-            Ok(b) if b.as_u64() > 0 => b.as_u64(),
-            _ => return Err(ConfigError::new(
-                "GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES",
+    let v = value(own, &S::SAMPLE_LOG_MAX_BYTES);
+    let max_bytes = match v.trim().parse::<bytesize::ByteSize>() {
+        Ok(b) if b.as_u64() > 0 => b.as_u64(),
+        _ => {
+            return Err(ConfigError::new(
+                S::SAMPLE_LOG_MAX_BYTES.name,
                 v,
-                "a size greater than zero in bytes, or with a unit such as 512KiB, 100MiB or 1GB",
-            )),
-        },
+                S::SAMPLE_LOG_MAX_BYTES.accepts,
+            ))
+        }
     };
-    Ok(raw
-        .sample_log
-        .as_deref()
-        .filter(|v| !v.is_empty())
-        .map(|v| SampleLogConfig {
-            target: output_target(v),
-            format,
-            max_bytes,
-            sample_interval,
-        }))
+    Ok(own(&S::SAMPLE_LOG).map(|v| SampleLogConfig {
+        target: output_target(v),
+        format,
+        max_bytes,
+        sample_interval,
+    }))
 }
 
 #[cfg(test)]

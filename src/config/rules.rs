@@ -121,12 +121,17 @@ pub(super) fn parse_threshold(var: &str, v: &str, t: &ThresholdSpec) -> Result<f
     } else {
         raw
     };
-    let low = if t.min_exclusive { "above" } else { "from" };
-    let expected = format!("a number {low} {} up to {} ({})", t.min, t.max, t.unit);
+    let expected = threshold_accepts(t);
     match raw.parse::<f64>() {
         Ok(x) if x.is_finite() && (x > t.min || (!t.min_exclusive && x == t.min)) && x <= t.max => {
             Ok(x)
         }
         _ => Err(ConfigError::new(var, v, expected)),
     }
+}
+
+/// What a threshold setting accepts, in words (its error message and `docs/settings.md`).
+pub(super) fn threshold_accepts(t: &ThresholdSpec) -> String {
+    let low = if t.min_exclusive { "above" } else { "from" };
+    format!("a number {low} {} up to {} ({})", t.min, t.max, t.unit)
 }

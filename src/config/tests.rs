@@ -1,7 +1,7 @@
 //! Tests of the configuration: defaults, every error message, the tables against each other.
 
 use super::*;
-use crate::rules::catalogue::{Hold, RuleId};
+use crate::rules::catalogue::{Hold, RuleId, RULES};
 
 fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
     Config::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
@@ -152,8 +152,9 @@ fn unknown_own_setting_is_refused() {
 /// names are accepted, a typo of them is not.
 #[test]
 fn webhook_settings_are_known() {
-    let mut vars: Vec<(&str, &str)> = crate::webhook::settings::SETTINGS
+    let mut vars: Vec<(&str, &str)> = settings::SETTINGS
         .iter()
+        .filter(|s| s.component == settings::Component::Webhook)
         .map(|s| (s.name, "x"))
         .collect();
     assert!(cfg(&vars).is_ok());
@@ -499,24 +500,78 @@ fn price_and_second_thresholds() {
     }
 }
 
+/// Every rule's variables are known settings (the rule table names them), and a
+/// variable of a rule that does not exist is refused.
 #[test]
-fn known_settings_match_the_rule_table() {
-    let mut from_table: Vec<String> = RULES
+fn rule_settings_are_known_from_the_rule_table() {
+    let from_table: Vec<String> = RULES
         .iter()
         .flat_map(|r| {
             r.setting_suffixes()
                 .into_iter()
-                .map(move |s| format!("RULE_{}_{s}", r.env))
+                .map(move |s| format!("GPU_SIDECAR_RULE_{}_{s}", r.env))
         })
         .collect();
-    let mut listed: Vec<String> = KNOWN_SETTINGS
+    assert!(from_table.len() > 30, "{from_table:?}");
+    for name in &from_table {
+        assert!(known::is_known(name), "{name}");
+    }
+    assert!(!known::is_known("GPU_SIDECAR_RULE_GPU_LOST_DURATION"));
+    assert!(!known::is_known("GPU_SIDECAR_RULE_COFFEE_ENABLED"));
+}
+
+/// The settings table: unique prefixed names, the webhook's under `GPU_SIDECAR_WEBHOOK_`;
+/// every default is a value its command accepts when set explicitly, and means the same
+/// as unset.
+#[test]
+fn settings_table_rows_are_consistent() {
+    let mut names: Vec<_> = settings::SETTINGS.iter().map(|s| s.name).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), settings::SETTINGS.len());
+    let unset = cfg(&[]).unwrap();
+    for s in settings::SETTINGS {
+        assert!(s.name.starts_with(PREFIX), "{}", s.name);
+        assert_eq!(
+            s.name.starts_with("GPU_SIDECAR_WEBHOOK_"),
+            s.component == settings::Component::Webhook,
+            "{}",
+            s.name
+        );
+        if let (settings::Component::Agent, Some(v)) = (s.component, s.default_value()) {
+            assert_eq!(cfg(&[(s.name, v)]).unwrap(), unset, "{}={v}", s.name);
+        }
+    }
+    assert_eq!(unset.sample_log, None);
+    assert_eq!(
+        cfg(&[("GPU_SIDECAR_SAMPLE_LOG", "-")])
+            .unwrap()
+            .sample_log
+            .unwrap()
+            .max_bytes,
+        100 * 1024 * 1024
+    );
+}
+
+/// `--help` names every setting of `docs/settings.md`'s tables, the webhook's included.
+#[test]
+fn help_names_the_webhook_settings_and_the_honoured_otel_variables() {
+    let help = known::settings_help();
+    for s in settings::SETTINGS {
+        assert!(help.contains(s.name), "{}: {help}", s.name);
+    }
+    for v in OTEL_VARIABLES
         .iter()
-        .filter(|s| s.starts_with("RULE_"))
-        .map(|s| s.to_string())
-        .collect();
-    from_table.sort();
-    listed.sort();
-    assert_eq!(from_table, listed);
+        .filter(|v| v.used == OtelUse::Honoured)
+    {
+        assert!(help.contains(v.name), "{}: {help}", v.name);
+    }
+    assert!(
+        help.contains("GPU_SIDECAR_RULE_XID_{ENABLED,DURATION}"),
+        "{help}"
+    );
+    assert!(!help.contains("OTEL_TRACES"), "{help}");
+    assert!(help.lines().all(|l| l.len() <= 100), "{help}");
 }
 
 #[test]
@@ -672,31 +727,6 @@ fn every_otel_variable_is_honoured_or_named_in_the_warning() {
 }
 
 #[test]
-fn otel_settings_are_the_honoured_rows_of_the_table() {
-    let covers = |setting: &str, name: &str| match setting.strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => setting == name,
-    };
-    let honoured: Vec<&str> = OTEL_VARIABLES
-        .iter()
-        .filter(|v| v.used == OtelUse::Honoured)
-        .map(|v| v.name)
-        .collect();
-    for name in &honoured {
-        assert!(
-            OTEL_SETTINGS.iter().any(|s| covers(s, name)),
-            "{name} is honoured but not in OTEL_SETTINGS (--help, README)"
-        );
-    }
-    for setting in OTEL_SETTINGS {
-        assert!(
-            honoured.iter().any(|name| covers(setting, name)),
-            "{setting} is in OTEL_SETTINGS but no honoured row of OTEL_VARIABLES"
-        );
-    }
-}
-
-#[test]
 fn otel_variables_doc_matches_the_table() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/otel-variables.md");
     let generated = otel_variables_markdown();
@@ -707,5 +737,19 @@ fn otel_variables_doc_matches_the_table() {
     assert!(
         on_disk == generated,
         "docs/otel-variables.md differs from OTEL_VARIABLES; run UPDATE_DOCS=1 cargo test --lib otel_variables_doc"
+    );
+}
+
+#[test]
+fn settings_doc_matches_the_tables() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/settings.md");
+    let generated = known::settings_markdown();
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == generated,
+        "docs/settings.md differs from the settings tables; run UPDATE_DOCS=1 cargo test --lib settings_doc"
     );
 }

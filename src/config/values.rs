@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::settings::DURATION;
 use super::{ConfigError, DeviceId, DeviceSelection, ExporterKind, OutputTarget};
 
 pub(super) fn output_target(v: &str) -> OutputTarget {
@@ -17,10 +18,9 @@ pub(super) fn output_target(v: &str) -> OutputTarget {
 
 /// Durations are written with a unit: `500ms`, `5s`, `1m` (humantime syntax); zero is refused.
 pub fn parse_duration(var: &str, v: &str) -> Result<Duration, ConfigError> {
-    let expected = "a duration with a unit such as 500ms, 5s or 1m, greater than zero";
     match humantime::parse_duration(v.trim()) {
         Ok(d) if !d.is_zero() => Ok(d),
-        _ => Err(ConfigError::new(var, v, expected)),
+        _ => Err(ConfigError::new(var, v, DURATION)),
     }
 }
 
