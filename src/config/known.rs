@@ -215,7 +215,10 @@ pub fn settings_markdown() -> String {
         let defaults: Vec<String> = vars.iter().map(|(_, d, _)| format!("`{d}`")).collect();
         let accepts: Vec<String> = vars
             .iter()
-            .map(|(v, _, a)| format!("{}: {a}", v.rsplit('_').next().unwrap_or(v)))
+            .map(|(v, _, a)| {
+                let suffix = v.strip_prefix(&r.var("")).unwrap_or(v);
+                format!("{suffix}: {a}")
+            })
             .collect();
         s.push_str(&format!(
             "| `{}` | {} | {} | [`{}`](events.md) ({}) |\n",
