@@ -327,23 +327,22 @@ impl Config {
     ) -> Result<Self, ConfigError> {
         let vars: BTreeMap<String, String> = vars.into_iter().collect();
         known::check_names(&vars)?;
-        let get = |name: &str| vars.get(name).map(String::as_str).filter(|v| !v.is_empty());
-        // A row of the settings table: its value, or its default when unset.
-        let own = |s: &Setting| get(s.name).or(s.default_value());
+        let env = Env(&vars);
+        let get = |name: &str| env.get(name);
 
         let report_file = get(S::REPORT_FILE.name).map(output_target);
         let sample_interval =
-            parse_duration(S::SAMPLE_INTERVAL.name, value(&own, &S::SAMPLE_INTERVAL))?;
-        let sample_log = parse_sample_log(&own, sample_interval)?;
+            parse_duration(S::SAMPLE_INTERVAL.name, env.value(&S::SAMPLE_INTERVAL))?;
+        let sample_log = parse_sample_log(&env, sample_interval)?;
         let shutdown_timeout =
-            parse_duration(S::SHUTDOWN_TIMEOUT.name, value(&own, &S::SHUTDOWN_TIMEOUT))?;
+            parse_duration(S::SHUTDOWN_TIMEOUT.name, env.value(&S::SHUTDOWN_TIMEOUT))?;
         let slow_intervals = SlowIntervals {
-            process: parse_duration(S::PROCESS_INTERVAL.name, value(&own, &S::PROCESS_INTERVAL))?,
-            gpm: parse_duration(S::GPM_INTERVAL.name, value(&own, &S::GPM_INTERVAL))?,
-            energy: parse_duration(S::ENERGY_INTERVAL.name, value(&own, &S::ENERGY_INTERVAL))?,
-            pcie: parse_duration(S::PCIE_INTERVAL.name, value(&own, &S::PCIE_INTERVAL))?,
+            process: parse_duration(S::PROCESS_INTERVAL.name, env.value(&S::PROCESS_INTERVAL))?,
+            gpm: parse_duration(S::GPM_INTERVAL.name, env.value(&S::GPM_INTERVAL))?,
+            energy: parse_duration(S::ENERGY_INTERVAL.name, env.value(&S::ENERGY_INTERVAL))?,
+            pcie: parse_duration(S::PCIE_INTERVAL.name, env.value(&S::PCIE_INTERVAL))?,
         };
-        let devices = parse_devices(value(&own, &S::DEVICES))?;
+        let devices = parse_devices(env.value(&S::DEVICES))?;
         if devices == DeviceSelection::PodResources
             && (get("K8S_POD_NAME").is_none() || get("K8S_NAMESPACE_NAME").is_none())
         {
@@ -353,7 +352,7 @@ impl Config {
                 "K8S_POD_NAME and K8S_NAMESPACE_NAME to be set too (Downward API), to find this pod's GPUs",
             ));
         }
-        let pod_resources_socket = PathBuf::from(value(&own, &S::POD_RESOURCES_SOCKET));
+        let pod_resources_socket = PathBuf::from(env.value(&S::POD_RESOURCES_SOCKET));
         let exit_with_process = get(S::EXIT_WITH_PROCESS.name).map(str::to_string);
         if let Some(name) = &exit_with_process {
             // /proc/<pid>/comm holds at most 15 bytes.
@@ -365,8 +364,8 @@ impl Config {
                 ));
             }
         }
-        let nvml_library = PathBuf::from(value(&own, &S::NVML_LIBRARY));
-        let log_format = match value(&own, &S::LOG_FORMAT) {
+        let nvml_library = PathBuf::from(env.value(&S::NVML_LIBRARY));
+        let log_format = match env.value(&S::LOG_FORMAT) {
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
             v => {
@@ -377,7 +376,7 @@ impl Config {
                 ))
             }
         };
-        let log_level = value(&own, &S::LOG_LEVEL).to_string();
+        let log_level = env.value(&S::LOG_LEVEL).to_string();
         if !valid_log_filter(&log_level) {
             return Err(ConfigError::new(
                 S::LOG_LEVEL.name,
@@ -428,13 +427,7 @@ impl Config {
                 )),
             })
             .collect();
-        let trimmed = |s: &Setting| {
-            get(s.name)
-                .map(str::trim)
-                .filter(|v| !v.is_empty())
-                .or(s.default_value())
-        };
-        let health_addr = match trimmed(&S::HEALTH_ADDR) {
+        let health_addr = match env.trimmed(&S::HEALTH_ADDR) {
             Some("off") => None,
             v => {
                 let v = v.unwrap_or_default();
@@ -443,7 +436,7 @@ impl Config {
                 })?)
             }
         };
-        let price_per_gpu_hour = match trimmed(&S::PRICE_PER_GPU_HOUR) {
+        let price_per_gpu_hour = match env.trimmed(&S::PRICE_PER_GPU_HOUR) {
             None => None,
             Some(v) => match v.parse::<f64>() {
                 Ok(p) if p.is_finite() && p >= 0.0 => Some(p),
@@ -512,17 +505,39 @@ impl Config {
     }
 }
 
-/// The value of a row that has a default (the table's tests check which rows do).
-fn value<'a>(own: &impl Fn(&Setting) -> Option<&'a str>, s: &Setting) -> &'a str {
-    own(s).unwrap_or_default()
+/// The variables as the settings read them: an empty variable counts as unset.
+struct Env<'a>(&'a BTreeMap<String, String>);
+
+impl<'a> Env<'a> {
+    /// The value of `name`; `None` when unset or empty.
+    fn get(&self, name: &str) -> Option<&'a str> {
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The value of a row of the settings table, or its default when unset; `""` for a row
+    /// without one (`settings_table_rows_are_consistent` reads every row this way unset).
+    fn value(&self, s: &Setting) -> &'a str {
+        self.get(s.name).or(s.default_value()).unwrap_or_default()
+    }
+
+    /// The value of a row, trimmed, or its default when unset or blank.
+    fn trimmed(&self, s: &Setting) -> Option<&'a str> {
+        self.get(s.name)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .or(s.default_value())
+    }
 }
 
 /// `GPU_SIDECAR_SAMPLE_LOG*`. The format and size are validated even when the log is off.
-fn parse_sample_log<'a>(
-    own: &impl Fn(&Setting) -> Option<&'a str>,
+fn parse_sample_log(
+    env: &Env<'_>,
     sample_interval: Duration,
 ) -> Result<Option<SampleLogConfig>, ConfigError> {
-    let format = match value(own, &S::SAMPLE_LOG_FORMAT) {
+    let format = match env.value(&S::SAMPLE_LOG_FORMAT) {
         "csv" => SampleLogFormat::Csv,
         "jsonl" => SampleLogFormat::Jsonl,
         v => {
@@ -533,7 +548,7 @@ fn parse_sample_log<'a>(
             ))
         }
     };
-    let v = value(own, &S::SAMPLE_LOG_MAX_BYTES);
+    let v = env.value(&S::SAMPLE_LOG_MAX_BYTES);
     let max_bytes = match v.trim().parse::<bytesize::ByteSize>() {
         Ok(b) if b.as_u64() > 0 => b.as_u64(),
         _ => {
@@ -544,7 +559,7 @@ fn parse_sample_log<'a>(
             ))
         }
     };
-    Ok(own(&S::SAMPLE_LOG).map(|v| SampleLogConfig {
+    Ok(env.get(S::SAMPLE_LOG.name).map(|v| SampleLogConfig {
         target: output_target(v),
         format,
         max_bytes,
