@@ -598,17 +598,26 @@ fn every_otel_variable_is_honoured_or_named_in_the_warning() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-#[test]
-fn otel_variables_doc_matches_the_table() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/otel-variables.md");
-    let generated = otel_variables_markdown();
+/// A generated page (`path` from the repository root) equals `generated`; with `UPDATE_DOCS`
+/// set, it is rewritten first.
+fn assert_generated_doc(path: &str, generated: &str, test: &str) {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
     if std::env::var_os("UPDATE_DOCS").is_some() {
-        std::fs::write(&path, &generated).unwrap();
+        std::fs::write(&file, generated).unwrap();
     }
-    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    let on_disk = std::fs::read_to_string(&file).unwrap_or_default();
     assert!(
         on_disk == generated,
-        "docs/otel-variables.md differs from OTEL_VARIABLES; run UPDATE_DOCS=1 cargo test --lib otel_variables_doc"
+        "{path} differs from its table; run UPDATE_DOCS=1 cargo test --lib {test}"
+    );
+}
+
+#[test]
+fn otel_variables_doc_matches_the_table() {
+    assert_generated_doc(
+        "docs/otel-variables.md",
+        &otel_variables_markdown(),
+        "otel_variables_doc",
     );
 }
 

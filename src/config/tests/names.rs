@@ -133,14 +133,9 @@ fn help_names_the_webhook_settings_and_the_honoured_otel_variables() {
 
 #[test]
 fn settings_doc_matches_the_tables() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/settings.md");
-    let generated = known::settings_markdown();
-    if std::env::var_os("UPDATE_DOCS").is_some() {
-        std::fs::write(&path, &generated).unwrap();
-    }
-    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        on_disk == generated,
-        "docs/settings.md differs from the settings tables; run UPDATE_DOCS=1 cargo test --lib settings_doc"
+    assert_generated_doc(
+        "docs/settings.md",
+        &known::settings_markdown(),
+        "settings_doc",
     );
 }
