@@ -30,7 +30,7 @@ impl RulesConfig {
     /// One rule's settings.
     ///
     /// # Panics
-    /// Never for a `RulesConfig` built by [`Config::from_vars`] (it has every rule).
+    /// Never for a `RulesConfig` built by [`super::Config::from_vars`] (it has every rule).
     pub fn get(&self, id: RuleId) -> RuleSettings {
         self.0
             .iter()
