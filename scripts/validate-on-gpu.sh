@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real-GPU check of the agent (docs/validation.md): runs the release binary with the console
 # exporter for ~36 s (8 s idle, then a bf16 matmul load in PyTorch), while nvidia-smi samples
-# the same fields every second; then the whole-process benchmark (bench/compare.py).
+# the same fields every second; then the whole-process benchmark (benches/compare.py).
 # Writes everything to $OUT (default /tmp/gpu-validation). Needs: nvidia-smi, python3 with
 # torch and nvidia-ml-py, the binary at $BIN (default target/release/gpu-otel-sidecar).
 set -u
@@ -49,9 +49,9 @@ kill -TERM $AGENT; wait $AGENT; echo "agent exit code: $?"
 kill $SMI 2>/dev/null; wait $LOAD; cat "$OUT/load.log"
 echo "agent started at $START"; tail -5 "$OUT/agent.log"; wc -l "$OUT/agent-metrics.jsonl" "$OUT/nvidia-smi.csv"
 
-if [ -f bench/compare.py ]; then
+if [ -f benches/compare.py ]; then
   echo "== whole-process benchmark"
-  python3 bench/compare.py --agent "$BIN" --seconds 15 --out "$OUT/bench.json" || echo "bench failed: $?"
+  python3 benches/compare.py --agent "$BIN" --seconds 15 --out "$OUT/bench.json" || echo "bench failed: $?"
 fi
 # let tee write the end of run.log before $OUT is collected
 exec >&- 2>&-; sleep 1

@@ -51,9 +51,9 @@ Exit codes: 0 stopped cleanly; 1 could not start (OTLP exporter set-up, health p
 /// `--help`: the usage, then every setting's name and where their defaults are written.
 fn help() -> String {
     format!(
-        "{USAGE}\n\nSettings are environment variables; each one's default and what it accepts are in the\n\
-         README's Settings table (README.md in the source repository):\n{}",
-        gpu_otel_sidecar::config::settings_help()
+        "{USAGE}\n\nSettings are environment variables; each one's default and what it accepts are in\n\
+         docs/settings.md (in the source repository, generated from the same tables as this list):\n{}",
+        gpu_otel_sidecar::config::known::settings_help()
     )
 }
 

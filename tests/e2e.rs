@@ -493,7 +493,7 @@ fn console_exporter_prints_otlp_json_lines_on_stdout() {
     assert!(!agent.dump().contains("export failed"), "{}", agent.dump());
 }
 
-/// `--help` names every setting of the README's settings table (and nothing it lacks), the
+/// `--help` names every setting of `docs/settings.md`'s tables (and nothing they lack), the
 /// subcommand and the exit codes.
 #[test]
 fn help_lists_every_setting_and_the_subcommands() {
@@ -503,15 +503,10 @@ fn help_lists_every_setting_and_the_subcommands() {
         .expect("runs");
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    let readme = common::read_text(common::workspace_root().join("README.md"));
-    let table = readme
-        .split("## Settings")
-        .nth(1)
-        .and_then(|s| s.split("\n\n").find(|p| p.starts_with("| variable |")))
-        .expect("the README's settings table");
-    let documented: BTreeSet<&str> = table
+    let doc = common::read_text(common::workspace_root().join("docs/settings.md"));
+    let documented: BTreeSet<&str> = doc
         .lines()
-        .skip(2)
+        .filter(|l| l.starts_with("| `"))
         .flat_map(|row| row.split('|').nth(1).unwrap().split('`').skip(1).step_by(2))
         .collect();
     let listed: BTreeSet<&str> = help

@@ -22,13 +22,13 @@ fn events_doc_matches_catalogue() {
 }
 
 #[test]
-fn every_rule_is_a_value_of_the_alerts_counter_and_in_the_readme() {
+fn every_rule_is_a_value_of_the_alerts_counter_and_in_the_settings_doc() {
     let alerts = RECORDED
         .iter()
         .find(|d| d.name == "nvidia.gpu.alerts")
         .expect("nvidia.gpu.alerts is documented");
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-    let readme = std::fs::read_to_string(&path)
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/settings.md");
+    let settings = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     for r in RULES {
         assert!(
@@ -41,6 +41,9 @@ fn every_rule_is_a_value_of_the_alerts_counter_and_in_the_readme() {
             [one] => format!("`{}`", r.var(one)),
             many => format!("`GPU_SIDECAR_RULE_{}_{{{}}}`", r.env, many.join(",")),
         };
-        assert!(readme.contains(&row), "README does not list {row}");
+        assert!(
+            settings.contains(&format!("| {row} |")),
+            "docs/settings.md does not list {row}"
+        );
     }
 }

@@ -270,7 +270,7 @@ fn tree(root: &Path) -> BTreeMap<PathBuf, (u64, SystemTime, u32)> {
 
 /// With a writable root (where UID 65532 may write in `/tmp` and `/home/nonroot`), the
 /// agent writes nothing there: only the run report and the sample log, in the volume they
-/// were asked for (the README's "Least privilege").
+/// were asked for (docs/kubernetes.md, "Least privilege").
 #[test]
 #[ignore = "needs root and an assembled image root filesystem: scripts/check-image-rootfs.sh"]
 fn writes_only_the_files_it_is_asked_for() {

@@ -61,13 +61,13 @@ fn every_index_is_explained() {
         std::fs::read_to_string(root.join(p))
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", root.join(p).display()))
     };
-    let readme = read("README.md");
-    assert!(readme.contains("### Which GPU is it"));
+    assert!(read("docs/kubernetes.md").contains("### Which GPU is it"));
+    let run_report = read("docs/run-report.md");
     for place in [
         "`gpu_index` (`nvidia-smi`'s index, not the trainer's `cuda:N`",
         "Each GPU's `index` is `nvidia-smi`'s, not the trainer's `cuda:N`",
     ] {
-        assert!(readme.contains(place), "README: {place}");
+        assert!(run_report.contains(place), "docs/run-report.md: {place}");
     }
     let note = "`nvidia.gpu.index` (NVML's node-wide index as `nvidia-smi` numbers GPUs, not the training process's `cuda:N`: match GPUs by `hw.id` (UUID) or `nvidia.gpu.pci.bus_id`)";
     assert!(read("docs/metrics.md").contains(note), "docs/metrics.md");

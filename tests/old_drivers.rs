@@ -294,11 +294,11 @@ fn xid_events_through_the_v1_wait() {
     assert_eq!(switches(&agent, "nvmlEventSetWait"), 1, "{}", agent.dump());
 }
 
-/// Every versioned call and its older versions are in the README's table, with what the
+/// Every versioned call and its older versions are in `docs/operations.md`'s table, with what the
 /// older versions give less.
 #[test]
 fn every_fallback_is_documented() {
-    let readme = common::read_text(common::workspace_root().join("README.md"));
+    let doc = common::read_text(common::workspace_root().join("docs/operations.md"));
     for v in gpu_otel_sidecar::sampling::VERSIONED {
         let names = v.versions();
         let older: Vec<String> = names[1..].iter().map(|n| format!("`{n}`")).collect();
@@ -308,7 +308,7 @@ fn every_fallback_is_documented() {
             older.join(", "),
             v.older_lacks()
         );
-        assert!(readme.contains(&row), "README lacks {row}");
+        assert!(doc.contains(&row), "docs/operations.md lacks {row}");
     }
 }
 

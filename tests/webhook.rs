@@ -639,16 +639,23 @@ fn bad_settings_and_files_are_refused_by_name() {
     std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
-/// The README lists every webhook setting with its default, and `--help` the command.
+/// `docs/settings.md` lists every webhook setting with its default, and `--help` the
+/// command and the settings.
 #[test]
-fn settings_are_in_the_readme_and_the_command_in_help() {
-    let readme = common::read_text(common::workspace_root().join("README.md"));
-    for s in gpu_otel_sidecar::webhook::settings::SETTINGS {
+fn settings_are_in_the_settings_doc_and_the_command_in_help() {
+    use gpu_otel_sidecar::config::settings::{Component, SETTINGS};
+    let doc = common::read_text(common::workspace_root().join("docs/settings.md"));
+    let webhook: Vec<_> = SETTINGS
+        .iter()
+        .filter(|s| s.component == Component::Webhook)
+        .collect();
+    assert_eq!(webhook.len(), 5);
+    for s in &webhook {
         let default = s
-            .default
+            .default_value()
             .map_or("required".to_string(), |d| format!("`{d}`"));
         let row = format!("| `{}` | {default} |", s.name);
-        assert!(readme.contains(&row), "README lacks {row}");
+        assert!(doc.contains(&row), "docs/settings.md lacks {row}");
     }
     let mut agent = Agent::builder().arg("--help").spawn();
     assert!(agent.wait_exit(WAIT).unwrap().success());
@@ -660,4 +667,8 @@ fn settings_are_in_the_readme_and_the_command_in_help() {
         "{}",
         agent.dump()
     );
+    let help = agent.stdout_lines().join("\n");
+    for s in &webhook {
+        assert!(help.contains(s.name), "--help lacks {}: {help}", s.name);
+    }
 }

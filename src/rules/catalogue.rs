@@ -160,7 +160,11 @@ pub struct RuleSpec {
 impl RuleSpec {
     /// `GPU_SIDECAR_RULE_<ENV>_<suffix>`.
     pub fn var(&self, suffix: &str) -> String {
-        format!("{}RULE_{}_{suffix}", crate::config::PREFIX, self.env)
+        format!(
+            "{}RULE_{}_{suffix}",
+            crate::config::settings::PREFIX,
+            self.env
+        )
     }
 
     /// The setting suffixes this rule reads: `ENABLED`, and `THRESHOLD`, the second

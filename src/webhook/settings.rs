@@ -1,7 +1,8 @@
-//! The webhook's own settings, in one table ([`SETTINGS`]): name, default, what it accepts
-//! and what it does. The README's webhook settings table follows it (a test checks), and
-//! the agent's configuration accepts these names ([`is_webhook_setting`]) so that a typo
-//! in them is still refused while the names themselves are not.
+//! The webhook's own settings, read through their rows of the settings table
+//! ([`crate::config::settings::SETTINGS`], component `Webhook`): name, default, what it
+//! accepts and what it does; `docs/settings.md` lists them (generated from the table), and
+//! the agent's configuration accepts these names so that a typo in them is still refused
+//! while the names themselves are not.
 //!
 //! The webhook also reads the agent's logging and OTLP export settings
 //! (`GPU_SIDECAR_LOG_*`, `OTEL_*`) through [`crate::config::Config`].
@@ -11,69 +12,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::config::settings::{
+    Setting, WEBHOOK_ADDR as ADDR, WEBHOOK_SHUTDOWN_DELAY as SHUTDOWN_DELAY,
+    WEBHOOK_SIDECAR as SIDECAR, WEBHOOK_TLS_CERT as TLS_CERT, WEBHOOK_TLS_KEY as TLS_KEY,
+};
 use crate::config::{parse_duration, ConfigError};
-
-/// One setting of the webhook: an environment variable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Setting {
-    /// The variable, e.g. `GPU_SIDECAR_WEBHOOK_ADDR`.
-    pub name: &'static str,
-    /// Its default as written in the README; `None`: required.
-    pub default: Option<&'static str>,
-    /// What it accepts, in words (the error message of a bad value says this).
-    pub accepts: &'static str,
-    /// What it does.
-    pub doc: &'static str,
-}
-
-/// `GPU_SIDECAR_WEBHOOK_ADDR`: where the HTTPS server listens.
-pub const ADDR: Setting = Setting {
-    name: "GPU_SIDECAR_WEBHOOK_ADDR",
-    default: Some("0.0.0.0:8443"),
-    accepts: "an IP address and port such as 0.0.0.0:8443",
-    doc: "address of the HTTPS server (`POST /mutate`, `POST /mutate/namespace`, `GET /healthz`, `GET /readyz`)",
-};
-
-/// `GPU_SIDECAR_WEBHOOK_TLS_CERT`: the serving certificate chain.
-pub const TLS_CERT: Setting = Setting {
-    name: "GPU_SIDECAR_WEBHOOK_TLS_CERT",
-    default: None,
-    accepts: "a readable PEM file with the serving certificate first, then its chain",
-    doc: "serving certificate; re-read when the file changes (a renewed certificate is served from the next TLS handshake on, no restart)",
-};
-
-/// `GPU_SIDECAR_WEBHOOK_TLS_KEY`: the serving certificate's private key.
-pub const TLS_KEY: Setting = Setting {
-    name: "GPU_SIDECAR_WEBHOOK_TLS_KEY",
-    default: None,
-    accepts:
-        "a readable PEM file with one private key (PKCS#8, PKCS#1 or SEC1) matching the certificate",
-    doc: "its private key; re-read with the certificate",
-};
-
-/// `GPU_SIDECAR_WEBHOOK_SIDECAR`: what is injected, as the chart renders it.
-pub const SIDECAR: Setting = Setting {
-    name: "GPU_SIDECAR_WEBHOOK_SIDECAR",
-    default: None,
-    accepts: "a readable JSON file as the Helm chart renders it (`sidecar.json` of the webhook's ConfigMap)",
-    doc: "the sidecar to inject: its container, pod fields and volumes, rendered by the chart's named templates from its values (image, collector, `mode`, `gpuVisibility`); read at start",
-};
-
-/// `GPU_SIDECAR_WEBHOOK_SHUTDOWN_DELAY`: how long the server goes on answering after SIGTERM.
-pub const SHUTDOWN_DELAY: Setting = Setting {
-    name: "GPU_SIDECAR_WEBHOOK_SHUTDOWN_DELAY",
-    default: Some("5s"),
-    accepts: "a duration with a unit such as 500ms, 5s or 1m, greater than zero",
-    doc: "after SIGTERM the webhook goes on answering this long (`/readyz` says 503) while Kubernetes takes it out of its Service, then finishes the requests in flight and exits",
-};
-
-/// Every webhook setting, in README order.
-pub const SETTINGS: &[Setting] = &[ADDR, TLS_CERT, TLS_KEY, SIDECAR, SHUTDOWN_DELAY];
-
-/// Whether `name` (a full variable name) is one of the webhook's settings.
-pub fn is_webhook_setting(name: &str) -> bool {
-    SETTINGS.iter().any(|s| s.name == name)
-}
 
 /// The validated webhook settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +44,7 @@ impl WebhookSettings {
             vars.get(s.name)
                 .map(|v| v.trim())
                 .filter(|v| !v.is_empty())
-                .or(s.default)
+                .or(s.default_value())
         };
         let required = |s: &Setting| {
             get(s).map(PathBuf::from).ok_or_else(|| ConfigError {
@@ -183,18 +126,5 @@ mod tests {
         let s = WebhookSettings::from_vars(&v).unwrap();
         assert_eq!(s.addr, "127.0.0.1:0".parse().unwrap());
         assert_eq!(s.shutdown_delay, Duration::from_millis(100));
-    }
-
-    #[test]
-    fn table_names_are_prefixed_and_unique() {
-        let mut names: Vec<_> = SETTINGS.iter().map(|s| s.name).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), SETTINGS.len());
-        for s in SETTINGS {
-            assert!(s.name.starts_with("GPU_SIDECAR_WEBHOOK_"), "{}", s.name);
-            assert!(is_webhook_setting(s.name));
-        }
-        assert!(!is_webhook_setting("GPU_SIDECAR_WEBHOOK_ADR"));
     }
 }

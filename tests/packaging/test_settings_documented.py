@@ -1,7 +1,8 @@
-"""Every agent setting the packaging sets is one the agent knows: the agent's own list
-(`KNOWN_SETTINGS` in src/config.rs; it refuses unknown GPU_SIDECAR_* variables, so a typo
-or a setting of a newer agent would stop the sidecar at startup) and the README's settings
-table (a row starting with the variable) both have it."""
+"""Every agent setting the packaging sets is one the agent knows and documents: a row of
+docs/settings.md, which is generated from the agent's settings tables (the Rust test
+`settings_doc_matches_the_tables` fails when the page and the code disagree). The agent
+refuses unknown GPU_SIDECAR_* variables, so a typo or a setting of a newer agent would stop
+the sidecar at startup."""
 
 import re
 
@@ -10,31 +11,29 @@ from conftest import CHART, DOCKER, ROOT, env_map, load_yaml, render, sidecar_of
 AGENT_PREFIXES = ("GPU_SIDECAR_", "OTEL_", "K8S_")
 # Set by the chart only to build another value ($(K8S_HOST_IP) in the endpoint).
 CHART_INTERNAL = {"K8S_HOST_IP"}
+SETTINGS_DOC = ROOT / "docs" / "settings.md"
 
 
 def documented():
-    """Variables named in the first column of a README table row."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    """Variables named in the first column of a docs/settings.md table row; a rule's
+    `GPU_SIDECAR_RULE_<NAME>_{ENABLED,THRESHOLD}` row stands for each of its names."""
+    page = SETTINGS_DOC.read_text(encoding="utf-8")
     names = set()
-    for row in re.findall(r"^\| ([^|]+) \|", readme, flags=re.M):
-        names |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`", row))
+    for row in re.findall(r"^\| ([^|]+) \|", page, flags=re.M):
+        for name in re.findall(r"`([A-Z][A-Z0-9_{},]+)`", row):
+            m = re.fullmatch(r"([A-Z0-9_]+_)\{([A-Z0-9_,]+)\}", name)
+            names |= {m.group(1) + s for s in m.group(2).split(",")} if m else {name}
+    assert "GPU_SIDECAR_SAMPLE_INTERVAL" in names and "GPU_SIDECAR_WEBHOOK_TLS_CERT" in names
     return names
 
 
 def known_to_agent():
-    """GPU_SIDECAR_* settings the binary accepts: KNOWN_SETTINGS in src/config.rs, and the
-    webhook command's table (SETTINGS in src/webhook/settings.rs)."""
-    src = (ROOT / "src" / "config.rs").read_text(encoding="utf-8")
-    block = re.search(r"pub const KNOWN_SETTINGS: &\[&str\] = &\[(.*?)\];", src, flags=re.S)
-    assert block, "KNOWN_SETTINGS not found in src/config.rs"
-    webhook = (ROOT / "src" / "webhook" / "settings.rs").read_text(encoding="utf-8")
-    own = set(re.findall(r'^\s*name: "(GPU_SIDECAR_WEBHOOK_[A-Z0-9_]+)",$', webhook, flags=re.M))
-    assert own, "no setting found in src/webhook/settings.rs"
-    return {"GPU_SIDECAR_" + n for n in re.findall(r'"([A-Z0-9_]+)"', block.group(1))} | own
+    """GPU_SIDECAR_* settings the binary accepts: the ones docs/settings.md lists."""
+    return {n for n in documented() if n.startswith("GPU_SIDECAR_")}
 
 
 def unknown(names):
-    """Names the agent would refuse or that the README does not document."""
+    """Names the agent would refuse or that docs/settings.md does not document."""
     own = {n for n in names if n.startswith("GPU_SIDECAR_")}
     return (own - known_to_agent()) | (agent_vars(names) - documented())
 
@@ -49,11 +48,11 @@ def test_chart_settings_are_documented(helm):
                  ["collector.headers.secretName=s", "telemetry.resourceAttributes.a=b"]):
         used |= set(env_map(sidecar_of(render(helm, *sets).pod_spec, load_yaml(CHART / "values.yaml")["containerName"])[1]))
     missing = unknown(used)
-    assert not missing, f"the chart sets {sorted(missing)}, which the agent or README.md does not know"
+    assert not missing, f"the chart sets {sorted(missing)}, which the agent or docs/settings.md does not know"
 
 
 def test_webhook_settings_are_documented(helm):
-    """The webhook's Deployment: every variable it sets is known to the binary and the README."""
+    """The webhook's Deployment: every variable it sets is known to the binary and docs/settings.md."""
     used = set()
     for sets in ([], ["collector.headers.secretName=s", "collector.mode=service"], ["webhook.certManager.enabled=true"]):
         deployments = render(helm, "webhook.enabled=true", *sets).of_kind("Deployment")
@@ -63,11 +62,11 @@ def test_webhook_settings_are_documented(helm):
                 used |= {e["name"] for e in c["env"]}
     assert {"GPU_SIDECAR_WEBHOOK_TLS_CERT", "OTEL_EXPORTER_OTLP_ENDPOINT"} <= used
     missing = unknown(used)
-    assert not missing, f"the webhook Deployment sets {sorted(missing)}, which the binary or README.md does not know"
+    assert not missing, f"the webhook Deployment sets {sorted(missing)}, which the binary or docs/settings.md does not know"
 
 
 def test_compose_and_image_settings_are_documented():
     env = set(load_yaml(DOCKER / "compose.yaml")["services"]["gpu-sidecar"]["environment"])
     env |= set(re.findall(r"\b([A-Z][A-Z0-9_]+)=", (ROOT / "Dockerfile").read_text()))
     missing = unknown(env)
-    assert not missing, f"compose/Dockerfile set {sorted(missing)}, which the agent or README.md does not know"
+    assert not missing, f"compose/Dockerfile set {sorted(missing)}, which the agent or docs/settings.md does not know"

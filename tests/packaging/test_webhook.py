@@ -143,7 +143,7 @@ def test_webhook_deployment_service_and_disruption_budget(helm):
     sc = c["securityContext"]
     assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
     assert sc["capabilities"] == {"drop": ["ALL"]}
-    # Every variable is one the binary and the README know.
+    # Every variable is one the binary and docs/settings.md know.
     assert not unknown(set(env)), unknown(set(env))
     selector = d["spec"]["selector"]["matchLabels"]
     svc = by_name(r, "Service")

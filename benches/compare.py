@@ -7,8 +7,8 @@ rusage and counts the whole process (start-up, NVML library, shutdown). The pynv
 loop also times its raw NVML calls (thread CPU time around the calls only): the NVML calls'
 own cost, to which the agent's CPU per sample is compared.
 
-  python3 bench/compare.py --agent target/release/gpu-otel-sidecar --seconds 15
-  python3 bench/compare.py --agent target/release/gpu-otel-sidecar --seconds 15 \
+  python3 benches/compare.py --agent target/release/gpu-otel-sidecar --seconds 15
+  python3 benches/compare.py --agent target/release/gpu-otel-sidecar --seconds 15 \
       --nvml-lib target/release/libnvml_mock.so --scenario tests/scenarios/h200-under-load.json
 
 With --nvml-lib (the mock) only the agent runs: pynvml and nvidia-smi need a real driver, and

@@ -1,0 +1,571 @@
+//! Configuration: read once from the environment, validated into [`Config`].
+//!
+//! Standard OpenTelemetry variables (`OTEL_*`) are used where one exists; the agent's own
+//! settings carry the prefix `GPU_SIDECAR_` and are rows of one table
+//! ([`settings::SETTINGS`]) that the parsing reads them through. Nothing below this module
+//! reads the environment: every other module takes what it needs from [`Config`].
+//!
+//! Where things are: [`settings`] (the agent's and the webhook's settings: a new setting
+//! is a row there, then a field of [`Config`] read in [`Config::from_vars`]), [`known`]
+//! (the unknown-name check, `--help`'s list and `docs/settings.md`, from every table),
+//! `otel` (the standard `OTEL_*` table), `otlp` (the exporters' settings), `rules` (the
+//! alert rules' settings), `values` (readers shared by several settings), `tests`.
+//!
+//! A bad value is a [`ConfigError`] naming the variable, the value and what it accepts;
+//! the binary prints it as one line and exits with code 2.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub mod known;
+mod otel;
+mod otlp;
+mod rules;
+pub mod settings;
+mod values;
+
+pub use otel::{otel_variable, otel_variables_markdown, OtelUse, OtelVariable, OTEL_VARIABLES};
+pub use otlp::{
+    LogsBatch, OtlpConfig, OtlpExporter, Pem, Protocol, Secret, Signal, TemporalityPreference,
+    TlsFiles,
+};
+pub use rules::{RuleSettings, RulesConfig};
+pub use settings::PREFIX;
+pub use values::parse_duration;
+
+use settings as S;
+use settings::Setting;
+
+use otlp::{parse_logs_batch, parse_otlp};
+use rules::parse_rules;
+use values::{
+    output_target, parse_bool, parse_devices, parse_exporter, parse_key_values, parse_millis,
+    valid_log_filter,
+};
+
+/// Default `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES`
+/// names one.
+pub const DEFAULT_SERVICE_NAME: &str = "gpu-otel-sidecar";
+
+/// A setting that could not be accepted: the variable, the value as given and what the
+/// variable accepts. Displayed as one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {var}={value:?}: expected {expected}")]
+pub struct ConfigError {
+    /// Name of the environment variable, e.g. `GPU_SIDECAR_SAMPLE_INTERVAL`.
+    pub var: String,
+    /// The value as read (secrets are replaced by `<redacted>`).
+    pub value: String,
+    /// What the variable accepts, in words.
+    pub expected: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(var: &str, value: &str, expected: impl Into<String>) -> Self {
+        Self {
+            var: var.to_string(),
+            value: value.to_string(),
+            expected: expected.into(),
+        }
+    }
+}
+
+/// Where a signal goes, from `OTEL_METRICS_EXPORTER` / `OTEL_LOGS_EXPORTER`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExporterKind {
+    /// OTLP to the configured endpoint.
+    Otlp,
+    /// One line of OTLP/JSON per export on stdout.
+    Console,
+    /// Not exported.
+    None,
+}
+
+/// Log line format for the agent's own logs (on stderr), `GPU_SIDECAR_LOG_FORMAT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Which GPUs to report, `GPU_SIDECAR_DEVICES`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceSelection {
+    /// Every device NVML shows.
+    All,
+    /// Only these: NVML indices, GPU UUIDs (`GPU-…`) or MIG UUIDs (`MIG-…`).
+    List(Vec<DeviceId>),
+    /// The devices the kubelet allocated to this pod (`pod-resources`): asked at start from
+    /// the pod-resources socket, then resolved into [`DeviceSelection::Allocated`].
+    PodResources,
+    /// The devices the kubelet's pod-resources API lists for this pod (what
+    /// [`DeviceSelection::PodResources`] resolves to at start).
+    Allocated(Vec<AllocatedDevice>),
+}
+
+/// One entry of a device list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceId {
+    /// NVML device index (as `nvidia-smi` numbers GPUs).
+    Index(u32),
+    /// A GPU UUID (`GPU-…`) or MIG device UUID (`MIG-…`).
+    Uuid(String),
+    /// A GPU by its device-file minor number (`/dev/nvidia<N>`, `nvmlDeviceGetMinorNumber`):
+    /// GKE's device plugin names GPUs `nvidia<N>`.
+    Minor(u32),
+    /// A MIG device by its GPU's NVML index and its MIG device index
+    /// (`nvmlDeviceGetMigDeviceHandleByIndex`): the NVIDIA device plugin's `index` strategy
+    /// names MIG devices `<gpu>:<mig>`.
+    MigIndex {
+        /// The GPU's NVML index.
+        gpu: u32,
+        /// The MIG device index on it.
+        mig: u32,
+    },
+    /// A MIG device by its GPU's minor number and its GPU instance id
+    /// (`nvmlDeviceGetGpuInstanceId`): GKE names MIG partitions `nvidia<N>/gi<K>`.
+    GpuInstance {
+        /// The GPU's device-file minor number.
+        minor: u32,
+        /// The GPU instance id.
+        gpu_instance_id: u32,
+    },
+}
+
+/// `GPU_SIDECAR_DEVICES=pod-resources` in words for log lines: the variable, and the Helm
+/// chart value that sets it (users of the chart never set the variable themselves).
+pub const POD_RESOURCES_MODE: &str =
+    "GPU_SIDECAR_DEVICES=pod-resources (the Helm chart's gpuVisibility.mode=pod-resources)";
+
+/// A device the kubelet allocated to this pod, as its device plugin named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocatedDevice {
+    /// The GPU or MIG device NVML shows for it.
+    pub id: DeviceId,
+    /// The device plugin's id, as the kubelet lists it (e.g. `nvidia1/vgpu3`), for logs.
+    pub plugin_id: String,
+    /// Whether the plugin hands out this device as one replica of a shared GPU
+    /// (time-slicing: `<uuid>::<n>`, `nvidia<N>/vgpu<M>`): other pods may hold it too.
+    pub shared: bool,
+}
+
+/// How often each slow group of NVML calls is made (the fast fields are read every sample
+/// interval, static facts once per NVML session); at which ticks:
+/// [`crate::sampling::cadence`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlowIntervals {
+    /// Per-process utilization (`nvmlDeviceGetProcessUtilization`, ~2 ms on an H200),
+    /// `GPU_SIDECAR_PROCESS_INTERVAL`; default 10 s.
+    pub process: Duration,
+    /// GPM profiling metrics (`nvmlGpmSampleGet` + `nvmlGpmMetricsGet`, ~3.8 ms),
+    /// `GPU_SIDECAR_GPM_INTERVAL`; default 10 s. Also the window each GPM value averages over.
+    pub gpm: Duration,
+    /// Total energy (`nvmlDeviceGetTotalEnergyConsumption`, ~3.2 ms of CPU),
+    /// `GPU_SIDECAR_ENERGY_INTERVAL`; default 10 s.
+    pub energy: Duration,
+    /// PCIe throughput (`nvmlDeviceGetPcieThroughput`, blocks ~20 ms per direction), only on
+    /// GPUs without GPM, `GPU_SIDECAR_PCIE_INTERVAL`; default 30 s.
+    pub pcie: Duration,
+}
+
+impl Default for SlowIntervals {
+    fn default() -> Self {
+        Self {
+            process: Duration::from_secs(10),
+            gpm: Duration::from_secs(10),
+            energy: Duration::from_secs(10),
+            pcie: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The whole validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// How often NVML is read, `GPU_SIDECAR_SAMPLE_INTERVAL`; default 5 s.
+    pub sample_interval: Duration,
+    /// How often metrics are exported, `OTEL_METRIC_EXPORT_INTERVAL` (ms); default 10 s.
+    pub export_interval: Duration,
+    /// Cadence of the slow NVML groups (`GPU_SIDECAR_{PROCESS,GPM,ENERGY,PCIE}_INTERVAL`).
+    pub slow_intervals: SlowIntervals,
+    /// Which GPUs, `GPU_SIDECAR_DEVICES`; default all.
+    pub devices: DeviceSelection,
+    /// Kubelet pod-resources socket, `GPU_SIDECAR_POD_RESOURCES_SOCKET`; default
+    /// `/var/lib/kubelet/pod-resources/kubelet.sock`. Used with `GPU_SIDECAR_DEVICES=pod-resources`.
+    pub pod_resources_socket: PathBuf,
+    /// Exit (as on SIGTERM) once a process with this name (`/proc/<pid>/comm`) has been seen
+    /// and is gone, `GPU_SIDECAR_EXIT_WITH_PROCESS`: for classic (non-native) sidecars that
+    /// share the pod's process namespace, so a Job completes. Default: unset.
+    pub exit_with_process: Option<String>,
+    /// Whether `NVIDIA_VISIBLE_DEVICES=all` (the container sees every GPU of the node): with
+    /// `GPU_SIDECAR_DEVICES=all` in a pod, the agent then warns that it reports them all.
+    pub sees_all_node_gpus: bool,
+    /// NVML library to dlopen, `GPU_SIDECAR_NVML_LIBRARY`; default `libnvidia-ml.so.1`.
+    pub nvml_library: PathBuf,
+    /// Agent log format, `GPU_SIDECAR_LOG_FORMAT`; default text.
+    pub log_format: LogFormat,
+    /// Agent log filter (tracing `EnvFilter` syntax), `GPU_SIDECAR_LOG_LEVEL`; default `info`.
+    pub log_level: String,
+    /// Bound on the final export and NVML shutdown after SIGTERM/SIGINT,
+    /// `GPU_SIDECAR_SHUTDOWN_TIMEOUT`; default 5 s.
+    pub shutdown_timeout: Duration,
+    /// Metrics destination, `OTEL_METRICS_EXPORTER`; default otlp.
+    pub metrics_exporter: ExporterKind,
+    /// Events (OTel log records) destination, `OTEL_LOGS_EXPORTER`; default otlp, or console
+    /// when the metrics go to the console.
+    pub logs_exporter: ExporterKind,
+    /// OTLP settings (used when an exporter is `otlp`).
+    pub otlp: OtlpConfig,
+    /// Health endpoint (`/healthz`, `/readyz`), `GPU_SIDECAR_HEALTH_ADDR`; default
+    /// `0.0.0.0:13134`; `None` when `off`.
+    pub health_addr: Option<SocketAddr>,
+    /// A sampler tick running longer than this is reported stuck (readiness false, one log
+    /// line), `GPU_SIDECAR_WATCHDOG_TIMEOUT`; default three sample intervals, at least 10 s.
+    pub watchdog_timeout: Duration,
+    /// `service.name`: `OTEL_SERVICE_NAME`, else `service.name` in
+    /// `OTEL_RESOURCE_ATTRIBUTES`, else `gpu-otel-sidecar`.
+    pub service_name: String,
+    /// Resource attributes from the Downward API variables (`K8S_POD_NAME` → `k8s.pod.name`,
+    /// …) merged with `OTEL_RESOURCE_ATTRIBUTES`, which wins on conflict. Empty variables
+    /// add nothing. `service.name` is not in here (see `service_name`).
+    pub resource_attributes: BTreeMap<String, String>,
+    /// Where the run report goes besides the `gpu.run.report` event,
+    /// `GPU_SIDECAR_REPORT_FILE` (a path, or `-` for one JSON line on stdout); default none.
+    pub report_file: Option<OutputTarget>,
+    /// The local sample log, `GPU_SIDECAR_SAMPLE_LOG` (+ `_FORMAT`, `_MAX_BYTES`); default off.
+    pub sample_log: Option<SampleLogConfig>,
+    /// Alert rules, `GPU_SIDECAR_RULE_<NAME>_*`; defaults in `src/rules/catalogue.rs`.
+    pub rules: RulesConfig,
+    /// Bound on one metrics export, retries included, `OTEL_METRIC_EXPORT_TIMEOUT` (ms);
+    /// default 30000. The OTLP exporter's own timeout bounds it too (see
+    /// [`Config::metrics_export_bound`]).
+    pub metric_export_timeout: Duration,
+    /// The events' batch processor (`OTEL_BLRP_*`).
+    pub logs_batch: LogsBatch,
+    /// `OTEL_SDK_DISABLED=true`: nothing is exported (metrics and events), whatever the
+    /// exporters say; sampling, rules, the run report, the sample log and health go on.
+    pub sdk_disabled: bool,
+    /// Standard `OTEL_*` variables that are set but do not apply to this agent, each with
+    /// why; named in one warning at start (see [`OTEL_VARIABLES`]).
+    pub otel_not_applied: Vec<(String, &'static str)>,
+    /// Price of one GPU-hour, `GPU_SIDECAR_PRICE_PER_GPU_HOUR` (any currency; no default):
+    /// the run report's `cost` and `idle_cost`.
+    pub price_per_gpu_hour: Option<f64>,
+}
+
+impl Config {
+    /// The bound on one metrics export, retries included: the smaller of
+    /// `OTEL_METRIC_EXPORT_TIMEOUT` and the metrics exporter's OTLP timeout.
+    pub fn metrics_export_bound(&self) -> Duration {
+        self.metric_export_timeout.min(self.otlp.metrics.timeout)
+    }
+}
+
+/// A file path, or standard output (written `-`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputTarget {
+    /// Standard output.
+    Stdout,
+    /// This file.
+    Path(PathBuf),
+}
+
+/// Format of the sample log, `GPU_SIDECAR_SAMPLE_LOG_FORMAT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleLogFormat {
+    /// Comma-separated values with one header line (RFC 4180).
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// The local sample log's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleLogConfig {
+    /// Where rows go, `GPU_SIDECAR_SAMPLE_LOG`.
+    pub target: OutputTarget,
+    /// Row format, `GPU_SIDECAR_SAMPLE_LOG_FORMAT`; default CSV.
+    pub format: SampleLogFormat,
+    /// A file is rotated (renamed to `<path>.1`, replacing the previous one) before it would
+    /// grow past this many bytes, `GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES`; default 100 MiB.
+    /// Not used for stdout.
+    pub max_bytes: u64,
+    /// `GPU_SIDECAR_SAMPLE_INTERVAL`: a sample taken less than half of it after the
+    /// previous row (the final sample at shutdown, right after a tick) is not written, so the
+    /// log does not end with a near-copy of its last row.
+    pub sample_interval: Duration,
+}
+
+/// Downward API variables and the resource attribute each one sets.
+pub const DOWNWARD_API: &[(&str, &str)] = &[
+    ("K8S_POD_NAME", "k8s.pod.name"),
+    ("K8S_POD_UID", "k8s.pod.uid"),
+    ("K8S_NAMESPACE_NAME", "k8s.namespace.name"),
+    ("K8S_NODE_NAME", "k8s.node.name"),
+    ("K8S_CONTAINER_NAME", "k8s.container.name"),
+];
+
+impl Config {
+    /// Reads and validates the process environment.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found, naming the variable.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(std::env::vars())
+    }
+
+    /// Reads and validates the given variables (the environment, or a test's map).
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found, naming the variable.
+    pub fn from_vars<I: IntoIterator<Item = (String, String)>>(
+        vars: I,
+    ) -> Result<Self, ConfigError> {
+        let vars: BTreeMap<String, String> = vars.into_iter().collect();
+        known::check_names(&vars)?;
+        let env = Env(&vars);
+        let get = |name: &str| env.get(name);
+
+        let report_file = get(S::REPORT_FILE.name).map(output_target);
+        let sample_interval =
+            parse_duration(S::SAMPLE_INTERVAL.name, env.value(&S::SAMPLE_INTERVAL))?;
+        let sample_log = parse_sample_log(&env, sample_interval)?;
+        let shutdown_timeout =
+            parse_duration(S::SHUTDOWN_TIMEOUT.name, env.value(&S::SHUTDOWN_TIMEOUT))?;
+        let slow_intervals = SlowIntervals {
+            process: parse_duration(S::PROCESS_INTERVAL.name, env.value(&S::PROCESS_INTERVAL))?,
+            gpm: parse_duration(S::GPM_INTERVAL.name, env.value(&S::GPM_INTERVAL))?,
+            energy: parse_duration(S::ENERGY_INTERVAL.name, env.value(&S::ENERGY_INTERVAL))?,
+            pcie: parse_duration(S::PCIE_INTERVAL.name, env.value(&S::PCIE_INTERVAL))?,
+        };
+        let devices = parse_devices(env.value(&S::DEVICES))?;
+        if devices == DeviceSelection::PodResources
+            && (get("K8S_POD_NAME").is_none() || get("K8S_NAMESPACE_NAME").is_none())
+        {
+            return Err(ConfigError::new(
+                S::DEVICES.name,
+                "pod-resources",
+                "K8S_POD_NAME and K8S_NAMESPACE_NAME to be set too (Downward API), to find this pod's GPUs",
+            ));
+        }
+        let pod_resources_socket = PathBuf::from(env.value(&S::POD_RESOURCES_SOCKET));
+        let exit_with_process = get(S::EXIT_WITH_PROCESS.name).map(str::to_string);
+        if let Some(name) = &exit_with_process {
+            // /proc/<pid>/comm holds at most 15 bytes.
+            if name.len() > 15 || name.contains('/') {
+                return Err(ConfigError::new(
+                    S::EXIT_WITH_PROCESS.name,
+                    name,
+                    S::EXIT_WITH_PROCESS.accepts,
+                ));
+            }
+        }
+        let nvml_library = PathBuf::from(env.value(&S::NVML_LIBRARY));
+        let log_format = match env.value(&S::LOG_FORMAT) {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            v => {
+                return Err(ConfigError::new(
+                    S::LOG_FORMAT.name,
+                    v,
+                    S::LOG_FORMAT.accepts,
+                ))
+            }
+        };
+        let log_level = env.value(&S::LOG_LEVEL).to_string();
+        if !valid_log_filter(&log_level) {
+            return Err(ConfigError::new(
+                S::LOG_LEVEL.name,
+                &log_level,
+                S::LOG_LEVEL.accepts,
+            ));
+        }
+
+        let export_interval = match get("OTEL_METRIC_EXPORT_INTERVAL") {
+            None => Duration::from_millis(10_000),
+            Some(v) => parse_millis("OTEL_METRIC_EXPORT_INTERVAL", v)?,
+        };
+        let metrics_exporter = match get("OTEL_METRICS_EXPORTER") {
+            None => ExporterKind::Otlp,
+            Some(v) => parse_exporter("OTEL_METRICS_EXPORTER", v)?,
+        };
+        let logs_exporter = match get("OTEL_LOGS_EXPORTER") {
+            // Console metrics mean "show me here": the events come along, rather than going
+            // to a collector the user did not ask for.
+            None if metrics_exporter == ExporterKind::Console => ExporterKind::Console,
+            None => ExporterKind::Otlp,
+            Some(v) => parse_exporter("OTEL_LOGS_EXPORTER", v)?,
+        };
+        let otlp = parse_otlp(&get)?;
+        let sdk_disabled = match get("OTEL_SDK_DISABLED") {
+            None => false,
+            Some(v) => parse_bool("OTEL_SDK_DISABLED", v)?,
+        };
+        let (metrics_exporter, logs_exporter) = if sdk_disabled {
+            (ExporterKind::None, ExporterKind::None)
+        } else {
+            (metrics_exporter, logs_exporter)
+        };
+        let metric_export_timeout = match get("OTEL_METRIC_EXPORT_TIMEOUT") {
+            None => Duration::from_millis(30_000),
+            Some(v) => parse_millis("OTEL_METRIC_EXPORT_TIMEOUT", v)?,
+        };
+        let logs_batch = parse_logs_batch(&get)?;
+        let otel_not_applied = vars
+            .iter()
+            .filter(|(k, v)| k.starts_with("OTEL_") && !v.is_empty())
+            .filter_map(|(k, _)| match otel_variable(k) {
+                Some(row) if row.used == OtelUse::Honoured => None,
+                Some(row) => Some((k.clone(), row.what)),
+                None => Some((
+                    k.clone(),
+                    "not a variable of the OpenTelemetry SDK or OTLP exporter specifications that the agent knows",
+                )),
+            })
+            .collect();
+        let health_addr = match env.trimmed(&S::HEALTH_ADDR) {
+            Some("off") => None,
+            v => {
+                let v = v.unwrap_or_default();
+                Some(v.parse::<SocketAddr>().map_err(|_| {
+                    ConfigError::new(S::HEALTH_ADDR.name, v, S::HEALTH_ADDR.accepts)
+                })?)
+            }
+        };
+        let price_per_gpu_hour = match env.trimmed(&S::PRICE_PER_GPU_HOUR) {
+            None => None,
+            Some(v) => match v.parse::<f64>() {
+                Ok(p) if p.is_finite() && p >= 0.0 => Some(p),
+                _ => {
+                    return Err(ConfigError::new(
+                        S::PRICE_PER_GPU_HOUR.name,
+                        v,
+                        S::PRICE_PER_GPU_HOUR.accepts,
+                    ))
+                }
+            },
+        };
+        let watchdog_timeout = match get(S::WATCHDOG_TIMEOUT.name) {
+            None => (sample_interval * 3).max(Duration::from_secs(10)),
+            Some(v) => parse_duration(S::WATCHDOG_TIMEOUT.name, v)?,
+        };
+
+        let mut resource_attributes = BTreeMap::new();
+        for (var, key) in DOWNWARD_API {
+            if let Some(v) = get(var) {
+                resource_attributes.insert((*key).to_string(), v.to_string());
+            }
+        }
+        let mut service_name = None;
+        if let Some(v) = get("OTEL_RESOURCE_ATTRIBUTES") {
+            for (k, val) in parse_key_values("OTEL_RESOURCE_ATTRIBUTES", v, false)? {
+                if k == "service.name" {
+                    service_name = Some(val);
+                } else {
+                    resource_attributes.insert(k, val);
+                }
+            }
+        }
+        if let Some(v) = get("OTEL_SERVICE_NAME") {
+            service_name = Some(v.to_string());
+        }
+
+        Ok(Config {
+            sample_interval,
+            export_interval,
+            slow_intervals,
+            devices,
+            pod_resources_socket,
+            exit_with_process,
+            sees_all_node_gpus: get("NVIDIA_VISIBLE_DEVICES") == Some("all"),
+            nvml_library,
+            log_format,
+            log_level,
+            shutdown_timeout,
+            metrics_exporter,
+            logs_exporter,
+            otlp,
+            health_addr,
+            watchdog_timeout,
+            service_name: service_name.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string()),
+            resource_attributes,
+            report_file,
+            sample_log,
+            rules: parse_rules(&get)?,
+            metric_export_timeout,
+            logs_batch,
+            sdk_disabled,
+            otel_not_applied,
+            price_per_gpu_hour,
+        })
+    }
+}
+
+/// The variables as the settings read them: an empty variable counts as unset.
+struct Env<'a>(&'a BTreeMap<String, String>);
+
+impl<'a> Env<'a> {
+    /// The value of `name`; `None` when unset or empty.
+    fn get(&self, name: &str) -> Option<&'a str> {
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The value of a row of the settings table, or its default when unset; `""` for a row
+    /// without one (`settings_table_rows_are_consistent` reads every row this way unset).
+    fn value(&self, s: &Setting) -> &'a str {
+        self.get(s.name).or(s.default_value()).unwrap_or_default()
+    }
+
+    /// The value of a row, trimmed, or its default when unset or blank.
+    fn trimmed(&self, s: &Setting) -> Option<&'a str> {
+        self.get(s.name)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .or(s.default_value())
+    }
+}
+
+/// `GPU_SIDECAR_SAMPLE_LOG*`. The format and size are validated even when the log is off.
+fn parse_sample_log(
+    env: &Env<'_>,
+    sample_interval: Duration,
+) -> Result<Option<SampleLogConfig>, ConfigError> {
+    let format = match env.value(&S::SAMPLE_LOG_FORMAT) {
+        "csv" => SampleLogFormat::Csv,
+        "jsonl" => SampleLogFormat::Jsonl,
+        v => {
+            return Err(ConfigError::new(
+                S::SAMPLE_LOG_FORMAT.name,
+                v,
+                S::SAMPLE_LOG_FORMAT.accepts,
+            ))
+        }
+    };
+    let v = env.value(&S::SAMPLE_LOG_MAX_BYTES);
+    let max_bytes = match v.trim().parse::<bytesize::ByteSize>() {
+        Ok(b) if b.as_u64() > 0 => b.as_u64(),
+        _ => {
+            return Err(ConfigError::new(
+                S::SAMPLE_LOG_MAX_BYTES.name,
+                v,
+                S::SAMPLE_LOG_MAX_BYTES.accepts,
+            ))
+        }
+    };
+    Ok(env.get(S::SAMPLE_LOG.name).map(|v| SampleLogConfig {
+        target: output_target(v),
+        format,
+        max_bytes,
+        sample_interval,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,304 @@
+//! The agent's own settings and its `webhook` command's, in one table ([`SETTINGS`]): name,
+//! what an unset variable means, what it accepts and what it does. The parsing reads each
+//! variable through its row ([`super::Config::from_vars`],
+//! [`crate::webhook::settings::WebhookSettings::from_vars`]); a bad value's error says the
+//! row's `accepts`; the unknown-name check, `--help`'s list and `docs/settings.md` follow
+//! the table ([`super::known`]).
+//!
+//! Two other tables hold the rest of the settings, each next to what it configures: the
+//! alert rules' `GPU_SIDECAR_RULE_<NAME>_*` ([`crate::rules::catalogue::RULES`]) and the
+//! standard `OTEL_*` variables ([`super::OTEL_VARIABLES`]); the Downward API's `K8S_*`
+//! variables are [`super::DOWNWARD_API`].
+//!
+//! This module depends on nothing else of the crate, so that the rule table can name its
+//! settings with [`PREFIX`] while the configuration reads the rule table.
+
+/// Prefix of the agent's own variables.
+pub const PREFIX: &str = "GPU_SIDECAR_";
+
+/// What the duration settings accept (the error of a bad one says this).
+pub const DURATION: &str = "a duration with a unit such as 500ms, 5s or 1m, greater than zero";
+
+/// Which command reads a setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    /// The agent (`gpu-otel-sidecar` with no command, and `check-config`).
+    Agent,
+    /// The admission webhook (`gpu-otel-sidecar webhook`); it also reads the agent's
+    /// logging settings and the standard `OTEL_*` export variables.
+    Webhook,
+}
+
+/// What an unset (or empty) variable means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unset {
+    /// This value, read as if it were set.
+    Default(&'static str),
+    /// No value; what that means, in words (e.g. off, or computed from other settings).
+    Means(&'static str),
+    /// The command that reads it stops with exit code 2, naming it.
+    Required,
+}
+
+/// One setting: an environment variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// The variable, e.g. `GPU_SIDECAR_SAMPLE_INTERVAL`.
+    pub name: &'static str,
+    /// Which command reads it.
+    pub component: Component,
+    /// What an unset variable means.
+    pub unset: Unset,
+    /// What it accepts, in words: a bad value's error message says this.
+    pub accepts: &'static str,
+    /// What it does (markdown, for `docs/settings.md`).
+    pub doc: &'static str,
+}
+
+impl Setting {
+    /// The default value, read as if set, when the row has one.
+    pub fn default_value(&self) -> Option<&'static str> {
+        match self.unset {
+            Unset::Default(v) => Some(v),
+            Unset::Means(_) | Unset::Required => None,
+        }
+    }
+
+    /// The default as `docs/settings.md` writes it: `` `5s` ``, words, or `required`.
+    pub fn default_markdown(&self) -> String {
+        match self.unset {
+            Unset::Default(v) => format!("`{v}`"),
+            Unset::Means(words) => words.to_string(),
+            Unset::Required => "required".to_string(),
+        }
+    }
+}
+
+const fn agent(
+    name: &'static str,
+    unset: Unset,
+    accepts: &'static str,
+    doc: &'static str,
+) -> Setting {
+    Setting {
+        name,
+        component: Component::Agent,
+        unset,
+        accepts,
+        doc,
+    }
+}
+
+const fn webhook(
+    name: &'static str,
+    unset: Unset,
+    accepts: &'static str,
+    doc: &'static str,
+) -> Setting {
+    Setting {
+        name,
+        component: Component::Webhook,
+        unset,
+        accepts,
+        doc,
+    }
+}
+
+/// `GPU_SIDECAR_SAMPLE_INTERVAL`.
+pub const SAMPLE_INTERVAL: Setting = agent(
+    "GPU_SIDECAR_SAMPLE_INTERVAL",
+    Unset::Default("5s"),
+    DURATION,
+    "how often NVML is read (the fast fields; see the [sampling schedule](sampling.md#sampling-schedule))",
+);
+/// `GPU_SIDECAR_PROCESS_INTERVAL`.
+pub const PROCESS_INTERVAL: Setting = agent(
+    "GPU_SIDECAR_PROCESS_INTERVAL",
+    Unset::Default("10s"),
+    DURATION,
+    "how often per-process utilization is read (`nvmlDeviceGetProcessUtilization`, ~2 ms), and MPS clients until seen (`nvmlDeviceGetMPSComputeRunningProcesses`), at export ticks",
+);
+/// `GPU_SIDECAR_GPM_INTERVAL`.
+pub const GPM_INTERVAL: Setting = agent(
+    "GPU_SIDECAR_GPM_INTERVAL",
+    Unset::Default("10s"),
+    DURATION,
+    "how often GPM profiling metrics are computed (~3.8 ms), at export ticks; each value is the mean over this window",
+);
+/// `GPU_SIDECAR_ENERGY_INTERVAL`.
+pub const ENERGY_INTERVAL: Setting = agent(
+    "GPU_SIDECAR_ENERGY_INTERVAL",
+    Unset::Default("10s"),
+    DURATION,
+    "how often total energy is read (`nvmlDeviceGetTotalEnergyConsumption`, ~4 ms of CPU on an H200), at export ticks: `hw.energy` is in one export every this long",
+);
+/// `GPU_SIDECAR_PCIE_INTERVAL`.
+pub const PCIE_INTERVAL: Setting = agent(
+    "GPU_SIDECAR_PCIE_INTERVAL",
+    Unset::Default("30s"),
+    DURATION,
+    "how often PCIe throughput is read on GPUs without GPM (`nvmlDeviceGetPcieThroughput`, blocks ~20 ms per direction), at export ticks",
+);
+/// `GPU_SIDECAR_DEVICES`.
+pub const DEVICES: Setting = agent(
+    "GPU_SIDECAR_DEVICES",
+    Unset::Default("all"),
+    "all, pod-resources, or a comma-separated list of NVML indices and GPU-/MIG- UUIDs such as 0,GPU-8f6c…",
+    "`all`, `pod-resources` (the GPUs the kubelet allocated to this pod, NVIDIA's or GKE's device plugin; needs `K8S_POD_NAME` and `K8S_NAMESPACE_NAME`; see [Seeing the right GPUs](kubernetes.md#seeing-the-right-gpus-on-kubernetes)), or a comma list of NVML indices and GPU/MIG UUIDs (`0,GPU-8f6c…`)",
+);
+/// `GPU_SIDECAR_POD_RESOURCES_SOCKET`.
+pub const POD_RESOURCES_SOCKET: Setting = agent(
+    "GPU_SIDECAR_POD_RESOURCES_SOCKET",
+    Unset::Default("/var/lib/kubelet/pod-resources/kubelet.sock"),
+    "a path to the kubelet's pod-resources socket",
+    "kubelet pod-resources socket, for `GPU_SIDECAR_DEVICES=pod-resources`",
+);
+/// `GPU_SIDECAR_EXIT_WITH_PROCESS`.
+pub const EXIT_WITH_PROCESS: Setting = agent(
+    "GPU_SIDECAR_EXIT_WITH_PROCESS",
+    Unset::Means("unset"),
+    "a process name as in /proc/<pid>/comm (at most 15 characters, no '/'), e.g. python",
+    "a process name (`/proc/<pid>/comm`, e.g. `python`): once seen and then gone, the agent shuts down as on SIGTERM (classic sidecars with `shareProcessNamespace`)",
+);
+/// `GPU_SIDECAR_NVML_LIBRARY`.
+pub const NVML_LIBRARY: Setting = agent(
+    "GPU_SIDECAR_NVML_LIBRARY",
+    Unset::Default("libnvidia-ml.so.1"),
+    "a path or soname of the NVML library",
+    "path or soname of the NVML library to load",
+);
+/// `GPU_SIDECAR_LOG_FORMAT`.
+pub const LOG_FORMAT: Setting = agent(
+    "GPU_SIDECAR_LOG_FORMAT",
+    Unset::Default("text"),
+    "text or json",
+    "`text` or `json` (the agent's own logs, on stderr)",
+);
+/// `GPU_SIDECAR_LOG_LEVEL`.
+pub const LOG_LEVEL: Setting = agent(
+    "GPU_SIDECAR_LOG_LEVEL",
+    Unset::Default("info"),
+    "a level (error, warn, info, debug, trace) or tracing filter directives such as info,gpu_otel_sidecar=debug",
+    "`error`, `warn`, `info`, `debug`, `trace`, or directives such as `info,gpu_otel_sidecar=debug`",
+);
+/// `GPU_SIDECAR_SHUTDOWN_TIMEOUT`.
+pub const SHUTDOWN_TIMEOUT: Setting = agent(
+    "GPU_SIDECAR_SHUTDOWN_TIMEOUT",
+    Unset::Default("5s"),
+    DURATION,
+    "bound on the final sample and export after SIGTERM/SIGINT",
+);
+/// `GPU_SIDECAR_REPORT_FILE`.
+pub const REPORT_FILE: Setting = agent(
+    "GPU_SIDECAR_REPORT_FILE",
+    Unset::Means("none"),
+    "a path, or - for standard output",
+    "where the run report goes besides the `gpu.run.report` event: a path (replaced at each shutdown) or `-` for one JSON line on stdout (see [the run report](run-report.md))",
+);
+/// `GPU_SIDECAR_PRICE_PER_GPU_HOUR`.
+pub const PRICE_PER_GPU_HOUR: Setting = agent(
+    "GPU_SIDECAR_PRICE_PER_GPU_HOUR",
+    Unset::Means("none"),
+    "a price per GPU-hour: a number from 0, in any currency, e.g. 2.50",
+    "price of one GPU-hour (any currency, e.g. `2.50`): the run report's `cost` and `idle_cost`",
+);
+/// `GPU_SIDECAR_SAMPLE_LOG`.
+pub const SAMPLE_LOG: Setting = agent(
+    "GPU_SIDECAR_SAMPLE_LOG",
+    Unset::Means("none (off)"),
+    "a path, or - for standard output",
+    "a path, or `-` for stdout: one row per GPU per sample (see [the sample log](run-report.md#sample-log))",
+);
+/// `GPU_SIDECAR_SAMPLE_LOG_FORMAT`.
+pub const SAMPLE_LOG_FORMAT: Setting = agent(
+    "GPU_SIDECAR_SAMPLE_LOG_FORMAT",
+    Unset::Default("csv"),
+    "csv or jsonl",
+    "`csv` (header line, RFC 4180) or `jsonl` (one JSON object per line)",
+);
+/// `GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES`.
+pub const SAMPLE_LOG_MAX_BYTES: Setting = agent(
+    "GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES",
+    Unset::Default("100MiB"),
+    "a size greater than zero in bytes, or with a unit such as 512KiB, 100MiB or 1GB",
+    "a file is renamed to `<path>.1` (replacing the previous one) before it would grow past this; bytes, or with a unit (`512KiB`, `100MiB`, `1GB`)",
+);
+/// `GPU_SIDECAR_HEALTH_ADDR`: every interface by default (kubelet probes come from the
+/// node), a port next to the Collector's health port 13133.
+pub const HEALTH_ADDR: Setting = agent(
+    "GPU_SIDECAR_HEALTH_ADDR",
+    Unset::Default("0.0.0.0:13134"),
+    "an IP address and port such as 0.0.0.0:13134, or off",
+    "address of the health endpoint (`/healthz`, `/readyz`), or `off`",
+);
+/// `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
+pub const WATCHDOG_TIMEOUT: Setting = agent(
+    "GPU_SIDECAR_WATCHDOG_TIMEOUT",
+    Unset::Means("three sample intervals, at least `10s`"),
+    DURATION,
+    "an NVML step (init, listing, tick; for the event watcher, a wait beyond its own timeout) running longer is reported stuck: logged once, counted, not ready",
+);
+
+/// `GPU_SIDECAR_WEBHOOK_ADDR`: where the webhook's HTTPS server listens.
+pub const WEBHOOK_ADDR: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_ADDR",
+    Unset::Default("0.0.0.0:8443"),
+    "an IP address and port such as 0.0.0.0:8443",
+    "address of the HTTPS server: `POST /mutate` (pods annotated `gpu-otel-sidecar.io/inject: \"true\"`), `POST /mutate/namespace` (pods of labelled namespaces), `GET /healthz`, `GET /readyz`",
+);
+/// `GPU_SIDECAR_WEBHOOK_TLS_CERT`: the serving certificate chain.
+pub const WEBHOOK_TLS_CERT: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_TLS_CERT",
+    Unset::Required,
+    "a readable PEM file with the serving certificate first, then its chain",
+    "PEM file of the serving certificate (then its chain); re-read when it changes: a renewed certificate is served from the next TLS handshake on, without a restart",
+);
+/// `GPU_SIDECAR_WEBHOOK_TLS_KEY`: the serving certificate's private key.
+pub const WEBHOOK_TLS_KEY: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_TLS_KEY",
+    Unset::Required,
+    "a readable PEM file with one private key (PKCS#8, PKCS#1 or SEC1) matching the certificate",
+    "PEM file of its private key (PKCS#8, PKCS#1 or SEC1); re-read with it (a pair that does not match is logged and the previous one served)",
+);
+/// `GPU_SIDECAR_WEBHOOK_SIDECAR`: what is injected, as the chart renders it.
+pub const WEBHOOK_SIDECAR: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_SIDECAR",
+    Unset::Required,
+    "a readable JSON file as the Helm chart renders it (`sidecar.json` of the webhook's ConfigMap)",
+    "JSON file of the sidecar to inject, as the chart renders it from its values with its named templates (`sidecar.json` of the webhook's ConfigMap): its container, pod fields and volumes (image, collector, `mode`, `gpuVisibility`); read at start",
+);
+/// `GPU_SIDECAR_WEBHOOK_SHUTDOWN_DELAY`: how long the server goes on answering after SIGTERM.
+pub const WEBHOOK_SHUTDOWN_DELAY: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_SHUTDOWN_DELAY",
+    Unset::Default("5s"),
+    DURATION,
+    "after SIGTERM it goes on answering this long (`/readyz` says 503) while Kubernetes takes it out of its Service, then finishes the requests in flight (5 s at most) and exits 0",
+);
+
+/// Every setting of the agent and of the webhook command, in `docs/settings.md`'s order.
+pub static SETTINGS: &[Setting] = &[
+    SAMPLE_INTERVAL,
+    PROCESS_INTERVAL,
+    GPM_INTERVAL,
+    ENERGY_INTERVAL,
+    PCIE_INTERVAL,
+    DEVICES,
+    POD_RESOURCES_SOCKET,
+    EXIT_WITH_PROCESS,
+    NVML_LIBRARY,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    SHUTDOWN_TIMEOUT,
+    REPORT_FILE,
+    PRICE_PER_GPU_HOUR,
+    SAMPLE_LOG,
+    SAMPLE_LOG_FORMAT,
+    SAMPLE_LOG_MAX_BYTES,
+    HEALTH_ADDR,
+    WATCHDOG_TIMEOUT,
+    WEBHOOK_ADDR,
+    WEBHOOK_TLS_CERT,
+    WEBHOOK_TLS_KEY,
+    WEBHOOK_SIDECAR,
+    WEBHOOK_SHUTDOWN_DELAY,
+];
