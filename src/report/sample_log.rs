@@ -58,8 +58,6 @@ pub const COLUMNS: [&str; 10] = [
     "clocks_event_reasons",
 ];
 
-const MIB: u64 = 1024 * 1024;
-
 /// One row: one GPU at one tick. Field names are [`COLUMNS`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row<'a> {
@@ -110,10 +108,10 @@ impl<'a> Row<'a> {
             gpu_index: s.info.index,
             gpu_uuid: &s.info.uuid,
             utilization_gpu_percent: s.utilization_gpu_percent,
-            memory_used_mib: s.memory_used_bytes.map(|b| b / MIB),
-            memory_total_mib: s.memory_total_bytes.map(|b| b / MIB),
+            memory_used_mib: s.memory_used_mib(),
+            memory_total_mib: s.memory_total_mib(),
             temperature_gpu_c: s.temperature_gpu_celsius,
-            power_w: s.power_milliwatts.map(|mw| f64::from(mw) / 1000.0),
+            power_w: s.power_watts(),
             clock_sm_mhz: s.clock_sm_mhz,
             clocks_event_reasons: s.clocks_event_reasons.map(reason_names),
         }

@@ -73,10 +73,6 @@ fn reasons_value(bits: u64) -> KeyValue {
     )
 }
 
-fn watts(mw: Option<u32>) -> Option<f64> {
-    mw.map(|m| f64::from(m) / 1000.0)
-}
-
 fn clock_verdict(
     d: &DeviceSample,
     mask: u64,
@@ -113,8 +109,7 @@ impl Rule for PowerCapped {
                 SW_POWER_CAP,
                 "the power cap",
                 |d, values| {
-                    let (power, limit) =
-                        (watts(d.power_milliwatts), watts(d.power_limit_milliwatts));
+                    let (power, limit) = (d.power_watts(), d.power_limit_watts());
                     if let Some(p) = power {
                         values.push(KeyValue::new("hw.power", p));
                     }
@@ -150,7 +145,7 @@ impl Rule for Slowdown {
                     if let Some(t) = d.temperature_gpu_celsius {
                         values.push(KeyValue::new("hw.temperature", f64::from(t)));
                     }
-                    if let Some(p) = watts(d.power_milliwatts) {
+                    if let Some(p) = d.power_watts() {
                         values.push(KeyValue::new("hw.power", p));
                     }
                     match d.temperature_gpu_celsius {

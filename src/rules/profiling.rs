@@ -16,6 +16,7 @@ use opentelemetry::KeyValue;
 
 use super::catalogue::RuleId;
 use super::engine::{Rule, Verdict};
+use crate::sampling::snapshot::ratio_from_percent;
 use crate::sampling::{DeviceSample, DeviceState, GpmMetrics, Snapshot};
 
 /// Windows without a new reading after which a GPU's last judgement lapses.
@@ -150,7 +151,7 @@ impl Judged {
 }
 
 fn ratio(percent: f64) -> f64 {
-    percent / 100.0
+    ratio_from_percent(percent)
 }
 
 fn pct(p: f64) -> String {

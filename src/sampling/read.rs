@@ -30,7 +30,7 @@ use super::processes;
 use super::raw::{self, ProcessInfoLayout, ProcessList, RawProcess, Versioned};
 use super::snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
-    ProcessUtilization, Sharing,
+    ProcessUtilization, Sharing, BYTES_PER_KIB,
 };
 use super::watch::Target;
 use super::SampleGroup;
@@ -1277,7 +1277,7 @@ fn read_slow<'n>(
                     // KB/s (1024 bytes) sampled over ~20 ms: the mean of the two readings
                     // times the time between them (less what GPM already counted) is an
                     // estimate, not a count.
-                    let rate = |a: u32, b: u32| (f64::from(a) + f64::from(b)) / 2.0 * 1024.0;
+                    let rate = |a: u32, b: u32| (f64::from(a) + f64::from(b)) / 2.0 * BYTES_PER_KIB;
                     d.count_pcie(then, now, Some(rate(tx0, tx)), Some(rate(rx0, rx)));
                 }
                 d.pcie_previous = Some((now, tx, rx));

@@ -8,7 +8,8 @@ use opentelemetry::KeyValue;
 
 use crate::sampling::bounds::{self, Reading};
 use crate::sampling::{
-    DeviceInfo, DeviceSample, DeviceState, ProcessSample, SampleGroup, CLOCKS_EVENT_REASONS,
+    DeviceInfo, DeviceSample, DeviceState, GpmMetrics, ProcessSample, ProcessUtilization,
+    SampleGroup, CLOCKS_EVENT_REASONS,
 };
 
 /// OpenTelemetry instrument kind of a metric.
@@ -95,16 +96,6 @@ fn push(out: &mut Vec<Point>, value: Option<f64>, attributes: Vec<KeyValue>) {
     }
 }
 
-fn ratio(percent: Option<u32>) -> Option<f64> {
-    percent.map(|p| f64::from(p) / 100.0)
-}
-
-/// A GPM percentage as a ratio, held to 0..1 (NVML's float arithmetic can land a hair
-/// outside 0..100).
-fn gpm_ratio(percent: Option<f64>) -> Option<f64> {
-    percent.map(|p| (p / 100.0).clamp(0.0, 1.0))
-}
-
 /// `process.pid` and, where known, `process.executable.name`.
 fn process_attributes(p: &ProcessSample) -> Vec<KeyValue> {
     let mut v = vec![KeyValue::new("process.pid", i64::from(p.pid))];
@@ -140,9 +131,9 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "`hw.gpu.task` = `general` | `encoder` | `decoder`",
         source: "`nvmlDeviceGetUtilizationRates` (`.gpu`), `nvmlDeviceGetEncoderUtilization`, `nvmlDeviceGetDecoderUtilization`; percent / 100",
         extract: |d, out| {
-            push(out, ratio(d.utilization_gpu_percent), vec![kv("hw.gpu.task", "general")]);
-            push(out, ratio(d.utilization_encoder_percent), vec![kv("hw.gpu.task", "encoder")]);
-            push(out, ratio(d.utilization_decoder_percent), vec![kv("hw.gpu.task", "decoder")]);
+            push(out, d.utilization_gpu_ratio(), vec![kv("hw.gpu.task", "general")]);
+            push(out, d.utilization_encoder_ratio(), vec![kv("hw.gpu.task", "encoder")]);
+            push(out, d.utilization_decoder_ratio(), vec![kv("hw.gpu.task", "decoder")]);
         },
     },
     MetricDef {
@@ -176,13 +167,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         description: "Fraction of GPU memory used (used / total).",
         attributes: "",
         source: "`nvmlDeviceGetMemoryInfo_v2` (or v1, as above), `.used / .total`",
-        extract: |d, out| {
-            let v = match (d.memory_used_bytes, d.memory_total_bytes) {
-                (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
-                _ => None,
-            };
-            push(out, v, vec![]);
-        },
+        extract: |d, out| push(out, d.memory_used_ratio(), vec![]),
     },
     MetricDef {
         name: "nvidia.gpu.memory.reserved",
@@ -204,7 +189,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         description: "Fraction of the last sample period during which device memory was being read or written.",
         attributes: "",
         source: "`nvmlDeviceGetUtilizationRates` (`.memory`); percent / 100",
-        extract: |d, out| push(out, ratio(d.utilization_memory_controller_percent), vec![]),
+        extract: |d, out| push(out, d.utilization_memory_controller_ratio(), vec![]),
     },
     MetricDef {
         name: "hw.temperature",
@@ -229,7 +214,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         description: "Power drawn by the GPU board.",
         attributes: "",
         source: "`nvmlDeviceGetPowerUsage`; mW / 1000",
-        extract: |d, out| push(out, d.power_milliwatts.map(|mw| f64::from(mw) / 1000.0), vec![]),
+        extract: |d, out| push(out, d.power_watts(), vec![]),
     },
     MetricDef {
         name: "nvidia.gpu.power.limit",
@@ -240,7 +225,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         description: "Power limit the driver enforces (the cap the board is held to).",
         attributes: "",
         source: "`nvmlDeviceGetEnforcedPowerLimit`; mW / 1000",
-        extract: |d, out| push(out, d.power_limit_milliwatts.map(|mw| f64::from(mw) / 1000.0), vec![]),
+        extract: |d, out| push(out, d.power_limit_watts(), vec![]),
     },
     MetricDef {
         name: "hw.energy",
@@ -251,7 +236,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         description: "Energy consumed by the GPU since the agent's first reading (start time: that reading's time; a new start time when NVML's total goes down, after a driver reload or GPU reset).",
         attributes: "",
         source: "`nvmlDeviceGetTotalEnergyConsumption` (mJ since the driver loaded) / 1000, minus the first reading",
-        extract: |d, out| push(out, d.energy_millijoules.map(|mj| mj as f64 / 1000.0), vec![]),
+        extract: |d, out| push(out, d.energy_joules(), vec![]),
     },
     MetricDef {
         name: "nvidia.gpu.clock.frequency",
@@ -394,11 +379,11 @@ pub static CATALOGUE: &[MetricDef] = &[
         source: "`nvmlDeviceGetProcessUtilization` (`smUtil`, `encUtil`, `decUtil`) every `GPU_SIDECAR_PROCESS_INTERVAL`: mean of the samples since the previous read; a process listed at the previous read with no sample in a window where NVML sampled others was idle, 0; no sample at all (`NVML_ERROR_NOT_FOUND`) leaves every process absent and the window open; a process first listed after the previous read and without a sample is absent until a read covers it; percent / 100",
         extract: |d, out| {
             for (task, f) in [
-                ("general", (|u: &crate::sampling::ProcessUtilization| u.sm_percent) as fn(&_) -> f64),
-                ("encoder", |u| u.encoder_percent),
-                ("decoder", |u| u.decoder_percent),
+                ("general", ProcessUtilization::sm_ratio as fn(&_) -> f64),
+                ("encoder", ProcessUtilization::encoder_ratio),
+                ("decoder", ProcessUtilization::decoder_ratio),
             ] {
-                per_process(d, out, |p| p.utilization.as_ref().map(|u| f(u) / 100.0), &[kv("hw.gpu.task", task)]);
+                per_process(d, out, |p| p.utilization.as_ref().map(f), &[kv("hw.gpu.task", task)]);
             }
         },
     },
@@ -411,7 +396,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         description: "Fraction of the last process-utilization window during which device memory was read or written for this process.",
         attributes: "`process.pid`, `process.executable.name` (as above)",
         source: "`nvmlDeviceGetProcessUtilization` (`memUtil`), as `nvidia.gpu.process.utilization`; percent / 100",
-        extract: |d, out| per_process(d, out, |p| p.utilization.map(|u| u.memory_percent / 100.0), &[]),
+        extract: |d, out| per_process(d, out, |p| p.utilization.map(|u| u.memory_ratio()), &[]),
     },
     MetricDef {
         name: "nvidia.gpu.graphics_engine.activity",
@@ -422,7 +407,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         description: "GPM: fraction of the last GPM window during which the graphics or compute engine was active.",
         attributes: "",
         source: "GPM (Hopper and newer): `nvmlGpmMetricsGet(NVML_GPM_METRIC_GRAPHICS_UTIL)` over consecutive `nvmlGpmSampleGet` samples (MIG device: `nvmlGpmMigSampleGet` on the parent) `GPU_SIDECAR_GPM_INTERVAL` apart; percent / 100",
-        extract: |d, out| push(out, gpm_ratio(d.gpm.and_then(|g| g.graphics_util)), vec![]),
+        extract: |d, out| push(out, GpmMetrics::ratio(d.gpm.and_then(|g| g.graphics_util)), vec![]),
     },
     MetricDef {
         name: "nvidia.gpu.sm.activity",
@@ -433,7 +418,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         description: "GPM: fraction of the last GPM window during which the SMs had at least one warp resident, averaged over SMs.",
         attributes: "",
         source: "GPM: `NVML_GPM_METRIC_SM_UTIL`, as above",
-        extract: |d, out| push(out, gpm_ratio(d.gpm.and_then(|g| g.sm_util)), vec![]),
+        extract: |d, out| push(out, GpmMetrics::ratio(d.gpm.and_then(|g| g.sm_util)), vec![]),
     },
     MetricDef {
         name: "nvidia.gpu.sm.occupancy",
@@ -444,7 +429,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         description: "GPM: resident warps as a fraction of the maximum, averaged over SMs and the last GPM window.",
         attributes: "",
         source: "GPM: `NVML_GPM_METRIC_SM_OCCUPANCY`, as above",
-        extract: |d, out| push(out, gpm_ratio(d.gpm.and_then(|g| g.sm_occupancy)), vec![]),
+        extract: |d, out| push(out, GpmMetrics::ratio(d.gpm.and_then(|g| g.sm_occupancy)), vec![]),
     },
     MetricDef {
         name: "nvidia.gpu.tensor.activity",
@@ -463,7 +448,7 @@ pub static CATALOGUE: &[MetricDef] = &[
                     ("imma", g.imma_tensor_util),
                     ("dfma", g.dfma_tensor_util),
                 ] {
-                    push(out, gpm_ratio(v), vec![kv("nvidia.gpu.tensor.op", op)]);
+                    push(out, GpmMetrics::ratio(v), vec![kv("nvidia.gpu.tensor.op", op)]);
                 }
             }
         },
@@ -485,7 +470,7 @@ pub static CATALOGUE: &[MetricDef] = &[
                     ("fp64", g.fp64_util),
                     ("integer", g.integer_util),
                 ] {
-                    push(out, gpm_ratio(v), vec![kv("nvidia.gpu.pipe", pipe)]);
+                    push(out, GpmMetrics::ratio(v), vec![kv("nvidia.gpu.pipe", pipe)]);
                 }
             }
         },
@@ -499,7 +484,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         description: "GPM: DRAM bandwidth used as a fraction of the peak, over the last GPM window.",
         attributes: "",
         source: "GPM: `NVML_GPM_METRIC_DRAM_BW_UTIL`, as above",
-        extract: |d, out| push(out, gpm_ratio(d.gpm.and_then(|g| g.dram_bw_util)), vec![]),
+        extract: |d, out| push(out, GpmMetrics::ratio(d.gpm.and_then(|g| g.dram_bw_util)), vec![]),
     },
     MetricDef {
         name: "hw.gpu.io",
