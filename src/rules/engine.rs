@@ -3,14 +3,16 @@
 //! (`taken_instant` for holds, `taken_at` for the records), nothing here reads a clock,
 //! emits or blocks, so tests feed it synthetic snapshots.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::{xid_hint, Hold, RuleId};
+use super::catalogue::{Hold, RuleId};
 use super::preallocation::PoolParams;
 use super::{clocks, health, memory, profiling, workload};
+use crate::catalogue::xid;
 use crate::config::RulesConfig;
 use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, Snapshot};
 use crate::telemetry::catalogue::{device_attributes, info_attributes, Number, CATALOGUE};
@@ -136,7 +138,7 @@ pub struct Alert {
     /// What was seen, in words.
     pub summary: String,
     /// What to do.
-    pub hint: &'static str,
+    pub hint: Cow<'static, str>,
 }
 
 /// An XID error seen by the NVML event watcher (`nvmlEventSetWait_v2`,
@@ -487,7 +489,7 @@ impl Engine {
                             .map(readings)
                             .unwrap_or_default(),
                         summary: v.summary,
-                        hint: id.spec().hint,
+                        hint: id.spec().hint.into(),
                     }),
                     Some(Step::Resolve { firing_for }) => out.push(Alert {
                         rule: id,
@@ -502,7 +504,7 @@ impl Engine {
                         samples: 0,
                         readings: Vec::new(),
                         summary: v.summary,
-                        hint: id.spec().hint,
+                        hint: id.spec().hint.into(),
                     }),
                     None => {}
                 }
@@ -553,7 +555,7 @@ impl Engine {
                             s.count,
                             humantime::format_duration(quiet)
                         ),
-                        hint: xid_hint(key.1),
+                        hint: xid::hint(key.1).into(),
                     });
                 }
             }
@@ -622,7 +624,7 @@ impl Engine {
                 .map(readings)
                 .unwrap_or_default(),
             summary: format!("XID {} reported", report.xid),
-            hint: xid_hint(report.xid),
+            hint: xid::hint(report.xid).into(),
         })
     }
 }

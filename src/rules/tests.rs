@@ -845,3 +845,57 @@ fn observe_cost() {
         );
     }
 }
+
+/// One XID, one text: the `nvidia.gpu.xid` event's body and the `xid` alert's body give the
+/// same meaning and advice for every code (they once gave different advice for 45, 48 and
+/// 63/64).
+#[test]
+fn an_xid_reads_the_same_in_its_event_and_in_its_alert() {
+    use crate::sampling::{DeviceEvent, DeviceEventKind};
+    let mut engine = Engine::new(&config(&[]));
+    let mut clock = Clock::new();
+    engine.observe(&clock.at(0.0, vec![busy(0)]));
+    let device = info(0);
+    let label = format!(
+        "{} ({})",
+        device.uuid,
+        device.name.as_deref().unwrap_or_default()
+    );
+    for code in [
+        13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 12345,
+    ] {
+        let event = crate::telemetry::xid::to_event(&DeviceEvent {
+            time: clock.wall,
+            device: device.clone(),
+            kind: DeviceEventKind::Xid(code),
+        });
+        let alert = engine
+            .xid(&XidReport {
+                hw_id: device.uuid.clone(),
+                xid: code,
+                at: clock.instant,
+                time: clock.wall,
+                gpu_instance_id: None,
+                compute_instance_id: None,
+            })
+            .expect("fires");
+        let record = to_event(&alert).body;
+        let from_event = event
+            .body
+            .split_once(&format!("XID {code} on {label}: "))
+            .map(|(_, t)| t.to_string())
+            .unwrap_or_else(|| panic!("event body: {}", event.body));
+        let hint = record
+            .split_once(&format!("XID {code} reported. "))
+            .map(|(_, t)| t)
+            .unwrap_or_else(|| panic!("alert body: {record}"));
+        let from_alert = match hint.strip_prefix(&format!("XID {code} (")) {
+            Some(rest) => rest.replacen("): ", ": ", 1),
+            None => hint
+                .strip_prefix(&format!("XID {code}: "))
+                .unwrap_or(hint)
+                .to_string(),
+        };
+        assert_eq!(from_event, from_alert, "XID {code}");
+    }
+}
