@@ -49,14 +49,13 @@ use opentelemetry_sdk::Resource;
 use serde::Serialize;
 
 use super::efficiency::{self, Efficiency, EfficiencyAcc, MemoryPattern};
+use crate::catalogue::clocks_event_reasons::{self, CLOCKS_EVENT_REASONS};
 use crate::config::OutputTarget;
 use crate::rules::preallocation::PoolParams;
 use crate::sampling::snapshot::{
     joules_from_millijoules, ratio_from_percent, watts_from_milliwatts,
 };
-use crate::sampling::{
-    DeviceInfo, DeviceSample, SharedState, Sharing, Snapshot, CLOCKS_EVENT_REASONS,
-};
+use crate::sampling::{DeviceInfo, DeviceSample, SharedState, Sharing, Snapshot};
 use crate::telemetry::events::{Event, Events};
 
 /// `event.name` of the report's log record, and the value of the `event.name` key that
@@ -359,10 +358,7 @@ fn max_opt(a: Option<u32>, b: Option<u32>) -> Option<u32> {
 }
 
 fn bit(name: &str) -> u64 {
-    CLOCKS_EVENT_REASONS
-        .iter()
-        .find(|(_, n)| *n == name)
-        .map_or(0, |(b, _)| *b)
+    clocks_event_reasons::bit(name)
 }
 
 /// Rounds to `decimals` decimal places (presentation only).
@@ -410,7 +406,7 @@ impl GpuAcc {
         }
         if let Some(r) = h.reasons {
             self.reasons_known_s += dt;
-            for (i, (b, _)) in CLOCKS_EVENT_REASONS.iter().enumerate() {
+            for (i, b) in CLOCKS_EVENT_REASONS.iter().map(|r| r.bit).enumerate() {
                 if r & b != 0 {
                     self.reason_s[i] += dt;
                 }
@@ -532,7 +528,7 @@ impl GpuAcc {
                 .iter()
                 .zip(self.reason_s.iter())
                 .filter(|(_, s)| **s > 0.0)
-                .map(|((_, name), s)| (*name, round(*s, 3)))
+                .map(|(r, s)| (r.value, round(*s, 3)))
                 .collect(),
             xid_count: xid_strings(xids),
             efficiency: self.efficiency.summary(wall, price, !is_mig(&self.info)),
@@ -772,7 +768,11 @@ impl RunAccumulator {
         };
         let mut clocks_event_s: BTreeMap<&'static str, f64> = BTreeMap::new();
         for g in &self.gpus {
-            for ((_, name), s) in CLOCKS_EVENT_REASONS.iter().zip(g.reason_s.iter()) {
+            for (name, s) in CLOCKS_EVENT_REASONS
+                .iter()
+                .map(|r| r.value)
+                .zip(g.reason_s.iter())
+            {
                 if *s > 0.0 {
                     *clocks_event_s.entry(name).or_default() += s;
                 }

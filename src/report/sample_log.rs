@@ -16,7 +16,7 @@
 //! | `temperature_gpu_c` | °C | `nvmlDeviceGetTemperature(GPU)` |
 //! | `power_w` | W (mW resolution) | `nvmlDeviceGetPowerUsage` |
 //! | `clock_sm_mhz` | MHz | `nvmlDeviceGetClockInfo(SM)` |
-//! | `clocks_event_reasons` | | active clock-event (throttle) reasons, names of [`CLOCKS_EVENT_REASONS`] joined by `\|`; `none` when no reason is active; an unnamed bit as hex |
+//! | `clocks_event_reasons` | | active clock-event (throttle) reasons, names of [`CLOCKS_EVENT_REASONS`](clocks_event_reasons::CLOCKS_EVENT_REASONS) joined by `\|`; `none` when no reason is active; an unnamed bit as hex |
 //!
 //! One row per GPU per tick of `GPU_SIDECAR_SAMPLE_INTERVAL`. The final sample taken at
 //! shutdown is written only if it comes at least half a sample interval after the previous
@@ -41,8 +41,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::catalogue::clocks_event_reasons;
 use crate::config::{OutputTarget, SampleLogConfig, SampleLogFormat};
-use crate::sampling::{DeviceSample, SharedState, Snapshot, CLOCKS_EVENT_REASONS};
+use crate::sampling::{DeviceSample, SharedState, Snapshot};
 
 /// The columns, in order (the CSV header; the JSON keys).
 pub const COLUMNS: [&str; 10] = [
@@ -88,12 +89,11 @@ pub fn reason_names(mask: u64) -> String {
     if mask == 0 {
         return "none".into();
     }
-    let mut names: Vec<String> = CLOCKS_EVENT_REASONS
-        .iter()
-        .filter(|(b, _)| mask & b != 0)
-        .map(|(_, n)| (*n).to_string())
+    let mut names: Vec<String> = clocks_event_reasons::values(mask)
+        .into_iter()
+        .map(String::from)
         .collect();
-    let known = CLOCKS_EVENT_REASONS.iter().fold(0, |a, (b, _)| a | b);
+    let known = clocks_event_reasons::KNOWN;
     if mask & !known != 0 {
         names.push(format!("{:#x}", mask & !known));
     }

@@ -118,20 +118,6 @@ pub struct NoObserver;
 
 impl Observer for NoObserver {}
 
-/// Clock-event (throttle) reason bits of `nvmlDeviceGetCurrentClocksEventReasons`, with the
-/// attribute value used for each (`nvidia.gpu.clocks_event.reason`).
-pub const CLOCKS_EVENT_REASONS: &[(u64, &str)] = &[
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-];
-
 /// Why NVML is not usable, with the usual fix; one per distinct init failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NvmlDown {

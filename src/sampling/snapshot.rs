@@ -281,7 +281,7 @@ pub struct DeviceSample {
     pub clock_memory_mhz: Option<u32>,
     /// Clock-event (throttle) reasons bitmask (`nvmlDeviceGetCurrentClocksEventReasons`, or
     /// `nvmlDeviceGetCurrentClocksThrottleReasons` on drivers before R535);
-    /// see [`crate::sampling::CLOCKS_EVENT_REASONS`].
+    /// see [`crate::catalogue::clocks_event_reasons`].
     pub clocks_event_reasons: Option<u64>,
     /// Performance state, 0 (P0, maximum) to 15 (`nvmlDeviceGetPerformanceState`).
     pub performance_state: Option<u32>,

@@ -6,10 +6,11 @@
 
 use opentelemetry::KeyValue;
 
+use crate::catalogue::clocks_event_reasons::{self, CLOCKS_EVENT_REASONS};
 use crate::sampling::bounds::{self, Reading};
 use crate::sampling::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, ProcessSample, ProcessUtilization,
-    SampleGroup, CLOCKS_EVENT_REASONS,
+    SampleGroup,
 };
 
 /// OpenTelemetry instrument kind of a metric.
@@ -265,9 +266,9 @@ pub static CATALOGUE: &[MetricDef] = &[
         source: "`nvmlDeviceGetCurrentClocksEventReasons` (older drivers: `nvmlDeviceGetCurrentClocksThrottleReasons`; `nvmlClocksEventReasons` bitmask), one point per bit",
         extract: |d, out| {
             if let Some(bits) = d.clocks_event_reasons {
-                for (bit, reason) in CLOCKS_EVENT_REASONS {
-                    let v = if bits & bit != 0 { 1.0 } else { 0.0 };
-                    out.push(Point { value: v, attributes: vec![kv("nvidia.gpu.clocks_event.reason", reason)] });
+                for r in CLOCKS_EVENT_REASONS {
+                    let v = if bits & r.bit != 0 { 1.0 } else { 0.0 };
+                    out.push(Point { value: v, attributes: vec![kv("nvidia.gpu.clocks_event.reason", r.value)] });
                 }
             }
         },
@@ -654,16 +655,12 @@ pub static RECORDED: &[&RecordedDef] = &[
     &crate::webhook::metrics::ADMISSIONS,
 ];
 
-/// Clock-event reasons that mean the card is degraded (not the power cap, which is normal
-/// at full load): SW/HW thermal slowdown, HW slowdown, HW power brake.
-pub const DEGRADING_REASONS: u64 = 0x8 | 0x20 | 0x40 | 0x80;
-
 /// The `hw.state` of a device: `failed`, `degraded` or `ok`.
 pub fn device_state(d: &DeviceSample) -> &'static str {
     match d.state {
         DeviceState::Lost => "failed",
         DeviceState::Ok
-            if d.clocks_event_reasons.unwrap_or(0) & DEGRADING_REASONS != 0
+            if d.clocks_event_reasons.unwrap_or(0) & clocks_event_reasons::DEGRADING != 0
                 || d.remapped_rows.is_some_and(|r| r.pending || r.failed) =>
         {
             "degraded"
@@ -927,6 +924,14 @@ mod tests {
         let d = h200();
         let reasons = device_points(def("nvidia.gpu.clocks_event.active"), &d);
         assert_eq!(reasons.len(), CLOCKS_EVENT_REASONS.len());
+        let documented = def("nvidia.gpu.clocks_event.active").attributes;
+        for r in CLOCKS_EVENT_REASONS {
+            assert!(
+                documented.contains(&format!("`{}`", r.value)),
+                "{}",
+                r.value
+            );
+        }
         let active: Vec<_> = reasons
             .iter()
             .filter(|p| p.value == 1.0)
