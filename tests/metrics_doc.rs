@@ -1,7 +1,7 @@
 //! `docs/metrics.md` is generated from the catalogue; this test fails when they disagree.
 //! Regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`.
 
-use gpu_otel_sidecar::telemetry::catalogue::{markdown, CATALOGUE, RECORDED};
+use gpu_otel_sidecar::catalogue::metrics::{markdown, CATALOGUE, RECORDED};
 
 #[test]
 fn metrics_doc_matches_catalogue() {

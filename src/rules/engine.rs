@@ -12,10 +12,10 @@ use opentelemetry::KeyValue;
 use super::catalogue::{Hold, RuleId};
 use super::preallocation::PoolParams;
 use super::{clocks, health, memory, profiling, workload};
+use crate::catalogue::metrics::{device_attributes, info_attributes, Number, CATALOGUE};
 use crate::catalogue::xid;
 use crate::config::RulesConfig;
 use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, Snapshot};
-use crate::telemetry::catalogue::{device_attributes, info_attributes, Number, CATALOGUE};
 
 /// What a rule judged about one subject (a GPU, or the pod's GPUs together) at one sample.
 #[derive(Debug, Clone, PartialEq)]

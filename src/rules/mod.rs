@@ -34,10 +34,10 @@ pub use catalogue::{AlertSeverity, Hold, RuleId, RULES};
 pub use engine::{pool_params, Alert, AlertState, Engine, XidReport};
 pub(crate) use workload::holds_memory;
 
+use crate::catalogue::metrics::ALERTS;
 use crate::config::RulesConfig;
 use crate::sampling::SharedState;
 use crate::sampling::Snapshot;
-use crate::telemetry::catalogue::ALERTS;
 use crate::telemetry::events::{Event, Events};
 use crate::telemetry::recorded::{Counter, Recorded};
 
@@ -45,7 +45,7 @@ use crate::telemetry::recorded::{Counter, Recorded};
 const QUEUE: usize = 64;
 
 /// Name of the alerts counter (a row of
-/// [`RECORDED`](crate::telemetry::catalogue::RECORDED)).
+/// [`RECORDED`](crate::catalogue::metrics::RECORDED)).
 pub const ALERTS_COUNTER: &str = "nvidia.gpu.alerts";
 
 /// `x` bytes as `12.3 GiB`.

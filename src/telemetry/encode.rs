@@ -23,10 +23,10 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
 
-use super::catalogue::{device_points, Instrument, Number, RecordedDef, CATALOGUE};
 use super::recorded::{HistogramValue, Recorded};
 use super::self_metrics::OwnValues;
 use super::series::{series_key, Accepted, Cumulative, Origin, Restart, SeriesStore, Stamp};
+use crate::catalogue::metrics::{device_points, Instrument, Number, RecordedDef, CATALOGUE};
 use crate::config::TemporalityPreference;
 use crate::sampling::Snapshot;
 

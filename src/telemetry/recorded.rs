@@ -1,4 +1,4 @@
-//! The metrics recorded as things happen ([`RECORDED`](super::catalogue::RECORDED): XIDs,
+//! The metrics recorded as things happen ([`RECORDED`](crate::catalogue::metrics::RECORDED): XIDs,
 //! alerts, sample durations): cumulative counts and histograms by attribute set, kept in
 //! memory until each export reads them ([`Recorded::collect`]).
 //!
@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::RecordedDef;
 use super::series::series_key;
+use crate::catalogue::metrics::RecordedDef;
 
 /// Attribute sets kept per recorded metric (the SDK's default cardinality limit).
 pub const MAX_SERIES: usize = 2000;
@@ -209,7 +209,7 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::catalogue::{ALERTS, SAMPLE_DURATION};
+    use crate::catalogue::metrics::{ALERTS, SAMPLE_DURATION};
 
     #[test]
     fn counters_start_at_zero_when_ensured_and_count_increments() {

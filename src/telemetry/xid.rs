@@ -6,8 +6,8 @@
 use opentelemetry::logs::Severity;
 use opentelemetry::KeyValue;
 
-use super::catalogue::info_attributes;
 use super::events::Event;
+use crate::catalogue::metrics::info_attributes;
 use crate::catalogue::xid;
 use crate::sampling::{DeviceEvent, DeviceEventKind};
 

@@ -1,7 +1,7 @@
 //! The webhook's own metric, [`ADMISSIONS`], and the pipeline that exports it.
 //!
 //! The definition is a [`RecordedDef`] listed in the metric catalogue
-//! ([`crate::telemetry::catalogue::RECORDED`], `docs/metrics.md`). The pipeline is the
+//! ([`crate::catalogue::metrics::RECORDED`], `docs/metrics.md`). The pipeline is the
 //! agent's ([`Telemetry`]), with the agent's exporter settings as they are
 //! (`OTEL_METRICS_EXPORTER`, `OTEL_EXPORTER_OTLP_*`, TLS files, `OTEL_METRIC_EXPORT_INTERVAL`):
 //! the webhook has no NVML sampler, so no snapshot ever arrives and the export clock exports
@@ -14,9 +14,9 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
 
 use super::inject::Outcome;
+use crate::catalogue::metrics::{RecordedDef, RecordedInstrument};
 use crate::config::Config;
 use crate::sampling::SharedState;
-use crate::telemetry::catalogue::{RecordedDef, RecordedInstrument};
 use crate::telemetry::recorded::Counter;
 use crate::telemetry::{Telemetry, TelemetryError};
 

@@ -1,7 +1,7 @@
 //! The one catalogue of exported metrics: name, instrument, unit, description, attributes
 //! and NVML source, plus the pure function that turns a [`DeviceSample`] into data points.
 //!
-//! Registration ([`super::instruments`]), `docs/metrics.md` ([`markdown`]) and the
+//! Export ([`crate::telemetry::encode`]), `docs/metrics.md` ([`markdown`]) and the
 //! consistency test all follow [`CATALOGUE`]; adding a metric is one row.
 
 use opentelemetry::KeyValue;
@@ -600,7 +600,7 @@ impl RecordedInstrument {
 }
 
 /// A metric recorded as things happen (events, timings) rather than read from a snapshot;
-/// registered by [`super::recorder`], documented with the catalogue.
+/// registered by [`crate::telemetry::recorder`], documented with the catalogue.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordedDef {
     /// OTel metric name.
@@ -735,7 +735,7 @@ pub fn age(group: SampleGroup) -> &'static str {
 pub fn markdown() -> String {
     let mut s = String::from(
         "# Metrics\n\n\
-         Generated from `src/telemetry/catalogue.rs` (the test `metrics_doc_matches_catalogue` fails when \
+         Generated from `src/catalogue/metrics/` (the test `metrics_doc_matches_catalogue` fails when \
          this file and the code disagree; regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`).\n\n\
          Ratios are 0..1, units are UCUM. A value NVML does not give is absent, never 0.\n\n",
     );
