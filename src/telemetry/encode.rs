@@ -26,7 +26,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
 use super::recorded::{HistogramValue, Recorded};
 use super::self_metrics::OwnValues;
 use super::series::{series_key, Accepted, Cumulative, Origin, Restart, SeriesStore, Stamp};
-use crate::catalogue::metrics::{device_points, Instrument, Number, RecordedDef, CATALOGUE};
+use crate::catalogue::metrics::{device_points, AgentMetricDef, Instrument, Number, CATALOGUE};
 use crate::config::TemporalityPreference;
 use crate::sampling::Snapshot;
 
@@ -416,11 +416,13 @@ impl Encoder {
         out: &mut Building,
         accepted: &mut Vec<Accepted>,
     ) {
-        use super::self_metrics::{EXPORT_FAILURES, EXPORT_LAST_SUCCESS, NVML_ERRORS, NVML_STUCK};
+        use crate::catalogue::metrics::{
+            EXPORT_FAILURES, EXPORT_LAST_SUCCESS, NVML_ERRORS, NVML_STUCK,
+        };
         let delta = is_delta(self.temporality, Kind::ObservableCounter);
         let origin = Origin::AgentStart(self.started);
         let mut sum = |enc: &mut Self,
-                       m: &super::self_metrics::SelfMetric,
+                       m: &AgentMetricDef,
                        values: Vec<(Vec<KeyValue>, u64)>,
                        out: &mut Building| {
             let points: Vec<NumberDataPoint> = values
@@ -504,7 +506,7 @@ impl Encoder {
         let (counters, histograms) = recorded.collect();
         let delta = is_delta(self.temporality, Kind::Counter);
         let origin = Origin::AgentStart(self.started);
-        let mut by_def: Vec<(&'static RecordedDef, Vec<NumberDataPoint>)> = Vec::new();
+        let mut by_def: Vec<(&'static AgentMetricDef, Vec<NumberDataPoint>)> = Vec::new();
         for c in counters {
             let p = self.counter_point(
                 c.def.name,
@@ -542,7 +544,7 @@ impl Encoder {
         }
         let hdelta = is_delta(self.temporality, Kind::Histogram);
         let mut pending = Vec::new();
-        let mut by_def: Vec<(&'static RecordedDef, Vec<HistogramDataPoint>)> = Vec::new();
+        let mut by_def: Vec<(&'static AgentMetricDef, Vec<HistogramDataPoint>)> = Vec::new();
         for h in histograms {
             let key = series_key(h.def.name, &h.attributes);
             let (epoch, started) = (self.epoch, self.started);

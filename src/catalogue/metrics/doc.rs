@@ -1,6 +1,6 @@
 //! `docs/metrics.md`, generated from the tables ([`markdown`]).
 
-use super::{CATALOGUE, COMMON_ATTRIBUTES, RECORDED};
+use super::{AgentMetricDef, CATALOGUE, COMMON_ATTRIBUTES, RECORDED, SELF_METRICS};
 use crate::sampling::bounds::{self, Reading};
 use crate::sampling::SampleGroup;
 
@@ -177,9 +177,23 @@ pub fn markdown() -> String {
          are not known in advance); alert on `nvidia.gpu.alerts{nvidia.gpu.alert.rule=xid}` (as the \
          shipped `GPUXidError` rule does), which exists at 0 before.\n\n",
     );
+    agent_table(&mut s, RECORDED);
+    s.push_str(
+        "\n## Self-metrics\n\n\
+         How the agent's own NVML calls and exports fare, read from its counters at each export and \
+         exported with the GPU metrics (same resource and scope). The counters count from the agent's \
+         start (start time: the agent's start).\n\n",
+    );
+    agent_table(&mut s, SELF_METRICS);
+    s
+}
+
+/// One table of agent metrics.
+fn agent_table(s: &mut String, defs: &[&AgentMetricDef]) {
+    let cell = |t: &str| t.replace('|', "\\|");
     s.push_str("| name | instrument | unit | attributes | source | description |\n");
     s.push_str("| --- | --- | --- | --- | --- | --- |\n");
-    for d in RECORDED {
+    for d in defs {
         s.push_str(&format!(
             "| `{}` | {} | `{}` | {} | {} | {} |\n",
             d.name,
@@ -190,5 +204,4 @@ pub fn markdown() -> String {
             cell(d.description)
         ));
     }
-    s
 }
