@@ -702,7 +702,7 @@ impl RunAccumulator {
             .map(|g| {
                 format!(
                     "{} gave no GPM reading (GPM needs Hopper or newer, nvmlGpmQueryDeviceSupport): its profiling figures (sm_activity, tensor_activity, dram_activity, tensor_active_share_of_busy, ...) are null",
-                    crate::rules::engine::device_label(&g.info)
+                    crate::rules::rule::device_label(&g.info)
                 )
             })
             .collect();

@@ -5,7 +5,7 @@
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 
 use super::catalogue::RuleId;
-use super::engine::{Rule, Verdict};
+use super::rule::{Rule, Verdict};
 use crate::catalogue::clocks_event_reasons::{self, DEGRADING, SW_POWER_CAP};
 use crate::sampling::{DeviceSample, DeviceState, Snapshot};
 

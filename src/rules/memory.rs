@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use opentelemetry::KeyValue;
 
 use super::catalogue::RuleId;
-use super::engine::{Rule, Verdict};
 use super::preallocation::{MemoryState, PoolEnd, PoolParams, PoolTracker};
+use super::rule::{Rule, Verdict};
 use super::{gib, mib};
 use crate::sampling::snapshot::{percent_from_ratio, ratio_from_percent};
 use crate::sampling::{DeviceSample, DeviceState, Snapshot};

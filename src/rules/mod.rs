@@ -13,6 +13,7 @@
 //! XID errors come from the NVML event watcher: it reports them through
 //! [`XidHook::report`] (from [`Rules::xid_hook`]).
 
+pub mod alert;
 pub mod catalogue;
 mod clocks;
 pub mod engine;
@@ -20,6 +21,7 @@ mod health;
 pub(crate) mod memory;
 pub mod preallocation;
 pub(crate) mod profiling;
+pub(crate) mod rule;
 mod workload;
 
 use std::sync::mpsc;
@@ -30,8 +32,9 @@ use std::time::Duration;
 use opentelemetry::logs::Severity;
 use opentelemetry::KeyValue;
 
+pub use alert::{Alert, AlertState, XidReport};
 pub use catalogue::{AlertSeverity, Hold, RuleId, RULES};
-pub use engine::{pool_params, Alert, AlertState, Engine, XidReport};
+pub use engine::{pool_params, Engine};
 pub(crate) use workload::holds_memory;
 
 use crate::catalogue::metrics::ALERTS;

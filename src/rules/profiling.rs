@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use opentelemetry::KeyValue;
 
 use super::catalogue::RuleId;
-use super::engine::{Rule, Verdict};
+use super::rule::{Rule, Verdict};
 use crate::sampling::snapshot::ratio_from_percent;
 use crate::sampling::{DeviceSample, DeviceState, GpmMetrics, Snapshot};
 

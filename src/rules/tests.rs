@@ -8,8 +8,9 @@ use std::time::{Duration, Instant, SystemTime};
 use opentelemetry::logs::Severity;
 use opentelemetry::{KeyValue, Value};
 
+use super::alert::{Alert, AlertState, XidReport};
 use super::catalogue::{Hold, RuleId};
-use super::engine::{Alert, AlertState, Engine, XidReport};
+use super::engine::Engine;
 use super::to_event;
 use crate::config::{Config, RulesConfig};
 use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, ProcessSample, Snapshot};

@@ -4,8 +4,8 @@
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 
 use super::catalogue::RuleId;
-use super::engine::{Rule, Verdict};
 use super::gib;
+use super::rule::{Rule, Verdict};
 use crate::sampling::snapshot::ratio_from_percent;
 use crate::sampling::{DeviceSample, DeviceState, Snapshot};
 
@@ -161,7 +161,7 @@ impl Rule for Imbalance {
         ];
         let busy: Vec<String> = gpus
             .iter()
-            .map(|g| format!("{} {}%", super::engine::device_label(&g.0.info), g.1))
+            .map(|g| format!("{} {}%", super::rule::device_label(&g.0.info), g.1))
             .collect();
         let mut summary = format!(
             "GPU utilization spread {spread} points across {} GPUs ({}; threshold {} points)",
