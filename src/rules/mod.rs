@@ -309,4 +309,6 @@ impl Rules {
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_device_faults;
+#[cfg(test)]
 mod tests_efficiency;
