@@ -120,6 +120,10 @@ pub const XIDS: &[Xid] = &[
     },
 ];
 
+/// The XID of a double-bit (uncorrectable) ECC error; the `nvidia.gpu.ecc` event of one
+/// gives the same advice.
+pub const DOUBLE_BIT_ECC: u64 = 48;
+
 /// What to do about a code that is not in [`XIDS`].
 pub const UNKNOWN_ACTION: &str = "not in the agent's table: look the code up in NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors) and the node's kernel log (dmesg)";
 
@@ -155,6 +159,14 @@ pub fn hint(code: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_double_bit_ecc_code_is_in_the_table() {
+        assert_eq!(
+            lookup(DOUBLE_BIT_ECC).map(|x| x.meaning),
+            Some("double-bit ECC error")
+        );
+    }
 
     #[test]
     fn codes_are_unique_and_sorted() {

@@ -39,7 +39,10 @@ pub fn to_event(e: &DeviceEvent) -> Event {
             (
                 ECC_EVENT,
                 Severity::Error,
-                format!("Double-bit (uncorrectable) ECC error on {device}: the application using the memory was stopped; reset the GPU so the row is remapped."),
+                format!(
+                    "Double-bit (uncorrectable) ECC error on {device}: {}.",
+                    xid::lookup(xid::DOUBLE_BIT_ECC).map_or("", |x| x.action)
+                ),
             )
         }
         DeviceEventKind::EccSingleBit => {
@@ -73,6 +76,24 @@ mod tests {
             .iter()
             .find(|kv| kv.key.as_str() == key)
             .map(|kv| kv.value.to_string())
+    }
+
+    #[test]
+    fn a_double_bit_ecc_error_gives_xid_48_s_advice() {
+        let e = to_event(&DeviceEvent {
+            time: SystemTime::UNIX_EPOCH,
+            device: Arc::new(DeviceInfo {
+                uuid: "GPU-x".into(),
+                ..DeviceInfo::default()
+            }),
+            kind: DeviceEventKind::EccDoubleBit,
+        });
+        let action = xid::lookup(48).unwrap().action;
+        assert_eq!(
+            e.body,
+            format!("Double-bit (uncorrectable) ECC error on GPU-x: {action}.")
+        );
+        assert_eq!(e.severity, Severity::Error);
     }
 
     #[test]
