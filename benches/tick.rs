@@ -44,12 +44,12 @@ use std::time::{Duration, Instant, SystemTime};
 use divan::counter::ItemsCount;
 use divan::{AllocProfiler, Bencher};
 use gpu_otel_sidecar::attribution;
+use gpu_otel_sidecar::catalogue::metrics::{device_points, CATALOGUE};
 use gpu_otel_sidecar::config::{Config, DeviceId, DeviceSelection};
 use gpu_otel_sidecar::rules::Engine;
 use gpu_otel_sidecar::sampling::{
     self, DeviceInfo, DeviceSample, GpmMetrics, SamplerSettings, Snapshot,
 };
-use gpu_otel_sidecar::telemetry::catalogue::{device_points, CATALOGUE};
 use gpu_otel_sidecar::telemetry::encode::Encoder;
 use gpu_otel_sidecar::telemetry::recorded::Recorded;
 use gpu_otel_sidecar::telemetry::self_metrics::OwnValues;

@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod attribution;
+pub mod catalogue;
 pub mod config;
 pub mod health;
 pub mod logging;

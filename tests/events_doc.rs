@@ -1,8 +1,8 @@
 //! `docs/events.md` is generated from the rule table; this test fails when they disagree.
 //! Regenerate with `UPDATE_DOCS=1 cargo test --test events_doc`.
 
+use gpu_otel_sidecar::catalogue::metrics::RECORDED;
 use gpu_otel_sidecar::rules::catalogue::{markdown, RULES};
-use gpu_otel_sidecar::telemetry::catalogue::RECORDED;
 
 #[test]
 fn events_doc_matches_catalogue() {

@@ -1,7 +1,7 @@
 //! `docs/metrics.md` is generated from the catalogue; this test fails when they disagree.
 //! Regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`.
 
-use gpu_otel_sidecar::telemetry::catalogue::{markdown, CATALOGUE, RECORDED};
+use gpu_otel_sidecar::catalogue::metrics::{markdown, CATALOGUE, RECORDED, SELF_METRICS};
 
 #[test]
 fn metrics_doc_matches_catalogue() {
@@ -23,7 +23,7 @@ fn metrics_doc_matches_catalogue() {
             def.unit
         )));
     }
-    for def in RECORDED {
+    for def in RECORDED.iter().chain(SELF_METRICS) {
         assert!(on_disk.contains(&format!(
             "| `{}` | {} | `{}` |",
             def.name,
@@ -38,7 +38,7 @@ fn catalogue_names_are_unique_and_namespaced() {
     let mut names: Vec<_> = CATALOGUE
         .iter()
         .map(|d| d.name)
-        .chain(RECORDED.iter().map(|d| d.name))
+        .chain(RECORDED.iter().chain(SELF_METRICS).map(|d| d.name))
         .collect();
     names.sort_unstable();
     let before = names.len();

@@ -869,13 +869,19 @@ fn health_port_in_use_is_named() {
     );
 }
 
-/// Every self-metric is documented in `docs/operations.md` with its instrument and unit.
+/// Every self-metric is documented (in `docs/metrics.md`, generated from the catalogue)
+/// with its instrument and unit.
 #[test]
 fn self_metrics_are_documented() {
-    let doc = common::read_text(common::workspace_root().join("docs/operations.md"));
-    for m in gpu_otel_sidecar::telemetry::self_metrics::SELF_METRICS {
-        let row = format!("| `{}` | {} | `{}` |", m.name, m.instrument, m.unit);
-        assert!(doc.contains(&row), "docs/operations.md lacks {row}");
+    let doc = common::read_text(common::workspace_root().join("docs/metrics.md"));
+    for m in gpu_otel_sidecar::catalogue::metrics::SELF_METRICS {
+        let row = format!(
+            "| `{}` | {} | `{}` |",
+            m.name,
+            m.instrument.as_str(),
+            m.unit
+        );
+        assert!(doc.contains(&row), "docs/metrics.md lacks {row}");
     }
 }
 

@@ -32,6 +32,7 @@ use crate::rules::holds_memory;
 use crate::rules::memory::theil_sen;
 use crate::rules::preallocation::{MemoryState, PoolParams, PoolTracker};
 use crate::rules::profiling::{percent, GpmFeed};
+use crate::sampling::snapshot::ratio_from_percent;
 use crate::sampling::{DeviceSample, DeviceState, GpmMetrics};
 
 /// Which way the memory went during the run.
@@ -135,7 +136,7 @@ impl FieldAcc {
     }
 
     fn mean(&self) -> Option<f64> {
-        (self.weight > 0.0).then(|| round(self.sum / self.weight / 100.0, 4))
+        (self.weight > 0.0).then(|| round(ratio_from_percent(self.sum / self.weight), 4))
     }
 
     fn p95(&self) -> Option<f64> {

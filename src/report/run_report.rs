@@ -49,11 +49,13 @@ use opentelemetry_sdk::Resource;
 use serde::Serialize;
 
 use super::efficiency::{self, Efficiency, EfficiencyAcc, MemoryPattern};
+use crate::catalogue::clocks_event_reasons::{self, CLOCKS_EVENT_REASONS};
 use crate::config::OutputTarget;
 use crate::rules::preallocation::PoolParams;
-use crate::sampling::{
-    DeviceInfo, DeviceSample, SharedState, Sharing, Snapshot, CLOCKS_EVENT_REASONS,
+use crate::sampling::snapshot::{
+    joules_from_millijoules, ratio_from_percent, watts_from_milliwatts,
 };
+use crate::sampling::{DeviceInfo, DeviceSample, SharedState, Sharing, Snapshot};
 use crate::telemetry::events::{Event, Events};
 
 /// `event.name` of the report's log record, and the value of the `event.name` key that
@@ -216,7 +218,7 @@ impl Histogram {
     fn mean(&self) -> Option<f64> {
         let n = self.count();
         let sum: u64 = self.0.iter().enumerate().map(|(p, c)| p as u64 * c).sum();
-        (n > 0).then(|| sum as f64 / n as f64 / 100.0)
+        (n > 0).then(|| ratio_from_percent(sum as f64 / n as f64))
     }
 
     /// Nearest-rank percentile `q` (0 < q ≤ 1) as a ratio 0..1.
@@ -230,7 +232,7 @@ impl Histogram {
         for (p, c) in self.0.iter().enumerate() {
             seen += c;
             if seen >= rank {
-                return Some(p as f64 / 100.0);
+                return Some(ratio_from_percent(p as f64));
             }
         }
         None
@@ -356,10 +358,7 @@ fn max_opt(a: Option<u32>, b: Option<u32>) -> Option<u32> {
 }
 
 fn bit(name: &str) -> u64 {
-    CLOCKS_EVENT_REASONS
-        .iter()
-        .find(|(_, n)| *n == name)
-        .map_or(0, |(b, _)| *b)
+    clocks_event_reasons::bit(name)
 }
 
 /// Rounds to `decimals` decimal places (presentation only).
@@ -407,7 +406,7 @@ impl GpuAcc {
         }
         if let Some(r) = h.reasons {
             self.reasons_known_s += dt;
-            for (i, (b, _)) in CLOCKS_EVENT_REASONS.iter().enumerate() {
+            for (i, b) in CLOCKS_EVENT_REASONS.iter().map(|r| r.bit).enumerate() {
                 if r & b != 0 {
                     self.reason_s[i] += dt;
                 }
@@ -455,10 +454,7 @@ impl GpuAcc {
         }
         if let Some(used) = s.memory_used_bytes {
             if self.memory_used.max.is_none_or(|m| used > m) {
-                self.memory_peak_ratio = s
-                    .memory_total_bytes
-                    .filter(|t| *t > 0)
-                    .map(|t| used as f64 / t as f64);
+                self.memory_peak_ratio = s.memory_used_ratio();
             }
             self.memory_used.add(used);
         }
@@ -476,10 +472,13 @@ impl GpuAcc {
     /// Joules and where they come from.
     fn energy_j(&self) -> Option<(f64, EnergySource)> {
         if self.energy.readings >= 2 {
-            Some((self.energy.sum_mj as f64 / 1000.0, EnergySource::Counter))
+            Some((
+                joules_from_millijoules(self.energy.sum_mj as f64),
+                EnergySource::Counter,
+            ))
         } else if self.power_integrated_s > 0.0 {
             Some((
-                self.power_integrated_mj / 1000.0,
+                joules_from_millijoules(self.power_integrated_mj),
                 EnergySource::IntegratedPower,
             ))
         } else {
@@ -515,8 +514,11 @@ impl GpuAcc {
             energy_kwh: energy.map(|(j, _)| round(j / JOULES_PER_KWH, 9)),
             energy_source: energy.map(|(_, s)| s),
             energy_counter_resets: self.energy.resets,
-            power_mean_w: self.power.mean().map(|mw| round(mw / 1000.0, 3)),
-            power_peak_w: self.power.max.map(|mw| mw as f64 / 1000.0),
+            power_mean_w: self
+                .power
+                .mean()
+                .map(|mw| round(watts_from_milliwatts(mw), 3)),
+            power_peak_w: self.power.max.map(|mw| watts_from_milliwatts(mw as f64)),
             temperature_gpu_peak_c: self.temperature_gpu_max,
             temperature_memory_peak_c: self.temperature_memory_max,
             power_capped_s: held(0),
@@ -526,7 +528,7 @@ impl GpuAcc {
                 .iter()
                 .zip(self.reason_s.iter())
                 .filter(|(_, s)| **s > 0.0)
-                .map(|((_, name), s)| (*name, round(*s, 3)))
+                .map(|(r, s)| (r.value, round(*s, 3)))
                 .collect(),
             xid_count: xid_strings(xids),
             efficiency: self.efficiency.summary(wall, price, !is_mig(&self.info)),
@@ -700,7 +702,7 @@ impl RunAccumulator {
             .map(|g| {
                 format!(
                     "{} gave no GPM reading (GPM needs Hopper or newer, nvmlGpmQueryDeviceSupport): its profiling figures (sm_activity, tensor_activity, dram_activity, tensor_active_share_of_busy, ...) are null",
-                    crate::rules::engine::device_label(&g.info)
+                    crate::rules::rule::device_label(&g.info)
                 )
             })
             .collect();
@@ -766,7 +768,11 @@ impl RunAccumulator {
         };
         let mut clocks_event_s: BTreeMap<&'static str, f64> = BTreeMap::new();
         for g in &self.gpus {
-            for ((_, name), s) in CLOCKS_EVENT_REASONS.iter().zip(g.reason_s.iter()) {
+            for (name, s) in CLOCKS_EVENT_REASONS
+                .iter()
+                .map(|r| r.value)
+                .zip(g.reason_s.iter())
+            {
                 if *s > 0.0 {
                     *clocks_event_s.entry(name).or_default() += s;
                 }
@@ -798,8 +804,14 @@ impl RunAccumulator {
             energy_kwh: energy.map(|(j, _)| round(j / JOULES_PER_KWH, 9)),
             energy_source: energy.map(|(_, s)| s),
             energy_counter_resets: physical.iter().map(|g| g.energy.resets).sum(),
-            power_mean_w: self.pod_power.mean().map(|mw| round(mw / 1000.0, 3)),
-            power_peak_w: self.pod_power.max.map(|mw| mw as f64 / 1000.0),
+            power_mean_w: self
+                .pod_power
+                .mean()
+                .map(|mw| round(watts_from_milliwatts(mw), 3)),
+            power_peak_w: self
+                .pod_power
+                .max
+                .map(|mw| watts_from_milliwatts(mw as f64)),
             temperature_gpu_peak_c: self
                 .gpus
                 .iter()

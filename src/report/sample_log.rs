@@ -16,7 +16,7 @@
 //! | `temperature_gpu_c` | °C | `nvmlDeviceGetTemperature(GPU)` |
 //! | `power_w` | W (mW resolution) | `nvmlDeviceGetPowerUsage` |
 //! | `clock_sm_mhz` | MHz | `nvmlDeviceGetClockInfo(SM)` |
-//! | `clocks_event_reasons` | | active clock-event (throttle) reasons, names of [`CLOCKS_EVENT_REASONS`] joined by `\|`; `none` when no reason is active; an unnamed bit as hex |
+//! | `clocks_event_reasons` | | active clock-event (throttle) reasons, names of [`CLOCKS_EVENT_REASONS`](clocks_event_reasons::CLOCKS_EVENT_REASONS) joined by `\|`; `none` when no reason is active; an unnamed bit as hex |
 //!
 //! One row per GPU per tick of `GPU_SIDECAR_SAMPLE_INTERVAL`. The final sample taken at
 //! shutdown is written only if it comes at least half a sample interval after the previous
@@ -41,8 +41,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::catalogue::clocks_event_reasons;
 use crate::config::{OutputTarget, SampleLogConfig, SampleLogFormat};
-use crate::sampling::{DeviceSample, SharedState, Snapshot, CLOCKS_EVENT_REASONS};
+use crate::sampling::{DeviceSample, SharedState, Snapshot};
 
 /// The columns, in order (the CSV header; the JSON keys).
 pub const COLUMNS: [&str; 10] = [
@@ -57,8 +58,6 @@ pub const COLUMNS: [&str; 10] = [
     "clock_sm_mhz",
     "clocks_event_reasons",
 ];
-
-const MIB: u64 = 1024 * 1024;
 
 /// One row: one GPU at one tick. Field names are [`COLUMNS`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -90,12 +89,11 @@ pub fn reason_names(mask: u64) -> String {
     if mask == 0 {
         return "none".into();
     }
-    let mut names: Vec<String> = CLOCKS_EVENT_REASONS
-        .iter()
-        .filter(|(b, _)| mask & b != 0)
-        .map(|(_, n)| (*n).to_string())
+    let mut names: Vec<String> = clocks_event_reasons::values(mask)
+        .into_iter()
+        .map(String::from)
         .collect();
-    let known = CLOCKS_EVENT_REASONS.iter().fold(0, |a, (b, _)| a | b);
+    let known = clocks_event_reasons::KNOWN;
     if mask & !known != 0 {
         names.push(format!("{:#x}", mask & !known));
     }
@@ -110,10 +108,10 @@ impl<'a> Row<'a> {
             gpu_index: s.info.index,
             gpu_uuid: &s.info.uuid,
             utilization_gpu_percent: s.utilization_gpu_percent,
-            memory_used_mib: s.memory_used_bytes.map(|b| b / MIB),
-            memory_total_mib: s.memory_total_bytes.map(|b| b / MIB),
+            memory_used_mib: s.memory_used_mib(),
+            memory_total_mib: s.memory_total_mib(),
             temperature_gpu_c: s.temperature_gpu_celsius,
-            power_w: s.power_milliwatts.map(|mw| f64::from(mw) / 1000.0),
+            power_w: s.power_watts(),
             clock_sm_mhz: s.clock_sm_mhz,
             clocks_event_reasons: s.clocks_event_reasons.map(reason_names),
         }

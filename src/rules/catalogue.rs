@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use opentelemetry::logs::Severity;
 
+use crate::catalogue::xid;
+
 /// Identity of a rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RuleId {
@@ -400,26 +402,6 @@ pub static RULES: &[RuleSpec] = &[
     },
 ];
 
-/// What the common XID codes mean and what to do, from NVIDIA's XID catalogue; used in
-/// the body of `nvidia.gpu.alert.xid` records.
-pub fn xid_hint(xid: u64) -> &'static str {
-    match xid {
-        13 => "XID 13 (graphics engine exception): usually the application (an out-of-range access in a kernel); check the job's own errors first.",
-        31 => "XID 31 (GPU memory page fault): usually the application accessed an illegal address; check the job's own errors first.",
-        43 => "XID 43 (GPU stopped processing): the application hit a software error and its context was stopped; the GPU itself is fine.",
-        45 => "XID 45 (preemptive cleanup): the GPU cleaned up after a process that ended or was killed; look at why the process stopped.",
-        48 => "XID 48 (double-bit ECC error): the GPU memory returned an uncorrectable error; results may be wrong: drain the node and have the GPU checked.",
-        63 | 64 => "XID 63/64 (ECC page retirement or row remapping): the GPU retired failing memory; reset the GPU when convenient and watch for repeats.",
-        74 => "XID 74 (NVLink error): a link between GPUs failed; multi-GPU communication may hang: drain the node and check the NVLink/NVSwitch fabric.",
-        79 => "XID 79 (GPU has fallen off the bus): the GPU stopped answering; drain the node, reset or replace the GPU.",
-        92 => "XID 92 (high single-bit ECC error rate): the GPU memory is degrading; plan to have the GPU checked.",
-        94 => "XID 94 (contained ECC error): an uncorrectable memory error hit one application, which must restart; the GPU keeps working.",
-        95 => "XID 95 (uncontained ECC error): an uncorrectable memory error that could affect every application on the GPU: reset the GPU.",
-        119 | 120 => "XID 119/120 (GSP firmware error or timeout): the GPU's firmware stopped answering; reset the GPU, and update the driver if it repeats.",
-        _ => "Look the code up in NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors) and the kernel log (dmesg) of the node.",
-    }
-}
-
 /// What each reading behind the profiling rules and the run report means, for
 /// `docs/events.md`.
 const READINGS: &str = "\n## Reading the profiling figures\n\n\
@@ -540,10 +522,10 @@ pub fn markdown() -> String {
         s.push_str(&format!("- `{}`: {}\n", r.name, r.hint));
     }
     s.push_str("\nXID codes with their own sentence:\n\n");
-    for code in [13, 31, 43, 45, 48, 63, 74, 79, 92, 94, 95, 119] {
-        s.push_str(&format!("- {}\n", xid_hint(code)));
+    for x in xid::XIDS {
+        s.push_str(&format!("- {}\n", xid::hint(x.code)));
     }
-    s.push_str(&format!("- any other code: {}\n", xid_hint(0)));
+    s.push_str(&format!("- any other code: {}.\n", xid::UNKNOWN_ACTION));
     s.push_str(READINGS);
     s.push_str(
         "\n## For the XID watcher\n\n\

@@ -5,12 +5,9 @@
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 
 use super::catalogue::RuleId;
-use super::engine::{Rule, Verdict};
-use crate::sampling::{DeviceSample, DeviceState, Snapshot, CLOCKS_EVENT_REASONS};
-use crate::telemetry::catalogue::DEGRADING_REASONS;
-
-/// `sw_power_cap` (`nvmlClocksEventReasonSwPowerCap`).
-pub(crate) const SW_POWER_CAP: u64 = 0x4;
+use super::rule::{Rule, Verdict};
+use crate::catalogue::clocks_event_reasons::{self, DEGRADING, SW_POWER_CAP};
+use crate::sampling::{DeviceSample, DeviceState, Snapshot};
 
 /// `temperature_high`: `nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU) >= threshold` °C.
 pub(crate) struct TemperatureHigh {
@@ -52,29 +49,16 @@ impl Rule for TemperatureHigh {
     }
 }
 
-/// Names of the reasons set in `bits`, in [`CLOCKS_EVENT_REASONS`] order.
-pub(crate) fn reason_names(bits: u64) -> Vec<&'static str> {
-    CLOCKS_EVENT_REASONS
-        .iter()
-        .filter(|(bit, _)| bits & bit != 0)
-        .map(|(_, name)| *name)
-        .collect()
-}
-
 fn reasons_value(bits: u64) -> KeyValue {
     KeyValue::new(
         "nvidia.gpu.alert.clocks_event.reasons",
         Value::Array(Array::String(
-            reason_names(bits)
+            clocks_event_reasons::values(bits)
                 .into_iter()
                 .map(StringValue::from)
                 .collect(),
         )),
     )
-}
-
-fn watts(mw: Option<u32>) -> Option<f64> {
-    mw.map(|m| f64::from(m) / 1000.0)
 }
 
 fn clock_verdict(
@@ -88,7 +72,7 @@ fn clock_verdict(
     };
     let mut values = vec![reasons_value(bits)];
     let detail = extra(d, &mut values);
-    let active = reason_names(bits & mask);
+    let active = clocks_event_reasons::values(bits & mask);
     let summary = if active.is_empty() {
         format!("clocks not held back by {what}{detail}")
     } else {
@@ -113,8 +97,7 @@ impl Rule for PowerCapped {
                 SW_POWER_CAP,
                 "the power cap",
                 |d, values| {
-                    let (power, limit) =
-                        (watts(d.power_milliwatts), watts(d.power_limit_milliwatts));
+                    let (power, limit) = (d.power_watts(), d.power_limit_watts());
                     if let Some(p) = power {
                         values.push(KeyValue::new("hw.power", p));
                     }
@@ -132,7 +115,7 @@ impl Rule for PowerCapped {
 }
 
 /// `clocks_slowdown`: any of `hw_slowdown`, `sw_thermal_slowdown`, `hw_thermal_slowdown`,
-/// `hw_power_brake_slowdown` set ([`DEGRADING_REASONS`]).
+/// `hw_power_brake_slowdown` set ([`DEGRADING`]).
 pub(crate) struct Slowdown;
 
 impl Rule for Slowdown {
@@ -144,13 +127,13 @@ impl Rule for Slowdown {
         for d in &snapshot.devices {
             out.push(clock_verdict(
                 d,
-                DEGRADING_REASONS,
+                DEGRADING,
                 "thermal or hardware slowdown",
                 |d, values| {
                     if let Some(t) = d.temperature_gpu_celsius {
                         values.push(KeyValue::new("hw.temperature", f64::from(t)));
                     }
-                    if let Some(p) = watts(d.power_milliwatts) {
+                    if let Some(p) = d.power_watts() {
                         values.push(KeyValue::new("hw.power", p));
                     }
                     match d.temperature_gpu_celsius {

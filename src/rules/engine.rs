@@ -4,158 +4,19 @@
 //! emits or blocks, so tests feed it synthetic snapshots.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::{xid_hint, Hold, RuleId};
+use super::alert::{Alert, AlertState, XidReport};
+use super::catalogue::{Hold, RuleId};
 use super::preallocation::PoolParams;
+use super::rule::{device_label, label, Rule, Verdict};
 use super::{clocks, health, memory, profiling, workload};
+use crate::catalogue::metrics::{device_attributes, info_attributes, Number, CATALOGUE};
+use crate::catalogue::xid;
 use crate::config::RulesConfig;
 use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, Snapshot};
-use crate::telemetry::catalogue::{device_attributes, info_attributes, Number, CATALOGUE};
-
-/// What a rule judged about one subject (a GPU, or the pod's GPUs together) at one sample.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
-    /// The alert's identity within its rule: the GPU's UUID, or `pod` for a rule over all
-    /// GPUs.
-    pub key: String,
-    /// The GPU the records name (`hw.id`); `None` when the rule cannot tell which.
-    pub hw_id: Option<String>,
-    /// `Some(true)` the condition holds, `Some(false)` it does not, `None` it cannot be
-    /// judged (a reading NVML did not give, a lost GPU).
-    pub holds: Option<bool>,
-    /// The values the judgement rests on, as record attributes (empty when unknown).
-    pub values: Vec<KeyValue>,
-    /// What was seen, in words, without the GPU's name (e.g. `memory 97.2% used`).
-    pub summary: String,
-}
-
-impl Verdict {
-    /// A verdict about one GPU.
-    pub fn device(
-        d: &DeviceSample,
-        holds: Option<bool>,
-        values: Vec<KeyValue>,
-        summary: String,
-    ) -> Self {
-        Self {
-            key: d.info.uuid.clone(),
-            hw_id: Some(d.info.uuid.clone()),
-            holds,
-            values,
-            summary,
-        }
-    }
-
-    /// A verdict about the physical GPU of MIG device `d` when the GPU itself is not sampled
-    /// (only some of its MIG devices belong to this pod): keyed and named by the GPU's UUID
-    /// (`hw.id`), so that one fault of the GPU is one alert, not one per MIG device.
-    pub fn parent_of(
-        d: &DeviceSample,
-        holds: Option<bool>,
-        values: Vec<KeyValue>,
-        summary: String,
-    ) -> Self {
-        let uuid = d
-            .info
-            .mig
-            .as_ref()
-            .map_or(&d.info.uuid, |m| &m.parent_uuid)
-            .clone();
-        Self {
-            key: uuid.clone(),
-            hw_id: Some(uuid),
-            holds,
-            values,
-            summary,
-        }
-    }
-
-    /// "Cannot judge this GPU now".
-    pub fn unknown(d: &DeviceSample) -> Self {
-        Self::device(d, None, Vec::new(), String::new())
-    }
-}
-
-/// A rule: judges each snapshot. A rule may keep its own history (the leak rule keeps a
-/// series); it is given samples in order and never reads a clock.
-pub(crate) trait Rule: Send {
-    /// Which rule.
-    fn id(&self) -> RuleId;
-    /// Pushes one verdict per subject it judges in `snapshot`.
-    fn evaluate(&mut self, snapshot: &Snapshot, out: &mut Vec<Verdict>);
-}
-
-/// What happened to an alert.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AlertState {
-    /// The condition has held long enough.
-    Firing,
-    /// It has been clear long enough.
-    Resolved,
-}
-
-impl AlertState {
-    /// `firing` or `resolved` (the `nvidia.gpu.alert.state` value).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AlertState::Firing => "firing",
-            AlertState::Resolved => "resolved",
-        }
-    }
-}
-
-/// A transition to report as one record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Alert {
-    /// Which rule.
-    pub rule: RuleId,
-    /// Fired or resolved.
-    pub state: AlertState,
-    /// The GPU (`hw.id`), the same on the firing and the resolved record.
-    pub hw_id: Option<String>,
-    /// `hw.id`, `hw.type`, `hw.vendor`, `hw.model` of that GPU, as on its metrics.
-    pub device: Vec<KeyValue>,
-    /// The device as the body names it ([`label`]: UUID, nvidia-smi index, PCI bus id).
-    pub label: String,
-    /// The sample's wall-clock time (`Snapshot::taken_at`), or the XID's.
-    pub time: SystemTime,
-    /// The threshold in force, in the setting's unit.
-    pub threshold: Option<f64>,
-    /// The values behind the judgement at this sample.
-    pub values: Vec<KeyValue>,
-    /// Firing: how long the condition had held (first true sample to this one). Resolved:
-    /// how long it was firing.
-    pub active_for: Duration,
-    /// Firing: consecutive samples the condition held on (XID: 1). Resolved: 0.
-    pub samples: u32,
-    /// Firing: every reading of the GPU (`nvidia.gpu.reading.*`); resolved: empty.
-    pub readings: Vec<KeyValue>,
-    /// What was seen, in words.
-    pub summary: String,
-    /// What to do.
-    pub hint: &'static str,
-}
-
-/// An XID error seen by the NVML event watcher (`nvmlEventSetWait_v2`,
-/// `nvmlEventTypeXidCriticalError`), for [`Engine::xid`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct XidReport {
-    /// UUID of the physical GPU (`EventData.device`), the `hw.id`.
-    pub hw_id: String,
-    /// The XID code (`eventData`).
-    pub xid: u64,
-    /// When it was seen (monotonic), to time the quiet period.
-    pub at: Instant,
-    /// When it was seen (wall clock), the record's time.
-    pub time: SystemTime,
-    /// MIG GPU instance it hit (`gpuInstanceId`), when NVML names one.
-    pub gpu_instance_id: Option<u32>,
-    /// MIG compute instance (`computeInstanceId`), when NVML names one.
-    pub compute_instance_id: Option<u32>,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -487,7 +348,7 @@ impl Engine {
                             .map(readings)
                             .unwrap_or_default(),
                         summary: v.summary,
-                        hint: id.spec().hint,
+                        hint: id.spec().hint.into(),
                     }),
                     Some(Step::Resolve { firing_for }) => out.push(Alert {
                         rule: id,
@@ -502,7 +363,7 @@ impl Engine {
                         samples: 0,
                         readings: Vec::new(),
                         summary: v.summary,
-                        hint: id.spec().hint,
+                        hint: id.spec().hint.into(),
                     }),
                     None => {}
                 }
@@ -553,7 +414,7 @@ impl Engine {
                             s.count,
                             humantime::format_duration(quiet)
                         ),
-                        hint: xid_hint(key.1),
+                        hint: xid::hint(key.1).into(),
                     });
                 }
             }
@@ -622,7 +483,7 @@ impl Engine {
                 .map(readings)
                 .unwrap_or_default(),
             summary: format!("XID {} reported", report.xid),
-            hint: xid_hint(report.xid),
+            hint: xid::hint(report.xid).into(),
         })
     }
 }
@@ -651,26 +512,6 @@ fn parent_info(mig: &DeviceInfo) -> DeviceInfo {
             .clone(),
         driver_version: mig.driver_version.clone(),
         ..Default::default()
-    }
-}
-
-/// How an alert text names a device: its UUID (the `hw.id`, what `nvidia-smi -L` and
-/// `torch.cuda.get_device_properties(i).uuid` show), then NVML's node-wide index as
-/// `nvidia-smi` numbers GPUs (not the training process's `cuda:N`) and the PCI bus id:
-/// `GPU-8f6c… (nvidia-smi GPU 2, PCI 00000000:19:00.0)`; a MIG device
-/// `MIG-… (on nvidia-smi GPU 2)`.
-pub fn label(d: &DeviceSample) -> String {
-    device_label(&d.info)
-}
-
-/// [`label`] from the static facts.
-pub fn device_label(info: &DeviceInfo) -> String {
-    if info.mig.is_some() {
-        return format!("{} (on nvidia-smi GPU {})", info.uuid, info.index);
-    }
-    match &info.pci_bus_id {
-        Some(pci) => format!("{} (nvidia-smi GPU {}, PCI {pci})", info.uuid, info.index),
-        None => format!("{} (nvidia-smi GPU {})", info.uuid, info.index),
     }
 }
 

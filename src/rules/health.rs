@@ -4,7 +4,7 @@
 use opentelemetry::KeyValue;
 
 use super::catalogue::RuleId;
-use super::engine::{Rule, Verdict};
+use super::rule::{Rule, Verdict};
 use std::collections::HashSet;
 
 use crate::sampling::{DeviceSample, DeviceState, Snapshot};

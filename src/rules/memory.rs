@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use opentelemetry::KeyValue;
 
 use super::catalogue::RuleId;
-use super::engine::{Rule, Verdict};
 use super::preallocation::{MemoryState, PoolEnd, PoolParams, PoolTracker};
+use super::rule::{Rule, Verdict};
 use super::{gib, mib};
+use crate::sampling::snapshot::{percent_from_ratio, ratio_from_percent};
 use crate::sampling::{DeviceSample, DeviceState, Snapshot};
 
 fn memory(d: &DeviceSample) -> Option<(u64, u64)> {
@@ -69,11 +70,11 @@ impl Rule for NearFull {
             values.extend(memory_values(used, total));
             out.push(Verdict::device(
                 d,
-                Some(ratio * 100.0 >= self.percent),
+                Some(percent_from_ratio(ratio) >= self.percent),
                 values,
                 format!(
                     "memory {:.1}% used ({} of {}; threshold {}%)",
-                    ratio * 100.0,
+                    percent_from_ratio(ratio),
                     gib(used as f64),
                     gib(total as f64),
                     self.percent
@@ -125,7 +126,7 @@ impl Rule for Preallocated {
                     ));
                     format!(
                         "memory preallocated: {:.1}% of it ({} of {}) taken within {} of process {} appearing, and held flat: a framework's pool (TensorFlow maps nearly all GPU memory at start unless memory growth is on, JAX 75 %). NVML sees the pool, not how full it is, so near-full and leak judgements are not possible from outside: memory_near_full waits for memory that grows past the pool",
-                        ratio * 100.0,
+                        percent_from_ratio(ratio),
                         gib(used as f64),
                         gib(total as f64),
                         humantime::format_duration(Duration::from_millis(jump.as_millis() as u64)),
@@ -150,7 +151,7 @@ impl Rule for Preallocated {
                 ),
                 _ => format!(
                     "memory {:.1}% used, not a preallocated pool",
-                    ratio * 100.0
+                    percent_from_ratio(ratio)
                 ),
             };
             values.push(KeyValue::new("hw.gpu.memory.utilization", ratio));
@@ -264,7 +265,7 @@ impl Leak {
     pub(crate) fn new(percent: f64, window: Duration) -> Self {
         let local = window / Self::LOCAL_PARTS;
         Self {
-            min_growth: percent / 100.0,
+            min_growth: ratio_from_percent(percent),
             window,
             local,
             bucket: (local / LOCAL_BUCKETS).max(Duration::from_micros(1)),

@@ -13,6 +13,7 @@
 //! XID errors come from the NVML event watcher: it reports them through
 //! [`XidHook::report`] (from [`Rules::xid_hook`]).
 
+pub mod alert;
 pub mod catalogue;
 mod clocks;
 pub mod engine;
@@ -20,6 +21,7 @@ mod health;
 pub(crate) mod memory;
 pub mod preallocation;
 pub(crate) mod profiling;
+pub(crate) mod rule;
 mod workload;
 
 use std::sync::mpsc;
@@ -30,14 +32,15 @@ use std::time::Duration;
 use opentelemetry::logs::Severity;
 use opentelemetry::KeyValue;
 
+pub use alert::{Alert, AlertState, XidReport};
 pub use catalogue::{AlertSeverity, Hold, RuleId, RULES};
-pub use engine::{pool_params, Alert, AlertState, Engine, XidReport};
+pub use engine::{pool_params, Engine};
 pub(crate) use workload::holds_memory;
 
+use crate::catalogue::metrics::ALERTS;
 use crate::config::RulesConfig;
 use crate::sampling::SharedState;
 use crate::sampling::Snapshot;
-use crate::telemetry::catalogue::ALERTS;
 use crate::telemetry::events::{Event, Events};
 use crate::telemetry::recorded::{Counter, Recorded};
 
@@ -45,7 +48,7 @@ use crate::telemetry::recorded::{Counter, Recorded};
 const QUEUE: usize = 64;
 
 /// Name of the alerts counter (a row of
-/// [`RECORDED`](crate::telemetry::catalogue::RECORDED)).
+/// [`RECORDED`](crate::catalogue::metrics::RECORDED)).
 pub const ALERTS_COUNTER: &str = "nvidia.gpu.alerts";
 
 /// `x` bytes as `12.3 GiB`.
@@ -305,5 +308,7 @@ impl Rules {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_device_faults;
 #[cfg(test)]
 mod tests_efficiency;

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::catalogue::{HoldSpec, RuleId};
+use crate::sampling::snapshot::ratio_from_percent;
 use crate::sampling::{DeviceSample, DeviceState};
 
 /// How far (a share of total memory) the memory may move from the level it jumped to and
@@ -58,7 +59,7 @@ impl PoolParams {
     /// within DURATION / 6 (10 s at the default minute).
     pub fn from_rule(threshold_percent: f64, duration: Duration) -> Self {
         Self {
-            min_ratio: threshold_percent / 100.0,
+            min_ratio: ratio_from_percent(threshold_percent),
             jump_within: duration / 6,
             hold: duration,
         }

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use opentelemetry::KeyValue;
 
 use super::catalogue::RuleId;
-use super::engine::{Rule, Verdict};
+use super::rule::{Rule, Verdict};
+use crate::sampling::snapshot::ratio_from_percent;
 use crate::sampling::{DeviceSample, DeviceState, GpmMetrics, Snapshot};
 
 /// Windows without a new reading after which a GPU's last judgement lapses.
@@ -149,10 +150,6 @@ impl Judged {
     }
 }
 
-fn ratio(percent: f64) -> f64 {
-    percent / 100.0
-}
-
 fn pct(p: f64) -> String {
     format!("{p:.0}%")
 }
@@ -204,20 +201,32 @@ impl Rule for TensorCoresIdle {
                 _ => false,
             };
             let mut values = vec![
-                KeyValue::new("hw.gpu.utilization", ratio(util)),
-                KeyValue::new("nvidia.gpu.tensor.activity", ratio(tensor)),
+                KeyValue::new("hw.gpu.utilization", ratio_from_percent(util)),
+                KeyValue::new("nvidia.gpu.tensor.activity", ratio_from_percent(tensor)),
             ];
             if let Some(h) = percent(g.hmma_tensor_util) {
-                values.push(KeyValue::new("nvidia.gpu.tensor.activity.hmma", ratio(h)));
+                values.push(KeyValue::new(
+                    "nvidia.gpu.tensor.activity.hmma",
+                    ratio_from_percent(h),
+                ));
             }
             if let Some(s) = sm {
-                values.push(KeyValue::new("nvidia.gpu.sm.activity", ratio(s)));
+                values.push(KeyValue::new(
+                    "nvidia.gpu.sm.activity",
+                    ratio_from_percent(s),
+                ));
             }
             if let Some(f) = fp32 {
-                values.push(KeyValue::new("nvidia.gpu.pipe.activity.fp32", ratio(f)));
+                values.push(KeyValue::new(
+                    "nvidia.gpu.pipe.activity.fp32",
+                    ratio_from_percent(f),
+                ));
             }
             if let Some(d) = dram {
-                values.push(KeyValue::new("nvidia.gpu.dram.activity", ratio(d)));
+                values.push(KeyValue::new(
+                    "nvidia.gpu.dram.activity",
+                    ratio_from_percent(d),
+                ));
             }
             values.push(KeyValue::new(
                 "nvidia.gpu.alert.gpm.window",
@@ -290,17 +299,23 @@ impl Rule for MemoryBound {
                 return (None, Vec::new(), String::new());
             };
             let mut values = vec![
-                KeyValue::new("nvidia.gpu.dram.activity", ratio(dram)),
-                KeyValue::new("nvidia.gpu.sm.activity", ratio(sm)),
+                KeyValue::new("nvidia.gpu.dram.activity", ratio_from_percent(dram)),
+                KeyValue::new("nvidia.gpu.sm.activity", ratio_from_percent(sm)),
             ];
             if let Some(o) = percent(g.sm_occupancy) {
-                values.push(KeyValue::new("nvidia.gpu.sm.occupancy", ratio(o)));
+                values.push(KeyValue::new(
+                    "nvidia.gpu.sm.occupancy",
+                    ratio_from_percent(o),
+                ));
             }
             if let Some(t) = percent(g.any_tensor_util) {
-                values.push(KeyValue::new("nvidia.gpu.tensor.activity", ratio(t)));
+                values.push(KeyValue::new(
+                    "nvidia.gpu.tensor.activity",
+                    ratio_from_percent(t),
+                ));
             }
             if let Some(u) = w.utilization_percent {
-                values.push(KeyValue::new("hw.gpu.utilization", ratio(u)));
+                values.push(KeyValue::new("hw.gpu.utilization", ratio_from_percent(u)));
             }
             values.push(KeyValue::new(
                 "nvidia.gpu.alert.gpm.window",

@@ -4,8 +4,9 @@
 
 use opentelemetry::Value;
 
+use super::alert::AlertState;
 use super::catalogue::RuleId;
-use super::engine::{AlertState, Engine};
+use super::engine::Engine;
 use super::tests::{busy, config, f64_of, replay, summary, value, Clock, GIB, TOTAL};
 use crate::sampling::{DeviceSample, GpmMetrics, ProcessSample};
 

@@ -4,8 +4,9 @@
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 
 use super::catalogue::RuleId;
-use super::engine::{Rule, Verdict};
 use super::gib;
+use super::rule::{Rule, Verdict};
+use crate::sampling::snapshot::ratio_from_percent;
 use crate::sampling::{DeviceSample, DeviceState, Snapshot};
 
 /// Whether a compute process holds memory on the GPU (`nvmlDeviceGetComputeRunningProcesses_v3`):
@@ -46,7 +47,7 @@ impl Rule for Starvation {
                 continue;
             };
             let mut values = vec![
-                KeyValue::new("hw.gpu.utilization", f64::from(util) / 100.0),
+                KeyValue::new("hw.gpu.utilization", ratio_from_percent(f64::from(util))),
                 KeyValue::new("nvidia.gpu.alert.process.count", count as i64),
                 KeyValue::new("nvidia.gpu.alert.process.memory", bytes as i64),
             ];
@@ -127,13 +128,16 @@ impl Rule for Imbalance {
         let values = vec![
             KeyValue::new(
                 "nvidia.gpu.alert.utilization.max",
-                f64::from(busiest.1) / 100.0,
+                ratio_from_percent(f64::from(busiest.1)),
             ),
             KeyValue::new(
                 "nvidia.gpu.alert.utilization.min",
-                f64::from(idlest.1) / 100.0,
+                ratio_from_percent(f64::from(idlest.1)),
             ),
-            KeyValue::new("nvidia.gpu.alert.utilization.spread", spread / 100.0),
+            KeyValue::new(
+                "nvidia.gpu.alert.utilization.spread",
+                ratio_from_percent(spread),
+            ),
             KeyValue::new(
                 "nvidia.gpu.alert.busiest.hw.id",
                 busiest.0.info.uuid.clone(),
@@ -149,13 +153,15 @@ impl Rule for Imbalance {
             KeyValue::new(
                 "nvidia.gpu.alert.utilizations",
                 Value::Array(Array::F64(
-                    gpus.iter().map(|g| f64::from(g.1) / 100.0).collect(),
+                    gpus.iter()
+                        .map(|g| ratio_from_percent(f64::from(g.1)))
+                        .collect(),
                 )),
             ),
         ];
         let busy: Vec<String> = gpus
             .iter()
-            .map(|g| format!("{} {}%", super::engine::device_label(&g.0.info), g.1))
+            .map(|g| format!("{} {}%", super::rule::device_label(&g.0.info), g.1))
             .collect();
         let mut summary = format!(
             "GPU utilization spread {spread} points across {} GPUs ({}; threshold {} points)",

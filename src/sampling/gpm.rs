@@ -15,10 +15,10 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::{GpmSample, Nvml};
 
-use super::snapshot::GpmMetrics;
+use super::snapshot::{GpmMetrics, BYTES_PER_MIB};
 
 /// Bytes per MiB: GPM reports PCIe and NVLink traffic in MiB/s (`nvml.h`).
-pub(crate) const MIB: f64 = 1_048_576.0;
+pub(crate) const MIB: f64 = BYTES_PER_MIB as f64;
 
 /// The metrics asked for at each GPM read, in this order.
 pub(crate) const METRICS: &[GpmMetricId] = &[

@@ -28,6 +28,7 @@
 pub mod bounds;
 pub mod cadence;
 mod gpm;
+mod nvml_error;
 mod processes;
 mod raw;
 mod read;
@@ -117,20 +118,6 @@ pub trait Observer: Send + Sync {
 pub struct NoObserver;
 
 impl Observer for NoObserver {}
-
-/// Clock-event (throttle) reason bits of `nvmlDeviceGetCurrentClocksEventReasons`, with the
-/// attribute value used for each (`nvidia.gpu.clocks_event.reason`).
-pub const CLOCKS_EVENT_REASONS: &[(u64, &str)] = &[
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-];
 
 /// Why NVML is not usable, with the usual fix; one per distinct init failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -711,7 +698,7 @@ fn run(
                         shared.end();
                         match result {
                             Err(e) => {
-                                shared.add_nvml_errors([(("nvmlShutdown", read::error_code(&e)), 1)]);
+                                shared.add_nvml_errors([(("nvmlShutdown", nvml_error::error_code(&e)), 1)]);
                                 tracing::warn!("nvmlShutdown failed: {e}");
                             }
                             Ok(()) => tracing::debug!("nvmlShutdown done"),
@@ -730,7 +717,7 @@ fn run(
                 }
             }
             Err(e) => {
-                shared.add_nvml_errors([(("nvmlInit_v2", read::error_code(&e)), 1)]);
+                shared.add_nvml_errors([(("nvmlInit_v2", nvml_error::error_code(&e)), 1)]);
                 let down = NvmlDown::classify_init(&e, &settings.nvml_library);
                 // Status first: whoever reads the log line and then asks /readyz sees it.
                 shared.set_status(NvmlStatus::Down(down.clone()));
@@ -805,7 +792,7 @@ fn start_watcher(
             let shared = thread_shared;
             let stop = watch::StopSignal(stop_rx);
             let count_error = |call: &'static str, e: &NvmlError| {
-                shared.add_nvml_errors([((call, read::error_code(e)), 1)]);
+                shared.add_nvml_errors([((call, nvml_error::error_code(e)), 1)]);
             };
             watch::run(
                 &nvml,
@@ -826,7 +813,7 @@ fn start_watcher(
                 match nvml.shutdown() {
                     Ok(()) => tracing::debug!("nvmlShutdown done (by the event watcher)"),
                     Err(e) => {
-                        shared.add_nvml_errors([(("nvmlShutdown", read::error_code(&e)), 1)]);
+                        shared.add_nvml_errors([(("nvmlShutdown", nvml_error::error_code(&e)), 1)]);
                         tracing::warn!("nvmlShutdown failed: {e}");
                     }
                 }
@@ -871,7 +858,7 @@ fn session(
             r
         }
         Err(e) => {
-            shared.add_nvml_errors([(("nvmlDeviceGetCount_v2", read::error_code(&e)), 1)]);
+            shared.add_nvml_errors([(("nvmlDeviceGetCount_v2", nvml_error::error_code(&e)), 1)]);
             tracing::error!("NVML is up but listing devices failed: {e}; re-initializing");
             shared.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
                 "device listing: {e}"

@@ -19,7 +19,7 @@
 //!   `nvmlDeviceGetMPSComputeRunningProcesses{,_v2}`, `nvmlDeviceGetPciInfo{,_v2}`,
 //!   `nvmlDeviceGetCurrentClocksThrottleReasons` (raw, so that no bit is dropped) and
 //!   `nvmlEventSetWait`. Which version a device gets is decided by
-//!   [`super::read::Gate::versioned`].
+//!   [`super::read::Gate`].
 
 use std::ffi::CStr;
 use std::os::raw::{c_uint, c_ulonglong};

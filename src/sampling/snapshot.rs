@@ -5,6 +5,37 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+/// Bytes in one MiB (2^20).
+pub const BYTES_PER_MIB: u64 = 1024 * 1024;
+
+/// Bytes in one KiB (2^10), the "KB" of NVML's PCIe throughput (KB/s).
+pub const BYTES_PER_KIB: f64 = 1024.0;
+
+/// A percentage (0..100, as NVML gives utilizations) as a ratio (0..1, the OTel unit `1`).
+pub fn ratio_from_percent(percent: f64) -> f64 {
+    percent / 100.0
+}
+
+/// A ratio (0..1) as a percentage (0..100), for messages and percent settings.
+pub fn percent_from_ratio(ratio: f64) -> f64 {
+    ratio * 100.0
+}
+
+/// Milliwatts (NVML's power unit) as watts (`W`).
+pub fn watts_from_milliwatts(milliwatts: f64) -> f64 {
+    milliwatts / 1000.0
+}
+
+/// Millijoules (NVML's energy unit) as joules (`J`).
+pub fn joules_from_millijoules(millijoules: f64) -> f64 {
+    millijoules / 1000.0
+}
+
+/// Bytes as whole MiB, rounded down.
+pub fn mib_from_bytes(bytes: u64) -> u64 {
+    bytes / BYTES_PER_MIB
+}
+
 /// Facts about a device that do not change while NVML is up; read once per NVML session.
 ///
 /// A device is a GPU or, when MIG mode is on, one MIG device (GPU instance + compute
@@ -114,6 +145,28 @@ pub struct ProcessUtilization {
     pub decoder_percent: f64,
 }
 
+impl ProcessUtilization {
+    /// [`Self::sm_percent`] as a ratio 0..1.
+    pub fn sm_ratio(&self) -> f64 {
+        ratio_from_percent(self.sm_percent)
+    }
+
+    /// [`Self::memory_percent`] as a ratio 0..1.
+    pub fn memory_ratio(&self) -> f64 {
+        ratio_from_percent(self.memory_percent)
+    }
+
+    /// [`Self::encoder_percent`] as a ratio 0..1.
+    pub fn encoder_ratio(&self) -> f64 {
+        ratio_from_percent(self.encoder_percent)
+    }
+
+    /// [`Self::decoder_percent`] as a ratio 0..1.
+    pub fn decoder_ratio(&self) -> f64 {
+        ratio_from_percent(self.decoder_percent)
+    }
+}
+
 /// GPM profiling metrics of one device over the last pair of GPM samples
 /// (`nvmlGpmMetricsGet`); percent 0..100 as NVML gives them, `None` where the metric is not
 /// answered.
@@ -145,6 +198,14 @@ pub struct GpmMetrics {
     pub fp32_util: Option<f64>,
     /// `NVML_GPM_METRIC_FP16_UTIL`: non-tensor FP16 pipe, %.
     pub fp16_util: Option<f64>,
+}
+
+impl GpmMetrics {
+    /// A GPM percentage (one of this struct's fields) as a ratio, held to 0..1 (NVML's float
+    /// arithmetic can land a hair outside 0..100).
+    pub fn ratio(percent: Option<f64>) -> Option<f64> {
+        percent.map(|p| ratio_from_percent(p).clamp(0.0, 1.0))
+    }
 }
 
 /// Bytes moved since the agent started counting for this device (cumulative; never reset
@@ -220,7 +281,7 @@ pub struct DeviceSample {
     pub clock_memory_mhz: Option<u32>,
     /// Clock-event (throttle) reasons bitmask (`nvmlDeviceGetCurrentClocksEventReasons`, or
     /// `nvmlDeviceGetCurrentClocksThrottleReasons` on drivers before R535);
-    /// see [`crate::sampling::CLOCKS_EVENT_REASONS`].
+    /// see [`crate::catalogue::clocks_event_reasons`].
     pub clocks_event_reasons: Option<u64>,
     /// Performance state, 0 (P0, maximum) to 15 (`nvmlDeviceGetPerformanceState`).
     pub performance_state: Option<u32>,
@@ -244,6 +305,67 @@ pub struct DeviceSample {
 }
 
 impl DeviceSample {
+    /// [`Self::utilization_gpu_percent`] as a ratio 0..1.
+    pub fn utilization_gpu_ratio(&self) -> Option<f64> {
+        self.utilization_gpu_percent
+            .map(|p| ratio_from_percent(f64::from(p)))
+    }
+
+    /// [`Self::utilization_memory_controller_percent`] as a ratio 0..1.
+    pub fn utilization_memory_controller_ratio(&self) -> Option<f64> {
+        self.utilization_memory_controller_percent
+            .map(|p| ratio_from_percent(f64::from(p)))
+    }
+
+    /// [`Self::utilization_encoder_percent`] as a ratio 0..1.
+    pub fn utilization_encoder_ratio(&self) -> Option<f64> {
+        self.utilization_encoder_percent
+            .map(|p| ratio_from_percent(f64::from(p)))
+    }
+
+    /// [`Self::utilization_decoder_percent`] as a ratio 0..1.
+    pub fn utilization_decoder_ratio(&self) -> Option<f64> {
+        self.utilization_decoder_percent
+            .map(|p| ratio_from_percent(f64::from(p)))
+    }
+
+    /// [`Self::power_milliwatts`] in watts.
+    pub fn power_watts(&self) -> Option<f64> {
+        self.power_milliwatts
+            .map(|mw| watts_from_milliwatts(f64::from(mw)))
+    }
+
+    /// [`Self::power_limit_milliwatts`] in watts.
+    pub fn power_limit_watts(&self) -> Option<f64> {
+        self.power_limit_milliwatts
+            .map(|mw| watts_from_milliwatts(f64::from(mw)))
+    }
+
+    /// [`Self::energy_millijoules`] in joules (since the driver loaded).
+    pub fn energy_joules(&self) -> Option<f64> {
+        self.energy_millijoules
+            .map(|mj| joules_from_millijoules(mj as f64))
+    }
+
+    /// Used memory as a ratio 0..1 of the total ([`Self::memory_used_bytes`] /
+    /// [`Self::memory_total_bytes`]); `None` when either is absent or the total is 0.
+    pub fn memory_used_ratio(&self) -> Option<f64> {
+        match (self.memory_used_bytes, self.memory_total_bytes) {
+            (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
+            _ => None,
+        }
+    }
+
+    /// [`Self::memory_used_bytes`] in whole MiB, rounded down.
+    pub fn memory_used_mib(&self) -> Option<u64> {
+        self.memory_used_bytes.map(mib_from_bytes)
+    }
+
+    /// [`Self::memory_total_bytes`] in whole MiB, rounded down.
+    pub fn memory_total_mib(&self) -> Option<u64> {
+        self.memory_total_bytes.map(mib_from_bytes)
+    }
+
     /// Whether NVML answered nothing for this device at this tick: lost, or every reading
     /// absent. The slow groups (energy, GPM, PCIe bytes, per-process utilization) are read
     /// at some ticks only, so they are left out of the judgement.
@@ -310,4 +432,51 @@ pub struct Snapshot {
     pub export: bool,
     /// One entry per selected device, in NVML index order.
     pub devices: Vec<DeviceSample>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversions_give_the_exported_units() {
+        let mut d = DeviceSample::empty(Arc::new(DeviceInfo::default()), DeviceState::Ok);
+        assert_eq!(d.power_watts(), None);
+        assert_eq!(d.memory_used_ratio(), None);
+        d.utilization_gpu_percent = Some(37);
+        d.utilization_memory_controller_percent = Some(100);
+        d.power_milliwatts = Some(312_456);
+        d.power_limit_milliwatts = Some(700_000);
+        d.energy_millijoules = Some(1_234_567);
+        d.memory_used_bytes = Some(3 * BYTES_PER_MIB + 5);
+        d.memory_total_bytes = Some(12 * BYTES_PER_MIB);
+        assert_eq!(d.utilization_gpu_ratio(), Some(0.37));
+        assert_eq!(d.utilization_memory_controller_ratio(), Some(1.0));
+        assert_eq!(d.utilization_encoder_ratio(), None);
+        assert_eq!(d.power_watts(), Some(312.456));
+        assert_eq!(d.power_limit_watts(), Some(700.0));
+        assert_eq!(d.energy_joules(), Some(1234.567));
+        assert_eq!(d.memory_used_mib(), Some(3));
+        assert_eq!(d.memory_total_mib(), Some(12));
+        assert_eq!(
+            d.memory_used_ratio(),
+            Some((3.0 * 1_048_576.0 + 5.0) / 12_582_912.0)
+        );
+        d.memory_total_bytes = Some(0);
+        assert_eq!(d.memory_used_ratio(), None);
+        let u = ProcessUtilization {
+            sm_percent: 50.0,
+            memory_percent: 25.0,
+            encoder_percent: 0.0,
+            decoder_percent: 100.0,
+        };
+        assert_eq!((u.sm_ratio(), u.memory_ratio()), (0.5, 0.25));
+        assert_eq!((u.encoder_ratio(), u.decoder_ratio()), (0.0, 1.0));
+        assert_eq!(GpmMetrics::ratio(Some(100.000_01)), Some(1.0));
+        assert_eq!(GpmMetrics::ratio(Some(-0.000_01)), Some(0.0));
+        assert_eq!(GpmMetrics::ratio(Some(42.0)), Some(0.42));
+        assert_eq!(GpmMetrics::ratio(None), None);
+        assert_eq!(percent_from_ratio(0.25), 25.0);
+        assert_eq!(BYTES_PER_KIB * 2.0, 2048.0);
+    }
 }

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant, SystemTime};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, EventSet, Nvml};
 
+use super::nvml_error::{self, classify, ErrorClass};
 use super::raw::{self, Versioned};
-use super::read::{self, verdict, Verdict};
 use super::snapshot::DeviceInfo;
 use super::Observer;
 use crate::logging::LogLimiter;
@@ -279,12 +279,12 @@ fn register<'n>(
 }
 
 fn failed(uuid: &str, call: &str, e: &NvmlError, first_try: bool) -> Registration {
-    match verdict(e) {
-        Verdict::Unsupported => {
+    match classify(e) {
+        ErrorClass::Unsupported => {
             tracing::info!(uuid, call, error = %e, "XID and ECC events cannot be watched on this GPU");
             Registration::GiveUp
         }
-        Verdict::Lost | Verdict::Transient => {
+        ErrorClass::Lost | ErrorClass::Transient => {
             if first_try {
                 tracing::warn!(uuid, call, error = %e, "cannot watch XID and ECC events yet; retrying with backoff");
             } else {
@@ -311,7 +311,7 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], cx: &Context<'_>) {
     let mut backoff = Duration::from_secs(1);
     let mut first_try = true;
     let mut wait_errors = LogLimiter::new(crate::logging::LOG_PERIOD);
-    // Version of nvmlEventSetWait in use (0 = _v2, 1 = v1); see read::call_versioned.
+    // Version of nvmlEventSetWait in use (0 = _v2, 1 = v1); see nvml_error::call_versioned.
     let mut wait_version = 0;
     while !cx.stop.requested() {
         if !pending.is_empty() && Instant::now() >= next_try {
@@ -358,14 +358,19 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], cx: &Context<'_>) {
         };
         let call = Versioned::EventSetWait.versions()[wait_version];
         let waited = cx.beat.around(call, cx.wait, || {
-            let (waited, refused) =
-                read::call_versioned(&mut wait_version, Versioned::EventSetWait, None, "", |k| {
+            let (waited, refused) = nvml_error::call_versioned(
+                &mut wait_version,
+                Versioned::EventSetWait,
+                None,
+                "",
+                |k| {
                     match raw::wait_event(nvml, s, wait_ms, k) {
                         // No event within the wait is an answer: this version works.
                         Err(NvmlError::Timeout) => Ok(None),
                         other => other.map(Some),
                     }
-                });
+                },
+            );
             if let Some(e) = refused {
                 (cx.count_error)(call, &e);
             }

@@ -9,7 +9,6 @@
 //! starts its series again, a wall-clock step starts every series again) and points stamped
 //! with the time NVML answered; OTLP carries both per data point.
 
-pub mod catalogue;
 pub mod clock;
 pub mod encode;
 pub mod events;

@@ -1,4 +1,4 @@
-//! The metrics recorded as things happen ([`RECORDED`](super::catalogue::RECORDED): XIDs,
+//! The metrics recorded as things happen ([`RECORDED`](crate::catalogue::metrics::RECORDED): XIDs,
 //! alerts, sample durations): cumulative counts and histograms by attribute set, kept in
 //! memory until each export reads them ([`Recorded::collect`]).
 //!
@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::RecordedDef;
 use super::series::series_key;
+use crate::catalogue::metrics::AgentMetricDef;
 
 /// Attribute sets kept per recorded metric (the SDK's default cardinality limit).
 pub const MAX_SERIES: usize = 2000;
@@ -23,7 +23,7 @@ pub const MAX_SERIES: usize = 2000;
 #[derive(Debug, Clone)]
 pub struct CounterValue {
     /// The metric.
-    pub def: &'static RecordedDef,
+    pub def: &'static AgentMetricDef,
     /// Its attributes.
     pub attributes: Vec<KeyValue>,
     /// Count since the agent started.
@@ -34,7 +34,7 @@ pub struct CounterValue {
 #[derive(Debug, Clone)]
 pub struct HistogramValue {
     /// The metric.
-    pub def: &'static RecordedDef,
+    pub def: &'static AgentMetricDef,
     /// Its attributes.
     pub attributes: Vec<KeyValue>,
     /// Upper bounds of the buckets (the last bucket is unbounded).
@@ -72,7 +72,7 @@ impl Recorded {
     }
 
     /// A counter handle for `def`.
-    pub fn counter(self: &Arc<Self>, def: &'static RecordedDef) -> Counter {
+    pub fn counter(self: &Arc<Self>, def: &'static AgentMetricDef) -> Counter {
         Counter {
             def,
             store: self.clone(),
@@ -82,7 +82,7 @@ impl Recorded {
     /// A histogram handle for `def` with the explicit bucket upper bounds `bounds`.
     pub fn histogram(
         self: &Arc<Self>,
-        def: &'static RecordedDef,
+        def: &'static AgentMetricDef,
         bounds: &'static [f64],
     ) -> Histogram {
         Histogram {
@@ -106,7 +106,7 @@ impl Recorded {
     }
 }
 
-fn room<T>(map: &BTreeMap<String, T>, full: &mut Vec<&'static str>, def: &RecordedDef) -> bool {
+fn room<T>(map: &BTreeMap<String, T>, full: &mut Vec<&'static str>, def: &AgentMetricDef) -> bool {
     let per_metric = map
         .keys()
         .filter(|k| k.split('\u{1f}').next() == Some(def.name))
@@ -127,7 +127,7 @@ fn room<T>(map: &BTreeMap<String, T>, full: &mut Vec<&'static str>, def: &Record
 /// A monotonic counter recorded as things happen.
 #[derive(Debug, Clone)]
 pub struct Counter {
-    def: &'static RecordedDef,
+    def: &'static AgentMetricDef,
     store: Arc<Recorded>,
 }
 
@@ -165,7 +165,7 @@ impl Counter {
 /// An explicit-bucket histogram recorded as things happen.
 #[derive(Debug, Clone)]
 pub struct Histogram {
-    def: &'static RecordedDef,
+    def: &'static AgentMetricDef,
     bounds: &'static [f64],
     store: Arc<Recorded>,
 }
@@ -209,7 +209,7 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::catalogue::{ALERTS, SAMPLE_DURATION};
+    use crate::catalogue::metrics::{ALERTS, SAMPLE_DURATION};
 
     #[test]
     fn counters_start_at_zero_when_ensured_and_count_increments() {

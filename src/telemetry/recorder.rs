@@ -3,17 +3,17 @@
 //! event per XID or ECC error. Every XID is counted and sent; its log line is rate-limited
 //! (the first of each code on each device at once, then at most one a minute with the count
 //! in between), so an XID storm does not flood the log. The instruments are the catalogue's recorded metrics
-//! ([`RECORDED`](super::catalogue::RECORDED)).
+//! ([`RECORDED`](crate::catalogue::metrics::RECORDED)).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::{info_attributes, SAMPLE_DURATION, XID_ERRORS};
 use super::events::EventEmitter;
 use super::recorded::{Counter, Histogram, Recorded};
 use super::xid::{to_event, XID_CODE};
+use crate::catalogue::metrics::{info_attributes, SAMPLE_DURATION, XID_ERRORS};
 use crate::logging::{LogLimiter, LOG_PERIOD};
 use crate::sampling::{DeviceEvent, DeviceEventKind, Observer, SampleGroup};
 

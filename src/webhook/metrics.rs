@@ -1,7 +1,7 @@
 //! The webhook's own metric, [`ADMISSIONS`], and the pipeline that exports it.
 //!
-//! The definition is a [`RecordedDef`] listed in the metric catalogue
-//! ([`crate::telemetry::catalogue::RECORDED`], `docs/metrics.md`). The pipeline is the
+//! The definition is in the metric catalogue ([`ADMISSIONS`], listed in
+//! [`crate::catalogue::metrics::RECORDED`] and `docs/metrics.md`). The pipeline is the
 //! agent's ([`Telemetry`]), with the agent's exporter settings as they are
 //! (`OTEL_METRICS_EXPORTER`, `OTEL_EXPORTER_OTLP_*`, TLS files, `OTEL_METRIC_EXPORT_INTERVAL`):
 //! the webhook has no NVML sampler, so no snapshot ever arrives and the export clock exports
@@ -14,24 +14,14 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
 
 use super::inject::Outcome;
+use crate::catalogue::metrics::ADMISSIONS;
 use crate::config::Config;
 use crate::sampling::SharedState;
-use crate::telemetry::catalogue::{RecordedDef, RecordedInstrument};
 use crate::telemetry::recorded::Counter;
 use crate::telemetry::{Telemetry, TelemetryError};
 
 /// Attribute of [`ADMISSIONS`]: what the webhook did ([`Outcome::as_str`]).
 pub const OUTCOME: &str = "gpu_sidecar.webhook.outcome";
-
-/// `gpu_sidecar.webhook.admissions`: AdmissionReviews answered, by outcome.
-pub static ADMISSIONS: RecordedDef = RecordedDef {
-    name: "gpu_sidecar.webhook.admissions",
-    instrument: RecordedInstrument::Counter,
-    unit: "{admission}",
-    description: "AdmissionReviews the admission webhook answered since it started, by what it did with the pod (exported by the `webhook` command's own process, not by sidecars).",
-    attributes: "`gpu_sidecar.webhook.outcome` = `injected` | `already_injected` | `opted_out` | `not_requested` | `no_gpu` | `ambiguous_container` | `unknown_container` | `visibility_mismatch` | `volume_conflict` | `ignored` | `invalid`",
-    source: "the `webhook` command (`src/webhook/`), one per `POST /mutate` or `/mutate/namespace` answered",
-};
 
 /// The webhook's metrics pipeline (the agent's [`Telemetry`], fed by no sampler) and the
 /// admissions counter.

@@ -395,11 +395,11 @@ def promql_refs(expr):
     return metrics, labels
 
 
-OPERATIONS_DOC = ROOT / "docs" / "operations.md"
+SELF_METRICS_DOC = ROOT / "docs" / "metrics.md"
 
 
-def parse_self_metrics(path=OPERATIONS_DOC):
-    """[(name, instrument, unit)] of the agent's own metrics, from docs/operations.md's table rows
+def parse_self_metrics(path=SELF_METRICS_DOC):
+    """[(name, instrument, unit)] of the agent's own metrics, from docs/metrics.md's Self-metrics rows
     `| `gpu_sidecar.…` | instrument | `unit` | …`, and their attribute names."""
     metrics, attributes = [], set()
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -419,7 +419,7 @@ def metrics_catalogue():
     metrics, attributes = parse_metrics_doc()
     assert metrics, "docs/metrics.md has no metric rows"
     own, own_attributes = parse_self_metrics()
-    assert own, "docs/operations.md lists no gpu_sidecar.* self-metric"
+    assert own, "docs/metrics.md lists no gpu_sidecar.* self-metric"
     attributes = attributes | own_attributes
     prom = {}
     for name, instrument, unit in metrics + own:

@@ -12,23 +12,24 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opentelemetry::{KeyValue, Value};
+use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{
-    any_value, AnyValue, ArrayValue, InstrumentationScope, KeyValue as ProtoKeyValue,
-};
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::metrics::v1::{
-    metric, number_data_point, AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
-    Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    metric, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint, ResourceMetrics,
+    ScopeMetrics, Sum,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
 
-use super::catalogue::{device_points, Instrument, Number, RecordedDef, CATALOGUE};
+mod proto;
+
 use super::recorded::{HistogramValue, Recorded};
 use super::self_metrics::OwnValues;
 use super::series::{series_key, Accepted, Cumulative, Origin, Restart, SeriesStore, Stamp};
+use crate::catalogue::metrics::{device_points, AgentMetricDef, Instrument, Number, CATALOGUE};
 use crate::config::TemporalityPreference;
 use crate::sampling::Snapshot;
+use proto::{attributes, histogram_point, number, point, temporality};
 
 /// The OTel instrument kinds, as the temporality preference tells them apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,80 +85,6 @@ pub struct Encoder {
     /// Clock epoch: bumped at every wall-clock step (histograms restart then).
     epoch: u64,
     histograms: HashMap<String, HistogramState>,
-}
-
-/// Nanoseconds since the Unix epoch (0 before it).
-pub fn unix_nanos(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-/// An OTel attribute value as an OTLP `AnyValue`.
-pub fn any_value(v: &Value) -> AnyValue {
-    use opentelemetry::Array;
-    let value = match v {
-        Value::Bool(b) => any_value::Value::BoolValue(*b),
-        Value::I64(i) => any_value::Value::IntValue(*i),
-        Value::F64(f) => any_value::Value::DoubleValue(*f),
-        Value::String(s) => any_value::Value::StringValue(s.to_string()),
-        Value::Array(a) => {
-            let values = match a {
-                Array::Bool(v) => v.iter().map(|x| any_value(&Value::Bool(*x))).collect(),
-                Array::I64(v) => v.iter().map(|x| any_value(&Value::I64(*x))).collect(),
-                Array::F64(v) => v.iter().map(|x| any_value(&Value::F64(*x))).collect(),
-                Array::String(v) => v
-                    .iter()
-                    .map(|x| any_value(&Value::String(x.clone())))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            any_value::Value::ArrayValue(ArrayValue { values })
-        }
-        other => any_value::Value::StringValue(other.to_string()),
-    };
-    AnyValue { value: Some(value) }
-}
-
-/// OTel attributes as OTLP key-values.
-pub fn attributes(attrs: &[KeyValue]) -> Vec<ProtoKeyValue> {
-    attrs
-        .iter()
-        .map(|kv| ProtoKeyValue {
-            key: kv.key.to_string(),
-            value: Some(any_value(&kv.value)),
-            ..Default::default()
-        })
-        .collect()
-}
-
-fn number(number: Number, value: f64) -> number_data_point::Value {
-    match number {
-        Number::Int => number_data_point::Value::AsInt(value.round() as i64),
-        Number::F64 => number_data_point::Value::AsDouble(value),
-    }
-}
-
-fn point(
-    attrs: &[KeyValue],
-    start: Option<SystemTime>,
-    time: SystemTime,
-    value: number_data_point::Value,
-) -> NumberDataPoint {
-    NumberDataPoint {
-        attributes: attributes(attrs),
-        start_time_unix_nano: start.map_or(0, unix_nanos),
-        time_unix_nano: unix_nanos(time),
-        value: Some(value),
-        ..Default::default()
-    }
-}
-
-fn temporality(delta: bool) -> i32 {
-    if delta {
-        AggregationTemporality::Delta as i32
-    } else {
-        AggregationTemporality::Cumulative as i32
-    }
 }
 
 /// One metric being assembled.
@@ -416,11 +343,13 @@ impl Encoder {
         out: &mut Building,
         accepted: &mut Vec<Accepted>,
     ) {
-        use super::self_metrics::{EXPORT_FAILURES, EXPORT_LAST_SUCCESS, NVML_ERRORS, NVML_STUCK};
+        use crate::catalogue::metrics::{
+            EXPORT_FAILURES, EXPORT_LAST_SUCCESS, NVML_ERRORS, NVML_STUCK,
+        };
         let delta = is_delta(self.temporality, Kind::ObservableCounter);
         let origin = Origin::AgentStart(self.started);
         let mut sum = |enc: &mut Self,
-                       m: &super::self_metrics::SelfMetric,
+                       m: &AgentMetricDef,
                        values: Vec<(Vec<KeyValue>, u64)>,
                        out: &mut Building| {
             let points: Vec<NumberDataPoint> = values
@@ -504,7 +433,7 @@ impl Encoder {
         let (counters, histograms) = recorded.collect();
         let delta = is_delta(self.temporality, Kind::Counter);
         let origin = Origin::AgentStart(self.started);
-        let mut by_def: Vec<(&'static RecordedDef, Vec<NumberDataPoint>)> = Vec::new();
+        let mut by_def: Vec<(&'static AgentMetricDef, Vec<NumberDataPoint>)> = Vec::new();
         for c in counters {
             let p = self.counter_point(
                 c.def.name,
@@ -542,7 +471,7 @@ impl Encoder {
         }
         let hdelta = is_delta(self.temporality, Kind::Histogram);
         let mut pending = Vec::new();
-        let mut by_def: Vec<(&'static RecordedDef, Vec<HistogramDataPoint>)> = Vec::new();
+        let mut by_def: Vec<(&'static AgentMetricDef, Vec<HistogramDataPoint>)> = Vec::new();
         for h in histograms {
             let key = series_key(h.def.name, &h.attributes);
             let (epoch, started) = (self.epoch, self.started);
@@ -594,210 +523,5 @@ impl Encoder {
     }
 }
 
-/// `h` minus `base` (a histogram since `start`); min and max only when nothing is
-/// subtracted (they cannot be).
-fn histogram_point(
-    h: &HistogramValue,
-    base: Option<&HistogramValue>,
-    start: SystemTime,
-    time: SystemTime,
-) -> HistogramDataPoint {
-    let (counts, count, sum, min, max) = match base {
-        None => (
-            h.bucket_counts.clone(),
-            h.count,
-            h.sum,
-            (h.count > 0).then_some(h.min),
-            (h.count > 0).then_some(h.max),
-        ),
-        Some(b) => (
-            h.bucket_counts
-                .iter()
-                .zip(&b.bucket_counts)
-                .map(|(a, b)| a.saturating_sub(*b))
-                .collect(),
-            h.count.saturating_sub(b.count),
-            (h.sum - b.sum).max(0.0),
-            None,
-            None,
-        ),
-    };
-    HistogramDataPoint {
-        attributes: attributes(&h.attributes),
-        start_time_unix_nano: unix_nanos(start),
-        time_unix_nano: unix_nanos(time),
-        count,
-        sum: Some(sum),
-        bucket_counts: counts,
-        explicit_bounds: h.bounds.to_vec(),
-        min,
-        max,
-        ..Default::default()
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-    use std::time::{Duration, Instant, UNIX_EPOCH};
-
-    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-
-    use super::*;
-    use crate::sampling::{DeviceInfo, DeviceSample, DeviceState};
-
-    fn device(energy_mj: Option<u64>) -> DeviceSample {
-        let info = Arc::new(DeviceInfo {
-            uuid: "GPU-0c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5".into(),
-            name: Some("NVIDIA H200".into()),
-            ..DeviceInfo::default()
-        });
-        let mut d = DeviceSample::empty(info, DeviceState::Ok);
-        d.power_milliwatts = Some(700_000);
-        d.memory_used_bytes = Some(1 << 30);
-        d.ecc_corrected_total = Some(7);
-        d.energy_millijoules = energy_mj;
-        d
-    }
-
-    /// (name, start, time, value) of every sum point in `request`.
-    fn sums(request: &ExportMetricsServiceRequest) -> Vec<(String, u64, u64, f64)> {
-        let mut out = Vec::new();
-        for m in request
-            .resource_metrics
-            .iter()
-            .flat_map(|r| &r.scope_metrics)
-            .flat_map(|s| &s.metrics)
-        {
-            if let Some(Data::Sum(sum)) = &m.data {
-                for p in &sum.data_points {
-                    let v = match p.value {
-                        Some(number_data_point::Value::AsDouble(v)) => v,
-                        Some(number_data_point::Value::AsInt(v)) => v as f64,
-                        None => f64::NAN,
-                    };
-                    out.push((m.name.clone(), p.start_time_unix_nano, p.time_unix_nano, v));
-                }
-            }
-        }
-        out
-    }
-
-    /// The encoder with an injected clock: snapshots every second, 700 J per second, the
-    /// wall clock stepped back one hour after the 5th. No sum point ends before it starts,
-    /// none goes down under one start time, the energy series starts again at the step.
-    #[test]
-    fn a_wall_clock_step_back_gives_no_point_before_its_start() {
-        let resource = opentelemetry_sdk::Resource::builder_empty().build();
-        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let m0 = Instant::now();
-        let mut enc = Encoder::new(
-            &resource,
-            TemporalityPreference::Cumulative,
-            Duration::from_secs(3600),
-            t0,
-        );
-        let recorded = Recorded::new();
-        let mut energy = Vec::new();
-        let mut all = Vec::new();
-        for k in 0..10u32 {
-            let step = if k >= 5 {
-                Duration::from_secs(3600)
-            } else {
-                Duration::ZERO
-            };
-            let wall = t0 + Duration::from_secs(u64::from(k)) - step;
-            let mono = m0 + Duration::from_secs(u64::from(k));
-            let snap = Snapshot {
-                taken_at: wall,
-                taken_instant: mono,
-                seq: u64::from(k) + 1,
-                export: true,
-                devices: vec![device(Some(3_600_000_000 + 700_000 * u64::from(k)))],
-            };
-            let now = Stamp {
-                wall: wall + Duration::from_millis(2),
-                mono: mono + Duration::from_millis(2),
-            };
-            let batch = enc.encode(Some(&snap), &recorded, &OwnValues::default(), now);
-            for p in sums(&batch.request) {
-                assert!(p.2 >= p.1, "tick {k}: {p:?} ends before it starts");
-                if p.0 == "hw.energy" {
-                    energy.push(p.clone());
-                }
-                all.push(p);
-            }
-            enc.accepted(batch);
-        }
-        assert_eq!(
-            energy[0].3, 0.0,
-            "counts from the first reading, not 3.6 MJ"
-        );
-        assert_eq!(energy[4].3, 2800.0);
-        assert_eq!(energy[5].3, 0.0, "a new stream at the step");
-        assert_eq!(energy[9].3, 2800.0);
-        assert_ne!(energy[5].1, energy[4].1);
-        for name in ["hw.energy", "hw.errors", "gpu_sidecar.export.failures"] {
-            let mine: Vec<_> = all.iter().filter(|p| p.0 == name).collect();
-            for w in mine.windows(2) {
-                if w[0].1 == w[1].1 {
-                    assert!(w[1].3 >= w[0].3, "{name} went down under one start");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn temporality_preference_per_instrument_kind() {
-        use TemporalityPreference::*;
-        assert!(!is_delta(Cumulative, Kind::Counter));
-        assert!(is_delta(Delta, Kind::ObservableCounter));
-        assert!(is_delta(Delta, Kind::Histogram));
-        assert!(!is_delta(LowMemory, Kind::ObservableCounter));
-        assert!(is_delta(LowMemory, Kind::Counter));
-        assert!(is_delta(LowMemory, Kind::Histogram));
-    }
-
-    /// A slow group not read at a tick is not in that tick's export: energy is absent from
-    /// a snapshot that did not read it, never the last reading under a later time.
-    #[test]
-    fn a_value_not_read_at_the_tick_is_not_exported() {
-        let resource = opentelemetry_sdk::Resource::builder_empty().build();
-        let mut enc = Encoder::new(
-            &resource,
-            TemporalityPreference::Cumulative,
-            Duration::from_secs(3600),
-            SystemTime::now(),
-        );
-        let snap = |seq: u64, e: Option<u64>| Snapshot {
-            taken_at: SystemTime::now(),
-            taken_instant: Instant::now(),
-            seq,
-            export: true,
-            devices: vec![device(e)],
-        };
-        let names = |b: &Batch| -> Vec<String> {
-            b.request.resource_metrics[0].scope_metrics[0]
-                .metrics
-                .iter()
-                .map(|m| m.name.clone())
-                .collect()
-        };
-        let r = Recorded::new();
-        let b = enc.encode(
-            Some(&snap(1, Some(5))),
-            &r,
-            &OwnValues::default(),
-            Stamp::now(),
-        );
-        assert!(names(&b).contains(&"hw.energy".to_string()));
-        let b = enc.encode(
-            Some(&snap(2, None)),
-            &r,
-            &OwnValues::default(),
-            Stamp::now(),
-        );
-        assert!(!names(&b).contains(&"hw.energy".to_string()));
-        assert!(names(&b).contains(&"hw.power".to_string()));
-    }
-}
+mod tests;

@@ -1,0 +1,144 @@
+//! The metrics no [`DeviceSample`](crate::sampling::DeviceSample) gives, counted by the
+//! agent itself: those recorded as things happen ([`RECORDED`]: XIDs, sample durations,
+//! alerts, webhook admissions) and the self-metrics read at each export ([`SELF_METRICS`]:
+//! NVML errors, stuck NVML calls, export outcomes).
+//!
+//! Two shapes of metric definition remain, for two kinds of value: a GPU metric
+//! ([`MetricDef`](super::MetricDef)) carries the mapping from a sample and the group of NVML
+//! calls that sets its cadence; an agent metric ([`AgentMetricDef`]) has neither (its value
+//! is counted by the code named in `source`), so it is a plain description.
+
+/// Instrument kind of an agent metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentInstrument {
+    /// Monotonic counter.
+    Counter,
+    /// Explicit-bucket histogram.
+    Histogram,
+    /// Gauge: the current value.
+    Gauge,
+}
+
+impl AgentInstrument {
+    /// Name used in `docs/metrics.md`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentInstrument::Counter => "counter",
+            AgentInstrument::Histogram => "histogram",
+            AgentInstrument::Gauge => "gauge",
+        }
+    }
+}
+
+/// A metric the agent counts itself rather than reads from a snapshot: recorded as things
+/// happen ([`crate::telemetry::recorded`]) or read at each export
+/// ([`crate::telemetry::self_metrics`]); exported by [`crate::telemetry::encode`],
+/// documented in `docs/metrics.md`.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentMetricDef {
+    /// OTel metric name.
+    pub name: &'static str,
+    /// Instrument kind.
+    pub instrument: AgentInstrument,
+    /// UCUM unit.
+    pub unit: &'static str,
+    /// One-line description.
+    pub description: &'static str,
+    /// Attribute keys, with their values.
+    pub attributes: &'static str,
+    /// Where the value comes from.
+    pub source: &'static str,
+}
+
+/// `nvidia.gpu.xid.errors`: one per XID event.
+pub static XID_ERRORS: AgentMetricDef = AgentMetricDef {
+    name: "nvidia.gpu.xid.errors",
+    instrument: AgentInstrument::Counter,
+    unit: "{error}",
+    description: "XID critical errors reported by the driver since the agent started; each also emits an `nvidia.gpu.xid` event naming the error.",
+    attributes: "the device attributes (the MIG device when NVML names its GPU instance); `nvidia.gpu.xid.code` (int)",
+    source: "`nvmlEventSetWait_v2` (drivers before R450: `nvmlEventSetWait`, no MIG attribution) on an event set registered for `nvmlEventTypeXidCriticalError` (`eventData` = the XID), thread `nvml-events`",
+};
+
+/// `gpu_sidecar.sample.duration`: the agent's own cost.
+pub static SAMPLE_DURATION: AgentMetricDef = AgentMetricDef {
+    name: "gpu_sidecar.sample.duration",
+    instrument: AgentInstrument::Histogram,
+    unit: "s",
+    description: "Time one group of NVML calls took, over all devices, each time the group ran (the agent's own cost; see the schedule in the README).",
+    attributes: "`gpu_sidecar.sample.group` = `static` | `fast` | `energy` | `pcie` | `process` | `gpm`",
+    source: "wall-clock time around the group's calls on the `nvml-sampler` thread",
+};
+
+/// `nvidia.gpu.alerts`: one per alert transition of the rules engine.
+pub static ALERTS: AgentMetricDef = AgentMetricDef {
+    name: "nvidia.gpu.alerts",
+    instrument: AgentInstrument::Counter,
+    unit: "{alert}",
+    description: "Alert transitions of the agent's rules: 1 per firing, 1 per resolution (see docs/events.md).",
+    attributes: "`nvidia.gpu.alert.rule` = `memory_near_full` | `memory_preallocated` | `memory_leak` | `temperature_high` | `clocks_power_capped` | `clocks_slowdown` | `input_starvation` | `utilization_imbalance` | `tensor_cores_idle` | `memory_bound` | `gpu_lost` | `xid`; `nvidia.gpu.alert.state` = `firing` | `resolved`; `nvidia.gpu.alert.severity` = `info` | `warning` | `critical`; `hw.id` (the GPU the alert names)",
+    source: "the rules engine (`src/rules/`), at each transition",
+};
+
+/// `gpu_sidecar.webhook.admissions`: AdmissionReviews answered, by outcome
+/// ([`crate::webhook::metrics::OUTCOME`]).
+pub static ADMISSIONS: AgentMetricDef = AgentMetricDef {
+    name: "gpu_sidecar.webhook.admissions",
+    instrument: AgentInstrument::Counter,
+    unit: "{admission}",
+    description: "AdmissionReviews the admission webhook answered since it started, by what it did with the pod (exported by the `webhook` command's own process, not by sidecars).",
+    attributes: "`gpu_sidecar.webhook.outcome` = `injected` | `already_injected` | `opted_out` | `not_requested` | `no_gpu` | `ambiguous_container` | `unknown_container` | `visibility_mismatch` | `volume_conflict` | `ignored` | `invalid`",
+    source: "the `webhook` command (`src/webhook/`), one per `POST /mutate` or `/mutate/namespace` answered",
+};
+
+/// Every recorded metric, in documentation order.
+pub static RECORDED: &[&AgentMetricDef] = &[&XID_ERRORS, &SAMPLE_DURATION, &ALERTS, &ADMISSIONS];
+
+/// `gpu_sidecar.nvml.errors`: errors NVML answered, by call and code.
+pub static NVML_ERRORS: AgentMetricDef = AgentMetricDef {
+    name: "gpu_sidecar.nvml.errors",
+    instrument: AgentInstrument::Counter,
+    unit: "{error}",
+    description: "Errors NVML answered since start. A field that answers NOT_SUPPORTED is asked (and counted) once per GPU and NVML session; a lost GPU is probed (and counted) once per tick.",
+    attributes: "`nvidia.nvml.call` (C function, e.g. `nvmlDeviceGetPowerUsage`, `nvmlInit_v2`), `error.type` (`NVML_ERROR_*` name)",
+    source: "every NVML call that answered an error, on the `nvml-sampler` and `nvml-events` threads; read at each export",
+};
+
+/// `gpu_sidecar.nvml.stuck`: NVML steps that ran past the watchdog bound.
+pub static NVML_STUCK: AgentMetricDef = AgentMetricDef {
+    name: "gpu_sidecar.nvml.stuck",
+    instrument: AgentInstrument::Counter,
+    unit: "{call}",
+    description: "NVML steps found running past GPU_SIDECAR_WATCHDOG_TIMEOUT (for the event watcher: past its wait's own timeout plus that bound) since start, one per episode: a driver call that does not return. Logged once each; readiness is false meanwhile.",
+    attributes: "`thread.name` (`nvml-sampler` or `nvml-events`), `gpu_sidecar.nvml.step` (the sampler's step, e.g. `sampling tick`, or the watcher's call, e.g. `nvmlEventSetWait_v2`)",
+    source: "the watchdog over the NVML threads; read at each export",
+};
+
+/// `gpu_sidecar.export.failures`: failed metric exports.
+pub static EXPORT_FAILURES: AgentMetricDef = AgentMetricDef {
+    name: "gpu_sidecar.export.failures",
+    instrument: AgentInstrument::Counter,
+    unit: "{export}",
+    description: "Metric exports that failed since start (after the exporter's own retries); the data of a failed export is dropped, cumulative counters stay continuous.",
+    attributes: "none",
+    source: "the metric exporter's answer to each export; read at each export",
+};
+
+/// `gpu_sidecar.export.last_success`: time of the last successful metric export.
+pub static EXPORT_LAST_SUCCESS: AgentMetricDef = AgentMetricDef {
+    name: "gpu_sidecar.export.last_success",
+    instrument: AgentInstrument::Gauge,
+    unit: "s",
+    description:
+        "Unix time (seconds) of the last successful metric export; absent until one succeeded.",
+    attributes: "none",
+    source: "the metric exporter's answer to each export; read at each export",
+};
+
+/// Every self-metric, in documentation order.
+pub static SELF_METRICS: &[&AgentMetricDef] = &[
+    &NVML_ERRORS,
+    &NVML_STUCK,
+    &EXPORT_FAILURES,
+    &EXPORT_LAST_SUCCESS,
+];

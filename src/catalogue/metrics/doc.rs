@@ -1,0 +1,207 @@
+//! `docs/metrics.md`, generated from the tables ([`markdown`]).
+
+use super::{AgentMetricDef, CATALOGUE, COMMON_ATTRIBUTES, RECORDED, SELF_METRICS};
+use crate::sampling::bounds::{self, Reading};
+use crate::sampling::SampleGroup;
+
+/// The metrics each reading's bounds ([`bounds::BOUNDS`]) hold: a value outside them is
+/// dropped by the sampler, so none of these metrics carries it. Rendered as "Valid ranges"
+/// in `docs/metrics.md`; a test checks every reading and every metric above is here.
+pub static VALID_RANGES: &[(Reading, &[&str])] = &[
+    (Reading::UtilizationGpu, &["hw.gpu.utilization"]),
+    (
+        Reading::UtilizationMemoryController,
+        &["nvidia.gpu.memory_controller.utilization"],
+    ),
+    (Reading::UtilizationEncoder, &["hw.gpu.utilization"]),
+    (Reading::UtilizationDecoder, &["hw.gpu.utilization"]),
+    (
+        Reading::MemoryTotal,
+        &["hw.gpu.memory.limit", "hw.gpu.memory.utilization"],
+    ),
+    (
+        Reading::MemoryPart,
+        &[
+            "hw.gpu.memory.usage",
+            "hw.gpu.memory.utilization",
+            "nvidia.gpu.memory.reserved",
+        ],
+    ),
+    (Reading::TemperatureGpu, &["hw.temperature"]),
+    (Reading::TemperatureMemory, &["hw.temperature"]),
+    (Reading::Power, &["hw.power"]),
+    (Reading::PowerLimit, &["nvidia.gpu.power.limit"]),
+    (Reading::Energy, &["hw.energy"]),
+    (Reading::Clock, &["nvidia.gpu.clock.frequency"]),
+    (
+        Reading::ClocksEventReasons,
+        &["nvidia.gpu.clocks_event.active", "hw.status"],
+    ),
+    (Reading::PerformanceState, &["nvidia.gpu.performance_state"]),
+    (Reading::EccErrors, &["hw.errors"]),
+    (
+        Reading::RemappedRows,
+        &["nvidia.gpu.memory.remapped_rows", "hw.status"],
+    ),
+    (Reading::ProcessMemory, &["nvidia.gpu.process.memory.usage"]),
+    (
+        Reading::ProcessUtilization,
+        &[
+            "nvidia.gpu.process.utilization",
+            "nvidia.gpu.process.memory_controller.utilization",
+        ],
+    ),
+    (
+        Reading::GpmActivity,
+        &[
+            "nvidia.gpu.graphics_engine.activity",
+            "nvidia.gpu.sm.activity",
+            "nvidia.gpu.sm.occupancy",
+            "nvidia.gpu.tensor.activity",
+            "nvidia.gpu.pipe.activity",
+            "nvidia.gpu.dram.activity",
+        ],
+    ),
+    (Reading::GpmPcie, &["hw.gpu.io"]),
+    (Reading::GpmNvlink, &["nvidia.gpu.nvlink.io"]),
+    (Reading::PcieThroughput, &["hw.gpu.io"]),
+];
+
+/// How old a value of `group` can be when exported, and how often it is in an export.
+pub fn age(group: SampleGroup) -> &'static str {
+    match group {
+        SampleGroup::Static | SampleGroup::Fast => {
+            "read at every tick; in every export, read by the tick it is exported with"
+        }
+        SampleGroup::Energy => {
+            "read at the export tick it is exported with, every `GPU_SIDECAR_ENERGY_INTERVAL` (rounded to whole exports; at every export when shorter); absent from the other exports"
+        }
+        SampleGroup::Process => {
+            "read at the export tick it is exported with, every `GPU_SIDECAR_PROCESS_INTERVAL` (rounded to whole exports; at every export when shorter); the mean over the window since the previous read"
+        }
+        SampleGroup::Gpm => {
+            "read at the export tick it is exported with, every `GPU_SIDECAR_GPM_INTERVAL` (rounded to whole exports; at every export when shorter); the mean over the window since the previous GPM sample"
+        }
+        SampleGroup::Pcie => {
+            "updated when a GPM window ends (`GPU_SIDECAR_GPM_INTERVAL`) or, on GPUs without GPM PCIe counters, at a PCIe throughput read (`GPU_SIDECAR_PCIE_INTERVAL`), at export ticks; in the export of that tick only"
+        }
+    }
+}
+
+/// `docs/metrics.md`, generated from [`CATALOGUE`].
+pub fn markdown() -> String {
+    let mut s = String::from(
+        "# Metrics\n\n\
+         Generated from `src/catalogue/metrics/` (the test `metrics_doc_matches_catalogue` fails when \
+         this file and the code disagree; regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`).\n\n\
+         Ratios are 0..1, units are UCUM. A value NVML does not give is absent, never 0.\n\n",
+    );
+    s.push_str(&format!(
+        "Every GPU data point carries {COMMON_ATTRIBUTES}.\n\n"
+    ));
+    s.push_str(
+        "## Time\n\n\
+         One rule for every metric: **an exported point's time is within one sample tick of when NVML \
+         produced its value.** Each GPU data point's `time_unix_nano` is the start of the sample tick \
+         that read its value, and the export follows that tick at once (the sampler marks the ticks that \
+         are exported: one every `OTEL_METRIC_EXPORT_INTERVAL`). A value not read at an exported tick is \
+         not in that export: nothing is carried from an earlier read under a later time. The fast group \
+         is read at every tick; each slow group (energy, per-process utilization, GPM, PCIe throughput) at \
+         export ticks, every N-th export for an interval of N exports (column *age*), and when its \
+         interval is shorter than the export interval also at its own cadence between exports (those \
+         reads reach the rules and the run report, not the exporter); the final sample at shutdown \
+         reads every group. Reading a tick takes under 1 ms per GPU for the fast group; the \
+         energy counter costs ~4 ms of CPU per GPU on an H200 (which is why it has its own interval).\n\n\
+         **Start times.** A counter (sum) read from a total counts from the agent's first reading of \
+         that series: its first point has that reading's time as start time and the value 0 (NVML's \
+         energy and ECC totals count since the driver loaded; that past is not claimed). When NVML's \
+         total goes down (driver reload, GPU reset), the series starts again: start time = the previous \
+         reading's time, counting from 0. When the wall clock steps by more than 1 s against the \
+         monotonic clock (NTP correcting the node), every series starts again at the next point (start \
+         time = its time, value 0). Both are logged once. No point ends before it starts, and no sum goes \
+         down under one start time. An up-down counter's start time is when the agent first saw it. \
+         Gauges carry no start time. Elapsed times (GPM and PCIe windows, the run report) come from the \
+         monotonic clock. Sums and the histogram are cumulative unless \
+         `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` asks for delta (a delta point covers the time \
+         since the last point the collector accepted).\n\n",
+    );
+    s.push_str("| name | instrument | unit | attributes | NVML source | age | description |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
+    let cell = |t: &str| t.replace('|', "\\|");
+    for d in CATALOGUE {
+        s.push_str(&format!(
+            "| `{}` | {} | `{}` | {} | {} | {} | {} |\n",
+            d.name,
+            d.instrument.as_str(),
+            d.unit,
+            cell(d.attributes),
+            cell(d.source),
+            cell(age(d.group)),
+            cell(d.description)
+        ));
+    }
+    s.push_str(
+        "\n## Valid ranges\n\n\
+         NVML answers some values it does not have with `NVML_SUCCESS` and a sentinel \
+         (`0xFFFFFFFF` for a temperature or power, 255 or 0 for the HBM temperature of a GPU \
+         without that sensor, -1 as a signed field value, all-ones counters). A reading outside \
+         its range below is dropped by the sampler before anything sees the sample: the value \
+         is absent (not exported, not judged by the rules, not a run-report peak, an empty \
+         sample-log field), and one warning per GPU and reading names the value and the range \
+         (`src/sampling/bounds.rs`).\n\n",
+    );
+    s.push_str("| reading | valid (NVML unit) | metrics | why |\n| --- | --- | --- | --- |\n");
+    for b in bounds::BOUNDS {
+        let metrics: Vec<String> = VALID_RANGES
+            .iter()
+            .filter(|(r, _)| *r == b.reading)
+            .flat_map(|(_, m)| m.iter().map(|n| format!("`{n}`")))
+            .collect();
+        s.push_str(&format!(
+            "| {} | {} to {} {} | {} | {} |\n",
+            b.name,
+            b.min,
+            b.max,
+            b.unit,
+            metrics.join(", "),
+            cell(b.why)
+        ));
+    }
+    s.push_str(
+        "\n## Recorded as they happen\n\n\
+         Synchronous instruments, counting from 0 at the agent's start (start time: the agent's start), \
+         stamped with the export's time. Every `nvidia.gpu.alerts` series the rules may produce (each \
+         enabled rule, firing and resolved, for each device) is exported at 0 from the device's first \
+         sample, so a first firing is an increase that `increase()` and `rate()` see. An \
+         `nvidia.gpu.xid.errors` series appears with the first XID of its code on its device (the codes \
+         are not known in advance); alert on `nvidia.gpu.alerts{nvidia.gpu.alert.rule=xid}` (as the \
+         shipped `GPUXidError` rule does), which exists at 0 before.\n\n",
+    );
+    agent_table(&mut s, RECORDED);
+    s.push_str(
+        "\n## Self-metrics\n\n\
+         How the agent's own NVML calls and exports fare, read from its counters at each export and \
+         exported with the GPU metrics (same resource and scope). The counters count from the agent's \
+         start (start time: the agent's start).\n\n",
+    );
+    agent_table(&mut s, SELF_METRICS);
+    s
+}
+
+/// One table of agent metrics.
+fn agent_table(s: &mut String, defs: &[&AgentMetricDef]) {
+    let cell = |t: &str| t.replace('|', "\\|");
+    s.push_str("| name | instrument | unit | attributes | source | description |\n");
+    s.push_str("| --- | --- | --- | --- | --- | --- |\n");
+    for d in defs {
+        s.push_str(&format!(
+            "| `{}` | {} | `{}` | {} | {} | {} |\n",
+            d.name,
+            d.instrument.as_str(),
+            d.unit,
+            cell(d.attributes),
+            cell(d.source),
+            cell(d.description)
+        ));
+    }
+}

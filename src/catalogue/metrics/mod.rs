@@ -1,0 +1,149 @@
+//! The one catalogue of exported metrics: name, instrument, unit, description, attributes
+//! and NVML source, plus the pure function that turns a [`DeviceSample`] into data points.
+//!
+//! Export ([`crate::telemetry::encode`]), `docs/metrics.md` ([`markdown`]) and the
+//! consistency test all follow [`CATALOGUE`]; adding a metric is one row.
+
+use opentelemetry::KeyValue;
+
+use crate::catalogue::clocks_event_reasons;
+use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, SampleGroup};
+
+/// OpenTelemetry instrument kind of a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instrument {
+    /// Asynchronous gauge: the current value.
+    Gauge,
+    /// Asynchronous monotonic counter: a cumulative total.
+    Counter,
+    /// Asynchronous up-down counter: a cumulative value that can go down (sizes, states).
+    UpDownCounter,
+}
+
+impl Instrument {
+    /// Name used in `docs/metrics.md`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Instrument::Gauge => "gauge",
+            Instrument::Counter => "counter",
+            Instrument::UpDownCounter => "updowncounter",
+        }
+    }
+}
+
+/// Number type of the data points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Number {
+    /// Double.
+    F64,
+    /// Integer (bytes, counts, states).
+    Int,
+}
+
+/// One data point before the device's common attributes are added: the value and the
+/// metric's own attributes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// Value in the metric's unit.
+    pub value: f64,
+    /// Attributes specific to this metric (e.g. `hw.gpu.task`).
+    pub attributes: Vec<KeyValue>,
+}
+
+/// Turns one device's sample into points; pushes nothing for a value NVML did not give.
+pub type Extract = fn(&DeviceSample, &mut Vec<Point>);
+
+/// One row of the catalogue.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricDef {
+    /// OTel metric name (semantic conventions where they exist, else `nvidia.gpu.*`).
+    pub name: &'static str,
+    /// Instrument kind.
+    pub instrument: Instrument,
+    /// Point number type.
+    pub number: Number,
+    /// The group of NVML calls the value comes from: its cadence, and so how old an
+    /// exported value can be ([`age`]).
+    pub group: SampleGroup,
+    /// UCUM unit.
+    pub unit: &'static str,
+    /// One-line description.
+    pub description: &'static str,
+    /// Attribute keys this metric adds to the common device attributes, with their values.
+    pub attributes: &'static str,
+    /// NVML call(s) the value comes from, and the conversion.
+    pub source: &'static str,
+    /// The mapping.
+    pub extract: Extract,
+}
+
+/// Attributes on every GPU data point.
+pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), on a MIG device `hw.parent` (its GPU's UUID), and on a GPU shared with other pods `nvidia.gpu.sharing` = `time_slicing` | `mps` (its values are the whole GPU's; see the README, Shared GPUs)";
+
+/// The attribute that marks a shared GPU ([`crate::sampling::Sharing`]).
+pub const SHARING: &str = "nvidia.gpu.sharing";
+
+/// The `hw.state` of a device: `failed`, `degraded` or `ok`.
+pub fn device_state(d: &DeviceSample) -> &'static str {
+    match d.state {
+        DeviceState::Lost => "failed",
+        DeviceState::Ok
+            if d.clocks_event_reasons.unwrap_or(0) & clocks_event_reasons::DEGRADING != 0
+                || d.remapped_rows.is_some_and(|r| r.pending || r.failed) =>
+        {
+            "degraded"
+        }
+        DeviceState::Ok => "ok",
+    }
+}
+
+/// The attributes every data point of this device carries (see [`COMMON_ATTRIBUTES`]).
+pub fn device_attributes(d: &DeviceSample) -> Vec<KeyValue> {
+    let mut v = info_attributes(&d.info);
+    if let Some(mode) = d.sharing {
+        v.push(KeyValue::new(SHARING, mode.as_str()));
+    }
+    v
+}
+
+/// [`device_attributes`] from the static facts alone (for events and recorded metrics).
+pub fn info_attributes(info: &DeviceInfo) -> Vec<KeyValue> {
+    let mut v = vec![
+        KeyValue::new("hw.id", info.uuid.clone()),
+        KeyValue::new("hw.type", "gpu"),
+        KeyValue::new("hw.vendor", "NVIDIA"),
+    ];
+    if let Some(name) = &info.name {
+        v.push(KeyValue::new("hw.model", name.clone()));
+    }
+    if let Some(m) = &info.mig {
+        v.push(KeyValue::new("hw.parent", m.parent_uuid.clone()));
+    }
+    v
+}
+
+/// All points of one metric for one device, with the common attributes first.
+pub fn device_points(def: &MetricDef, d: &DeviceSample) -> Vec<Point> {
+    let mut own = Vec::new();
+    (def.extract)(d, &mut own);
+    if own.is_empty() {
+        return own;
+    }
+    let common = device_attributes(d);
+    for p in &mut own {
+        let mut attrs = common.clone();
+        attrs.append(&mut p.attributes);
+        p.attributes = attrs;
+    }
+    own
+}
+
+mod agent;
+mod doc;
+mod gpu;
+#[cfg(test)]
+mod tests;
+
+pub use agent::*;
+pub use doc::{age, markdown, VALID_RANGES};
+pub use gpu::CATALOGUE;

@@ -1,0 +1,6 @@
+//! One table per fact about what the agent reports, each read by every part that needs it:
+//! every metric ([`metrics`]), the XID codes ([`xid`]) and the clock-event reasons
+//! ([`clocks_event_reasons`]).
+pub mod clocks_event_reasons;
+pub mod metrics;
+pub mod xid;
