@@ -12,10 +12,11 @@
 
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod attribution;
 pub mod config;
-pub mod health;
 pub mod logging;
+pub mod probes;
 pub mod process_watch;
 pub mod report;
 pub mod rules;

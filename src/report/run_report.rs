@@ -5,7 +5,7 @@
 //! sums, peaks, a utilization histogram and the energy counter, in memory that does not grow
 //! with the length of the run. [`RunAccumulator::report`] turns that into a [`RunReport`]:
 //! one [`Summary`] per GPU and one for the pod. [`RunReporter`] runs an accumulator on the
-//! thread `run-report` fed by [`SharedState::subscribe`].
+//! thread `run-report`, a consumer of the [`Hub`].
 //!
 //! How the numbers are made:
 //! - **Samples.** A GPU's sample is *taken* when NVML answered at least one reading for it
@@ -38,9 +38,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::logs::Severity;
@@ -51,8 +49,10 @@ use serde::Serialize;
 use super::efficiency::{self, Efficiency, EfficiencyAcc, MemoryPattern};
 use crate::config::OutputTarget;
 use crate::rules::preallocation::PoolParams;
+use crate::sampling::consumer::{Consumer, ConsumerThread};
 use crate::sampling::{
-    DeviceInfo, DeviceSample, SharedState, Sharing, Snapshot, CLOCKS_EVENT_REASONS,
+    DeviceEvent, DeviceEventKind, DeviceInfo, DeviceSample, GroupDuration, Hub, Interest, Sharing,
+    Snapshot, CLOCKS_EVENT_REASONS,
 };
 use crate::telemetry::events::{Event, Events};
 
@@ -909,36 +909,45 @@ pub fn resource_map(resource: &Resource) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Counts XIDs into a running [`RunReporter`] from another thread (the event watcher).
-/// Cheap to clone; `record` takes a short lock.
-#[derive(Debug, Clone)]
-pub struct XidRecorder(Arc<Mutex<RunAccumulator>>);
+/// The run report as a consumer of the hub: each snapshot, and each XID (counted on its
+/// physical GPU), in order. The accumulator sits behind a lock only so that
+/// [`RunReporter::finish`] can report what was received when the thread is late.
+struct Accumulate(Arc<Mutex<RunAccumulator>>);
 
-impl XidRecorder {
-    /// See [`RunAccumulator::record_xid`].
-    pub fn record(&self, gpu_uuid: &str, xid: u64) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .record_xid(gpu_uuid, xid);
+impl Accumulate {
+    fn acc(&self) -> std::sync::MutexGuard<'_, RunAccumulator> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-/// A [`RunAccumulator`] on the thread `run-report`, fed by a subscription.
+impl Consumer for Accumulate {
+    const INTEREST: Interest = Interest::BOTH;
+
+    fn snapshot(&mut self, snapshot: &Arc<Snapshot>, _: &[GroupDuration]) {
+        self.acc().add(snapshot);
+    }
+
+    fn device_event(&mut self, event: &DeviceEvent) {
+        if let DeviceEventKind::Xid(code) = event.kind {
+            self.acc().record_xid(event.gpu_uuid(), code);
+        }
+    }
+}
+
+/// A [`RunAccumulator`] on the thread `run-report`, fed by a hub subscription.
 pub struct RunReporter {
     acc: Arc<Mutex<RunAccumulator>>,
-    done: mpsc::Receiver<()>,
-    thread: Option<JoinHandle<()>>,
+    thread: ConsumerThread,
 }
 
 impl RunReporter {
-    /// Subscribes to `shared` (queue of [`super::QUEUE_CAPACITY`]) and starts the thread.
+    /// Subscribes to `hub` (queue of [`super::QUEUE_CAPACITY`]) and starts the thread.
     /// Call before the sampler starts, so that no tick is missed.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
-    pub fn start(shared: &SharedState, sample_interval: Duration) -> Self {
-        Self::start_with(shared, RunAccumulator::new(sample_interval))
+    pub fn start(hub: &Arc<Hub>, sample_interval: Duration) -> Self {
+        Self::start_with(hub, RunAccumulator::new(sample_interval))
     }
 
     /// As [`RunReporter::start`], with an accumulator set up by the caller (price, pool
@@ -946,44 +955,21 @@ impl RunReporter {
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
-    pub fn start_with(shared: &SharedState, acc: RunAccumulator) -> Self {
-        let rx = shared.subscribe(super::QUEUE_CAPACITY);
+    pub fn start_with(hub: &Arc<Hub>, acc: RunAccumulator) -> Self {
         let acc = Arc::new(Mutex::new(acc));
-        let (done_tx, done) = mpsc::channel();
-        let thread_acc = acc.clone();
-        let thread = std::thread::Builder::new()
-            .name("run-report".into())
-            .spawn(move || {
-                for snap in rx {
-                    thread_acc
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .add(&snap);
-                }
-                let _ = done_tx.send(());
-            })
-            .expect("spawn run-report thread");
-        Self {
-            acc,
-            done,
-            thread: Some(thread),
-        }
+        let thread = ConsumerThread::start(
+            "run-report",
+            hub,
+            super::QUEUE_CAPACITY,
+            Accumulate(acc.clone()),
+        );
+        Self { acc, thread }
     }
 
-    /// A handle to count XIDs into this report.
-    pub fn xid_recorder(&self) -> XidRecorder {
-        XidRecorder(self.acc.clone())
-    }
-
-    /// Waits up to `timeout` for the queue to drain (after
-    /// [`SharedState::close_subscriptions`]) and builds the report. On timeout the report
-    /// covers what was received so far.
-    pub fn finish(mut self, timeout: Duration, resource: &Resource) -> RunReport {
-        if self.done.recv_timeout(timeout).is_ok() {
-            if let Some(t) = self.thread.take() {
-                let _ = t.join();
-            }
-        } else {
+    /// Ends the subscription, waits up to `timeout` for the queue to drain and builds the
+    /// report. On timeout the report covers what was received so far.
+    pub fn finish(self, timeout: Duration, resource: &Resource) -> RunReport {
+        if !self.thread.stop(timeout) {
             tracing::warn!("the run report did not receive every sample before the shutdown bound");
         }
         self.acc

@@ -25,6 +25,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use super::bounds::{self, Reading};
 use super::cadence::{Due, SLOW_GROUPS};
+use super::event_watcher::Target;
 use super::gpm::{GpmState, MIB};
 use super::processes;
 use super::raw::{self, ProcessInfoLayout, ProcessList, RawProcess, Versioned};
@@ -32,7 +33,6 @@ use super::snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
     ProcessUtilization, Sharing,
 };
-use super::watch::Target;
 use super::SampleGroup;
 use crate::config::{DeviceId, DeviceSelection, POD_RESOURCES_MODE};
 use crate::logging::LogLimiter;

@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime};
 use opentelemetry_sdk::Resource;
 
 use crate::config::{Config, ExporterKind};
-use crate::sampling::SharedState;
+use crate::sampling::Hub;
 use export::ExportStatus;
 use recorded::Recorded;
 
@@ -70,7 +70,7 @@ impl Telemetry {
     pub fn start(
         config: &Config,
         resource: Resource,
-        shared: Arc<SharedState>,
+        hub: Arc<Hub>,
     ) -> Result<Self, TelemetryError> {
         let status = Arc::new(ExportStatus::default());
         let recorded = Recorded::new();
@@ -113,7 +113,7 @@ impl Telemetry {
             transport,
             runtime: tokio::runtime::Handle::current(),
             recorded: recorded.clone(),
-            shared: shared.clone(),
+            hub: hub.clone(),
             status: status.clone(),
             target,
             bound: config.metrics_export_bound(),
@@ -122,7 +122,7 @@ impl Telemetry {
         });
         let clock = clock::ExportClock::start(
             exporter.clone(),
-            shared,
+            &hub,
             config.export_interval,
             config.sample_interval,
             max_age,

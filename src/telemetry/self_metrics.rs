@@ -3,7 +3,7 @@
 //! self-metrics"), where a test checks each row of [`SELF_METRICS`] appears.
 
 use super::export::ExportStatus;
-use crate::sampling::SharedState;
+use crate::sampling::Hub;
 
 /// One self-metric, as documented: name, instrument, unit, attributes, description.
 #[derive(Debug, Clone, Copy)]
@@ -81,7 +81,7 @@ pub struct OwnValues {
 
 impl OwnValues {
     /// The values now.
-    pub fn read(shared: &SharedState, status: &ExportStatus) -> Self {
+    pub fn read(shared: &Hub, status: &ExportStatus) -> Self {
         Self {
             nvml_errors: shared.nvml_errors(),
             nvml_stuck: shared.stuck_counts(),
