@@ -35,6 +35,7 @@ use crate::probes;
 use crate::process_watch;
 use crate::report::{RunAccumulator, RunReporter, SampleLogger};
 use crate::rules::Rules;
+use crate::sampling::cadence::Timing;
 use crate::sampling::consumer::ConsumerThread;
 use crate::sampling::{Hub, Sampler, SamplerSettings};
 use crate::telemetry::events::Events;
@@ -84,16 +85,17 @@ pub fn run(config: Config) -> Result<(), StartError> {
 
     // The hub, and the probes that read it: they answer while the agent waits for the
     // kubelet, and a failure to serve them stops the agent before anything else has started.
+    let timing = Timing::from_config(&config);
     let hub = Arc::new(Hub::default());
     let checks = Arc::new(probes::Probes::new(
         hub.clone(),
-        probes::Limits::from_config(&config),
+        probes::Limits::new(&config, &timing),
     ));
     if let Some(addr) = config.health_addr {
         let bound = probes::start(&runtime, addr, checks.clone()).map_err(StartError::Probes)?;
         tracing::info!("health endpoint listening on http://{bound} (/healthz, /readyz)");
     }
-    runtime.spawn(probes::watchdog(hub.clone(), config.watchdog_timeout));
+    runtime.spawn(probes::watchdog(hub.clone(), timing.watchdog));
 
     let mut settings = SamplerSettings::from(&config);
     if let DeviceSelection::PodResources = config.devices {
@@ -119,10 +121,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let (events, telemetry) = {
         let _guard = runtime.enter();
         let events = Events::start(&config, resource.clone()).map_err(TelemetryError::from)?;
-        (
-            events,
-            Telemetry::start(&config, resource.clone(), hub.clone())?,
-        )
+        let telemetry = Telemetry::start(&config, &timing, resource.clone(), hub.clone())?;
+        (events, telemetry)
     };
     checks.exports_started(telemetry.status.clone());
     let flow = Flow::start(&config, &hub, settings, events, telemetry);

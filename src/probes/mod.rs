@@ -48,6 +48,7 @@ use axum::routing::get;
 use serde_json::{json, Map, Value};
 
 use crate::config::{Config, ExporterKind};
+use crate::sampling::cadence::Timing;
 use crate::sampling::{
     Activity, DeviceState, EventWatcherState, EventWatcherStatus, Hub, NvmlStatus, WatcherCall,
 };
@@ -56,7 +57,7 @@ use crate::telemetry::export::ExportStatus;
 /// The bounds the checks apply, derived from [`Config`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Oldest acceptable sample: [`crate::telemetry::max_snapshot_age`].
+    /// Oldest acceptable sample: [`Timing::max_sample_age`].
     pub max_sample_age: Duration,
     /// Longest acceptable NVML step, `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
     pub watchdog: Duration,
@@ -67,12 +68,17 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The bounds for `config`.
+    /// The bounds for `config`, on its cadence.
     pub fn from_config(config: &Config) -> Self {
-        let (ei, timeout) = (config.export_interval, config.metrics_export_bound());
+        Self::new(config, &Timing::from_config(config))
+    }
+
+    /// The bounds for `config` on `timing`.
+    pub fn new(config: &Config, timing: &Timing) -> Self {
+        let (ei, timeout) = (timing.export_interval, config.metrics_export_bound());
         Self {
-            max_sample_age: crate::telemetry::max_snapshot_age(config.sample_interval),
-            watchdog: config.watchdog_timeout,
+            max_sample_age: timing.max_sample_age,
+            watchdog: timing.watchdog,
             export_success: (config.metrics_exporter == ExporterKind::Otlp)
                 .then(|| ei * 3 + timeout),
             export_loop: match config.metrics_exporter {

@@ -12,8 +12,9 @@
 //!   at that tick; it is *missed* when NVML answered nothing for it (every call failed, or
 //!   the GPU was lost), and for every tick the subscription queue dropped.
 //! - **Time-weighted values** (busy time, time held back, integrated power): each sample's
-//!   value holds until the GPU's next tick, at most two sample intervals (a longer gap, e.g.
-//!   NVML re-initializing, is not attributed to anything). The last sample holds for no time:
+//!   value holds until the GPU's next tick, at most until it is stale (two sample intervals,
+//!   at least 1 s: [`crate::sampling::cadence::stale_after`]; a longer gap, e.g. NVML
+//!   re-initializing, is not attributed to anything). The last sample holds for no time:
 //!   the run ends there.
 //! - **Means and p95** are over samples (the sampler ticks at a fixed interval). p95 is the
 //!   nearest-rank percentile of the integer utilization percentages.
@@ -595,9 +596,10 @@ impl RunAccumulator {
         self
     }
 
-    /// The longest time one sample's value is held: two sample intervals.
+    /// The longest time one sample's value is held: until it is stale
+    /// ([`crate::sampling::cadence::stale_after`]).
     fn hold_cap(&self) -> Duration {
-        self.sample_interval * 2
+        crate::sampling::cadence::stale_after(self.sample_interval)
     }
 
     /// Adds one snapshot (the next one the subscription delivered).

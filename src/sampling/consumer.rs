@@ -9,12 +9,13 @@
 //! a snapshot consumer) and never polls. Stopping ends the subscription: the thread handles
 //! what is queued, calls [`Consumer::finish`] and ends.
 
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::hub::{Delivery, GroupDuration, Hub, Interest};
+use super::queue::{self, Ended};
 use super::{DeviceEvent, Snapshot};
 
 /// One consumer of the hub; runs on its own thread ([`ConsumerThread`]).
@@ -97,20 +98,16 @@ impl ConsumerThread {
 }
 
 /// The thread's loop: one blocking wait per delivery (bounded by the idle deadline, if any).
-fn drive<C: Consumer>(consumer: &mut C, queue: &mpsc::Receiver<Delivery>) {
+fn drive<C: Consumer>(consumer: &mut C, queue: &queue::Receiver) {
     loop {
-        let next = match consumer.idle_deadline() {
-            None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            Some(t) => queue.recv_timeout(t.saturating_duration_since(Instant::now())),
-        };
-        match next {
+        match queue.recv(consumer.idle_deadline()) {
             Ok(Delivery::Snapshot {
                 snapshot,
                 durations,
             }) => consumer.snapshot(&snapshot, &durations),
             Ok(Delivery::Event(event)) => consumer.device_event(&event),
-            Err(RecvTimeoutError::Timeout) => consumer.idle(),
-            Err(RecvTimeoutError::Disconnected) => return,
+            Err(Ended::Timeout) => consumer.idle(),
+            Err(Ended::Closed) => return,
         }
     }
 }

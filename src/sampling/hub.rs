@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::event_watcher::{self, DeviceEvent, WatcherCall};
+use super::queue::{self, Refused};
 use super::{Activity, NvmlDown, NvmlStatus, SampleGroup, Snapshot};
 
 /// How long one group of NVML calls took, over all devices, for one snapshot
@@ -60,7 +61,7 @@ impl Interest {
 struct Subscriber {
     id: u64,
     interest: Interest,
-    queue: mpsc::SyncSender<Delivery>,
+    queue: queue::Sender,
 }
 
 #[derive(Debug, Default)]
@@ -240,13 +241,13 @@ impl Hub {
             if !wants(s.interest) {
                 return true;
             }
-            match s.queue.try_send(delivery()) {
+            match s.queue.offer(delivery()) {
                 Ok(()) => true,
-                Err(mpsc::TrySendError::Full(_)) => {
+                Err(Refused::Full) => {
                     full += 1;
                     true
                 }
-                Err(mpsc::TrySendError::Disconnected(_)) => false,
+                Err(Refused::Abandoned) => false,
             }
         });
         full
@@ -256,12 +257,8 @@ impl Hub {
     /// `capacity` (at least 1), with an id for [`Hub::unsubscribe`]: for the consumers
     /// ([`super::consumer::ConsumerThread`] subscribes them). Dropping the receiver
     /// unsubscribes.
-    pub fn subscribe_to(
-        &self,
-        capacity: usize,
-        interest: Interest,
-    ) -> (u64, mpsc::Receiver<Delivery>) {
-        let (tx, rx) = mpsc::sync_channel(capacity.max(1));
+    pub fn subscribe_to(&self, capacity: usize, interest: Interest) -> (u64, queue::Receiver) {
+        let (tx, rx) = queue::bounded(capacity);
         let id = self.next_subscription.fetch_add(1, Ordering::Relaxed);
         self.subscribers
             .lock()

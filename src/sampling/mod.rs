@@ -37,6 +37,7 @@ pub mod event_watcher;
 mod gpm;
 pub mod hub;
 mod processes;
+pub mod queue;
 mod raw;
 mod read;
 pub mod sampler;

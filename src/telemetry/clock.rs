@@ -195,7 +195,8 @@ impl Consumer for Clock {
 pub struct ExportClock(ConsumerThread);
 
 impl ExportClock {
-    /// Starts the thread, subscribed to the snapshots of `hub`.
+    /// Starts the thread, subscribed to the snapshots of `hub`; with no export tick for
+    /// `idle` it exports anyway, then every `export_interval` ([`Timing`](crate::sampling::cadence::Timing)).
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
@@ -203,10 +204,9 @@ impl ExportClock {
         exporter: Arc<Exporter>,
         hub: &Arc<Hub>,
         export_interval: Duration,
-        sample_interval: Duration,
+        idle: Duration,
         max_age: Duration,
     ) -> Self {
-        let idle = export_interval + sample_interval;
         let durations = exporter
             .recorded
             .histogram(&SAMPLE_DURATION, DURATION_BOUNDS);

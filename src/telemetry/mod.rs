@@ -29,6 +29,7 @@ use std::time::{Duration, SystemTime};
 use opentelemetry_sdk::Resource;
 
 use crate::config::{Config, ExporterKind};
+use crate::sampling::cadence::Timing;
 use crate::sampling::Hub;
 use export::ExportStatus;
 use recorded::Recorded;
@@ -36,17 +37,22 @@ use recorded::Recorded;
 /// Instrumentation scope name of every metric the agent exports.
 pub const SCOPE: &str = "gpu-otel-sidecar";
 
-/// Errors while setting telemetry up.
+/// Errors while setting telemetry up, naming the signal whose exporter failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
-    /// The OTLP exporter could not be built (endpoint, TLS).
-    #[error("cannot build the OTLP exporter: {0}")]
+    /// The metrics' OTLP exporter could not be built (endpoint, TLS).
+    #[error("cannot build the OTLP metrics exporter: {0}")]
     Exporter(String),
+    /// The events' OTLP logs exporter could not be built (endpoint, TLS).
+    #[error("cannot build the OTLP logs exporter (events): {0}")]
+    LogsExporter(String),
 }
 
 impl From<opentelemetry_otlp::ExporterBuildError> for TelemetryError {
+    /// The SDK builds only the logs exporter (events): the metrics' transport is the
+    /// agent's own.
     fn from(e: opentelemetry_otlp::ExporterBuildError) -> Self {
-        Self::Exporter(e.to_string())
+        Self::LogsExporter(e.to_string())
     }
 }
 
@@ -69,12 +75,13 @@ impl Telemetry {
     /// [`TelemetryError::Exporter`] if the OTLP transport cannot be built.
     pub fn start(
         config: &Config,
+        timing: &Timing,
         resource: Resource,
         hub: Arc<Hub>,
     ) -> Result<Self, TelemetryError> {
         let status = Arc::new(ExportStatus::default());
         let recorded = Recorded::new();
-        let max_age = max_snapshot_age(config.sample_interval);
+        let max_age = timing.max_sample_age;
         let (transport, target) = match config.metrics_exporter {
             ExporterKind::None => {
                 return Ok(Self {
@@ -123,8 +130,8 @@ impl Telemetry {
         let clock = clock::ExportClock::start(
             exporter.clone(),
             &hub,
-            config.export_interval,
-            config.sample_interval,
+            timing.export_interval,
+            timing.export_idle,
             max_age,
         );
         Ok(Self {
@@ -185,9 +192,4 @@ pub(crate) fn run_bounded(
             let _ = tx.send(());
         });
     spawned.is_ok() && rx.recv_timeout(timeout).is_ok()
-}
-
-/// A snapshot older than this is not exported: two sample intervals, at least one second.
-pub fn max_snapshot_age(sample_interval: Duration) -> Duration {
-    (sample_interval * 2).max(Duration::from_secs(1))
 }

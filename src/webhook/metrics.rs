@@ -15,6 +15,7 @@ use opentelemetry_sdk::Resource;
 
 use super::inject::Outcome;
 use crate::config::Config;
+use crate::sampling::cadence::Timing;
 use crate::sampling::Hub;
 use crate::telemetry::catalogue::{RecordedDef, RecordedInstrument};
 use crate::telemetry::recorded::Counter;
@@ -48,7 +49,12 @@ impl WebhookMetrics {
     /// # Errors
     /// [`TelemetryError::Exporter`] if the OTLP transport cannot be built.
     pub fn start(config: &Config, resource: Resource) -> Result<Self, TelemetryError> {
-        let telemetry = Telemetry::start(config, resource, Arc::new(Hub::default()))?;
+        let telemetry = Telemetry::start(
+            config,
+            &Timing::from_config(config),
+            resource,
+            Arc::new(Hub::default()),
+        )?;
         let admissions = telemetry.recorded().counter(&ADMISSIONS);
         Ok(Self {
             telemetry: Mutex::new(Some(telemetry)),
