@@ -111,3 +111,106 @@ fn drive<C: Consumer>(consumer: &mut C, queue: &queue::Receiver) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::sampling::{DeviceEventKind, DeviceInfo, SampleGroup};
+
+    fn snapshot(seq: u64) -> Snapshot {
+        Snapshot {
+            taken_at: SystemTime::now(),
+            taken_instant: Instant::now(),
+            seq,
+            export: false,
+            devices: Vec::new(),
+        }
+    }
+
+    fn xid(code: u64) -> DeviceEvent {
+        DeviceEvent {
+            time: SystemTime::now(),
+            device: Arc::new(DeviceInfo {
+                uuid: "GPU-0".into(),
+                ..DeviceInfo::default()
+            }),
+            kind: DeviceEventKind::Xid(code),
+        }
+    }
+
+    /// Writes down what it was given, in order.
+    struct Record(Arc<Mutex<Vec<String>>>);
+
+    impl Record {
+        fn push(&self, what: String) {
+            self.0.lock().unwrap().push(what);
+        }
+    }
+
+    impl Consumer for Record {
+        const INTEREST: Interest = Interest::BOTH;
+
+        fn snapshot(&mut self, snapshot: &Arc<Snapshot>, durations: &[GroupDuration]) {
+            let groups: Vec<_> = durations.iter().map(|(g, _)| g.as_str()).collect();
+            self.push(format!("snapshot {} {groups:?}", snapshot.seq));
+        }
+
+        fn device_event(&mut self, event: &DeviceEvent) {
+            self.push(format!("{:?} on {}", event.kind, event.gpu_uuid()));
+        }
+
+        fn finish(&mut self) {
+            self.push("finish".into());
+        }
+    }
+
+    #[test]
+    fn snapshots_and_device_events_arrive_in_publish_order_then_finish() {
+        let hub = Arc::new(Hub::default());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let consumer = ConsumerThread::start("test-consumer", &hub, 8, Record(seen.clone()));
+        hub.publish_sampled(
+            snapshot(1),
+            vec![(SampleGroup::Static, Duration::from_millis(3))],
+        );
+        hub.publish_event(xid(79));
+        hub.publish_sampled(
+            snapshot(2),
+            vec![(SampleGroup::Fast, Duration::from_micros(40))],
+        );
+        assert!(consumer.stop(Duration::from_secs(10)));
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "snapshot 1 [\"static\"]",
+                "Xid(79) on GPU-0",
+                "snapshot 2 [\"fast\"]",
+                "finish"
+            ]
+        );
+        assert_eq!(hub.events_lost(), 0);
+    }
+
+    #[test]
+    fn a_subscription_gets_only_what_it_asked_for_and_a_full_queue_loses_events_counted() {
+        let hub = Hub::default();
+        let (id, queue) = hub.subscribe_to(1, Interest::EVENTS);
+        hub.publish(snapshot(1));
+        hub.publish_event(xid(48));
+        hub.publish_event(xid(63));
+        assert_eq!(
+            hub.events_lost(),
+            1,
+            "the second event found the queue full"
+        );
+        match queue.recv(None) {
+            Ok(Delivery::Event(e)) => assert_eq!(e.kind, DeviceEventKind::Xid(48)),
+            other => panic!("expected the first XID, got {other:?}"),
+        }
+        hub.unsubscribe(id);
+        assert_eq!(queue.recv(None).unwrap_err(), Ended::Closed);
+    }
+}

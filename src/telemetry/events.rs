@@ -283,13 +283,18 @@ impl Events {
             }
         }
         .build();
+        Ok(Self::on(provider, config.logs_batch.schedule_delay))
+    }
+
+    /// Emits into `provider`, flushed `schedule_delay` after each burst of events.
+    fn on(provider: SdkLoggerProvider, schedule_delay: Duration) -> Self {
         let logger = provider.logger(super::SCOPE);
-        let flush = start_flusher(provider.clone(), config.logs_batch.schedule_delay);
-        Ok(Self {
+        let flush = start_flusher(provider.clone(), schedule_delay);
+        Self {
             provider: Some(provider),
             logger: Some(logger),
             flush,
-        })
+        }
     }
 
     /// Emits one event (queued; never blocks on the network).
@@ -317,5 +322,70 @@ impl Events {
             // "Failed to shutdown", so it is not logged again.
             let _ = provider.shutdown();
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    use opentelemetry::logs::Severity;
+
+    use super::*;
+
+    /// Keeps the body of every record it is given.
+    #[derive(Debug, Clone, Default)]
+    struct Keep(Arc<Mutex<Vec<String>>>);
+
+    impl LogExporter for Keep {
+        async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
+            let mut kept = self.0.lock().unwrap();
+            for (record, _) in batch.iter() {
+                if let Some(AnyValue::String(body)) = record.body() {
+                    kept.push(body.to_string());
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// With the SDK's own timer at [`IDLE_SCHEDULE`], an event still goes out about one
+    /// `OTEL_BLRP_SCHEDULE_DELAY` after it is emitted, while the agent runs (not only at
+    /// shutdown), and a burst goes out together.
+    #[test]
+    fn an_event_is_sent_one_schedule_delay_after_it_is_emitted_not_at_the_sdk_timer() {
+        let kept = Keep::default();
+        let delay = Duration::from_millis(50);
+        let provider = SdkLoggerProvider::builder()
+            .with_log_processor(batch(
+                kept.clone(),
+                LogsBatch {
+                    schedule_delay: delay,
+                    ..LogsBatch::default()
+                },
+            ))
+            .build();
+        let events = Events::on(provider, delay);
+        let emitter = events.emitter();
+        let event = |body: &str| Event {
+            name: "nvidia.gpu.xid",
+            severity: Severity::Error,
+            body: body.into(),
+            attributes: Vec::new(),
+            time: None,
+        };
+        emitter.emit(event("XID 79"));
+        emitter.emit(event("XID 48"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while kept.0.lock().unwrap().len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            *kept.0.lock().unwrap(),
+            ["XID 79", "XID 48"],
+            "sent while running, without waiting for the SDK's {IDLE_SCHEDULE:?} timer"
+        );
+        assert!(events.shutdown(Duration::from_secs(5)));
     }
 }
