@@ -19,7 +19,7 @@
 //! nothing else hands events around.
 //!
 //! Every consumer is subscribed before the sampler starts, so each sees every tick. At
-//! shutdown: the export clock stops first (the final sample then goes out once, in the final
+//! shutdown: the export clock pauses first (the final sample then goes out once, in the final
 //! export, after the rules and the run report have recorded into it), the sampler takes its
 //! final sample, the subscriptions end, the consumers drain in reverse order of their start,
 //! the run report is published, and the events and the metrics are flushed last.
@@ -199,7 +199,7 @@ impl Flow {
     fn stop(self, config: &Config, hub: &Hub, resource: &Resource) {
         let Flow {
             events,
-            mut telemetry,
+            telemetry,
             device_events,
             rules,
             run_report,
@@ -208,7 +208,7 @@ impl Flow {
         } = self;
         let deadline = Instant::now() + config.shutdown_timeout;
         let left = || deadline.saturating_duration_since(Instant::now());
-        telemetry.stop_clock(config.shutdown_timeout / 4);
+        telemetry.pause_exports(config.shutdown_timeout / 4);
         // Half the bound at most for the final sample, so that a stuck driver call leaves
         // time for the final export.
         let sampler_bound = config.shutdown_timeout / 2;

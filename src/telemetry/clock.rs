@@ -14,7 +14,7 @@
 //! subscription, which wakes it. It also records how long each group of NVML calls took
 //! (`gpu_sidecar.sample.duration`, from the snapshot's group durations).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,9 @@ pub struct Exporter {
     pub(crate) bound: Duration,
     /// Sequence number of the last snapshot exported (0: none).
     pub(crate) last_seq: AtomicU64,
+    /// Shutting down: the clock exports nothing more (the final export does), it only
+    /// records the group durations of the snapshots that still come (the final sample's).
+    pub(crate) paused: AtomicBool,
     /// One export at a time: an export is built only once the previous one was answered
     /// (delta series start where the last accepted point ended).
     pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
@@ -119,6 +122,17 @@ impl Exporter {
         });
     }
 
+    /// Stops exporting from the clock (the final export follows at shutdown) and waits at
+    /// most `timeout` for the export in flight to be answered.
+    pub fn pause(&self, timeout: Duration) -> bool {
+        self.paused.store(true, Ordering::SeqCst);
+        self.wait_idle(timeout)
+    }
+
+    fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
     /// Waits at most `timeout` for the export in flight to be answered.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         self.runtime.block_on(async {
@@ -169,6 +183,10 @@ impl Consumer for Clock {
             self.durations
                 .record(took.as_secs_f64(), &[KeyValue::new(GROUP, group.as_str())]);
         }
+        if self.exporter.is_paused() {
+            // The final export takes the final sample as it is.
+            return;
+        }
         if s.export && s.taken_instant.elapsed() > self.max_age {
             // Queued behind a slow export for too long: its points would still carry their
             // true time, but a burst of late exports helps nobody.
@@ -182,10 +200,14 @@ impl Consumer for Clock {
     }
 
     fn idle_deadline(&self) -> Option<Instant> {
-        Some(self.idle_until)
+        // Paused: no export anymore, only the last snapshots' durations to record.
+        (!self.exporter.is_paused()).then_some(self.idle_until)
     }
 
     fn idle(&mut self) {
+        if self.exporter.is_paused() {
+            return;
+        }
         self.exporter.start_export(None);
         self.idle_until = Instant::now() + self.export_interval;
     }

@@ -125,6 +125,7 @@ impl Telemetry {
             target,
             bound: config.metrics_export_bound(),
             last_seq: AtomicU64::new(0),
+            paused: std::sync::atomic::AtomicBool::new(false),
             in_flight: Arc::new(tokio::sync::Semaphore::new(1)),
         });
         let clock = clock::ExportClock::start(
@@ -143,11 +144,12 @@ impl Telemetry {
         })
     }
 
-    /// Stops the export clock (waiting at most `timeout` for an export in flight), so that
-    /// the final sample is exported once, by [`Telemetry::shutdown`].
-    pub fn stop_clock(&mut self, timeout: Duration) {
-        if let (Some(clock), Some(exporter)) = (self.clock.take(), &self.exporter) {
-            clock.stop(timeout, exporter);
+    /// Pauses the export clock (waiting at most `timeout` for an export in flight), so that
+    /// the final sample is exported once, by [`Telemetry::shutdown`]; the clock still
+    /// records the group durations of the snapshots that come until then.
+    pub fn pause_exports(&self, timeout: Duration) {
+        if let Some(exporter) = &self.exporter {
+            exporter.pause(timeout);
         }
     }
 
@@ -162,7 +164,9 @@ impl Telemetry {
     /// Returns `false` if the bound was hit (the export is then abandoned).
     pub fn shutdown(mut self, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
-        self.stop_clock(timeout);
+        if let (Some(clock), Some(exporter)) = (self.clock.take(), &self.exporter) {
+            clock.stop(timeout, exporter);
+        }
         let Some(exporter) = self.exporter else {
             return true;
         };
