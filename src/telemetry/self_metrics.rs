@@ -81,10 +81,10 @@ pub struct OwnValues {
 
 impl OwnValues {
     /// The values now.
-    pub fn read(shared: &Hub, status: &ExportStatus) -> Self {
+    pub fn read(hub: &Hub, status: &ExportStatus) -> Self {
         Self {
-            nvml_errors: shared.nvml_errors(),
-            nvml_stuck: shared.stuck_counts(),
+            nvml_errors: hub.nvml_errors(),
+            nvml_stuck: hub.stuck_counts(),
             export_failures: status.total_failures(),
             last_success: status.last_success().map(|(_, at)| at),
         }
