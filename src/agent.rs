@@ -15,7 +15,8 @@
 //! Where an XID goes is decided here, by who subscribes to device events: the
 //! `device-events` recorder (counter, rate-limited log line, one log record per XID), the
 //! rules (the `nvidia.gpu.alert.xid` alert, on the physical GPU) and the run report (count by
-//! code, on the physical GPU). Each consumer is one [`Consumer`] on one [`ConsumerThread`];
+//! code, on the physical GPU). Each consumer is one [`Consumer`](crate::sampling::consumer::Consumer) on one
+//! [`ConsumerThread`];
 //! nothing else hands events around.
 //!
 //! Every consumer is subscribed before the sampler starts, so each sees every tick. At

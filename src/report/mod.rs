@@ -20,12 +20,17 @@
 //! report is emitted before the events and metrics pipelines are flushed.
 
 pub mod efficiency;
+mod histogram;
+pub mod reporter;
 pub mod run_report;
 pub mod sample_log;
+pub mod summary;
 
 pub use efficiency::{Efficiency, MemoryPattern};
-pub use run_report::{RunAccumulator, RunReport, RunReporter};
+pub use reporter::RunReporter;
+pub use run_report::RunAccumulator;
 pub use sample_log::{SampleLog, SampleLogger};
+pub use summary::{GpuSummary, RunReport, Summary};
 
 #[cfg(doc)]
 use crate::sampling::Hub;

@@ -29,7 +29,7 @@ pub struct SamplerSettings {
     /// Tick period.
     pub interval: Duration,
     /// Export period (`OTEL_METRIC_EXPORT_INTERVAL`): which ticks are export ticks, the
-    /// only ones that read the slow groups (see [`cadence`]).
+    /// only ones that read the slow groups (see [`cadence`](super::cadence)).
     pub export_interval: Duration,
     /// Devices to sample.
     pub devices: DeviceSelection,
