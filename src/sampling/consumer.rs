@@ -98,7 +98,7 @@ impl ConsumerThread {
 }
 
 /// The thread's loop: one blocking wait per delivery (bounded by the idle deadline, if any).
-fn drive<C: Consumer>(consumer: &mut C, queue: &queue::Receiver) {
+fn drive<C: Consumer>(consumer: &mut C, queue: &queue::Receiver<Delivery>) {
     loop {
         match queue.recv(consumer.idle_deadline()) {
             Ok(Delivery::Snapshot {

@@ -61,7 +61,7 @@ impl Interest {
 struct Subscriber {
     id: u64,
     interest: Interest,
-    queue: queue::Sender,
+    queue: queue::Sender<Delivery>,
 }
 
 #[derive(Debug, Default)]
@@ -257,7 +257,11 @@ impl Hub {
     /// `capacity` (at least 1), with an id for [`Hub::unsubscribe`]: for the consumers
     /// ([`super::consumer::ConsumerThread`] subscribes them). Dropping the receiver
     /// unsubscribes.
-    pub fn subscribe_to(&self, capacity: usize, interest: Interest) -> (u64, queue::Receiver) {
+    pub fn subscribe_to(
+        &self,
+        capacity: usize,
+        interest: Interest,
+    ) -> (u64, queue::Receiver<Delivery>) {
         let (tx, rx) = queue::bounded(capacity);
         let id = self.next_subscription.fetch_add(1, Ordering::Relaxed);
         self.subscribers

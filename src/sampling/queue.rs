@@ -11,11 +11,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::hub::Delivery;
-
-#[derive(Debug, Default)]
-struct State {
-    items: VecDeque<Delivery>,
+#[derive(Debug)]
+struct State<T> {
+    items: VecDeque<T>,
     /// The hub ended the subscription: the receiver gets what is queued, then `Closed`.
     closed: bool,
     /// The receiver was dropped: the hub drops the subscription at its next delivery.
@@ -23,14 +21,14 @@ struct State {
 }
 
 #[derive(Debug)]
-struct Shared {
-    state: Mutex<State>,
+struct Shared<T> {
+    state: Mutex<State<T>>,
     ready: Condvar,
     capacity: usize,
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+impl<T> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -56,29 +54,33 @@ pub enum Ended {
 /// The hub's side. Dropping it ends the subscription (the receiver drains, then sees
 /// [`Ended::Closed`]).
 #[derive(Debug)]
-pub struct Sender(Arc<Shared>);
+pub struct Sender<T>(Arc<Shared<T>>);
 
 /// The consumer's side.
 #[derive(Debug)]
-pub struct Receiver(Arc<Shared>);
+pub struct Receiver<T>(Arc<Shared<T>>);
 
 /// A queue of at most `capacity` (at least 1) deliveries.
-pub fn bounded(capacity: usize) -> (Sender, Receiver) {
+pub fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     let shared = Arc::new(Shared {
-        state: Mutex::new(State::default()),
+        state: Mutex::new(State {
+            items: VecDeque::new(),
+            closed: false,
+            abandoned: false,
+        }),
         ready: Condvar::new(),
         capacity: capacity.max(1),
     });
     (Sender(shared.clone()), Receiver(shared))
 }
 
-impl Sender {
+impl<T> Sender<T> {
     /// Queues `delivery` without waiting, and wakes the receiver after releasing the lock.
     ///
     /// # Errors
     /// [`Refused::Full`] when the queue is full, [`Refused::Abandoned`] when the receiver
     /// is gone; `delivery` is dropped then.
-    pub fn offer(&self, delivery: Delivery) -> Result<(), Refused> {
+    pub fn offer(&self, delivery: T) -> Result<(), Refused> {
         {
             let mut s = self.0.lock();
             if s.abandoned {
@@ -94,21 +96,21 @@ impl Sender {
     }
 }
 
-impl Drop for Sender {
+impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         self.0.lock().closed = true;
         self.0.ready.notify_one();
     }
 }
 
-impl Receiver {
+impl<T> Receiver<T> {
     /// The next delivery, waiting until one comes, the subscription ends, or `deadline`
     /// passes (`None`: no deadline).
     ///
     /// # Errors
     /// [`Ended::Timeout`] at the deadline, [`Ended::Closed`] once the subscription ended
     /// and the queue is empty.
-    pub fn recv(&self, deadline: Option<Instant>) -> Result<Delivery, Ended> {
+    pub fn recv(&self, deadline: Option<Instant>) -> Result<T, Ended> {
         let mut s = self.0.lock();
         loop {
             if let Some(d) = s.items.pop_front() {
@@ -135,7 +137,7 @@ impl Receiver {
     }
 }
 
-impl Drop for Receiver {
+impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
         let mut s = self.0.lock();
         s.abandoned = true;
@@ -146,56 +148,37 @@ impl Drop for Receiver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampling::{DeviceEvent, DeviceEventKind, DeviceInfo};
-    use std::time::{Duration, SystemTime};
-
-    fn event(code: u64) -> Delivery {
-        Delivery::Event(Arc::new(DeviceEvent {
-            time: SystemTime::now(),
-            device: Arc::new(DeviceInfo::default()),
-            kind: DeviceEventKind::Xid(code),
-        }))
-    }
-
-    fn code(d: Delivery) -> u64 {
-        match d {
-            Delivery::Event(e) => match e.kind {
-                DeviceEventKind::Xid(c) => c,
-                _ => unreachable!(),
-            },
-            Delivery::Snapshot { .. } => unreachable!(),
-        }
-    }
+    use std::time::Duration;
 
     #[test]
     fn in_order_bounded_then_drained_after_close() {
         let (tx, rx) = bounded(2);
-        assert_eq!(tx.offer(event(1)), Ok(()));
-        assert_eq!(tx.offer(event(2)), Ok(()));
-        assert_eq!(tx.offer(event(3)), Err(Refused::Full));
+        assert_eq!(tx.offer(1), Ok(()));
+        assert_eq!(tx.offer(2), Ok(()));
+        assert_eq!(tx.offer(3), Err(Refused::Full));
         drop(tx);
-        assert_eq!(code(rx.recv(None).unwrap()), 1);
-        assert_eq!(code(rx.recv(None).unwrap()), 2);
-        assert_eq!(rx.recv(None).unwrap_err(), Ended::Closed);
+        assert_eq!(rx.recv(None), Ok(1));
+        assert_eq!(rx.recv(None), Ok(2));
+        assert_eq!(rx.recv(None), Err(Ended::Closed));
     }
 
     #[test]
     fn deadline_and_abandoned_receiver() {
-        let (tx, rx) = bounded(1);
+        let (tx, rx) = bounded::<u64>(1);
         let start = Instant::now();
         let deadline = start + Duration::from_millis(30);
-        assert_eq!(rx.recv(Some(deadline)).unwrap_err(), Ended::Timeout);
+        assert_eq!(rx.recv(Some(deadline)), Err(Ended::Timeout));
         assert!(start.elapsed() >= Duration::from_millis(30));
         drop(rx);
-        assert_eq!(tx.offer(event(1)), Err(Refused::Abandoned));
+        assert_eq!(tx.offer(1), Err(Refused::Abandoned));
     }
 
     #[test]
     fn a_blocked_receiver_is_woken_by_a_delivery() {
         let (tx, rx) = bounded(4);
-        let t = std::thread::spawn(move || code(rx.recv(None).unwrap()));
+        let t = std::thread::spawn(move || rx.recv(None));
         std::thread::sleep(Duration::from_millis(20));
-        tx.offer(event(79)).unwrap();
-        assert_eq!(t.join().unwrap(), 79);
+        tx.offer(79u64).unwrap();
+        assert_eq!(t.join().unwrap(), Ok(79));
     }
 }

@@ -24,7 +24,6 @@ use super::catalogue::SAMPLE_DURATION;
 use super::encode::Encoder;
 use super::export::ExportStatus;
 use super::recorded::{Histogram, Recorded};
-use super::recorder::{DURATION_BOUNDS, GROUP};
 use super::self_metrics::OwnValues;
 use super::series::Stamp;
 use super::transport::Transport;
@@ -34,6 +33,16 @@ use crate::sampling::{GroupDuration, Hub, Interest, Snapshot};
 /// Snapshots queued for the export clock: it hands each export to the runtime at once, so a
 /// few absorb a descheduled thread; an export tick that waited longer is not exported.
 const QUEUE: usize = 4;
+
+/// Bucket bounds of `gpu_sidecar.sample.duration`, seconds: from the sub-microsecond cached
+/// getters' sum (tens of µs per GPU) to PCIe throughput's ~40 ms per GPU and beyond.
+pub const DURATION_BOUNDS: &[f64] = &[
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// Attribute of `gpu_sidecar.sample.duration`.
+pub const GROUP: &str = "gpu_sidecar.sample.group";
 
 /// Everything one export needs; shared by the clock thread, the exports it hands to the
 /// runtime, and the final export at shutdown.

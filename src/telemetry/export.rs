@@ -51,21 +51,6 @@ impl TransportCause {
     }
 }
 
-/// `error: source: source …`, one line.
-pub(crate) fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = s.source();
-    }
-    line
-}
-
 /// The OTLP/HTTP exporters' client: reqwest's blocking client, recording the cause of each
 /// transport failure in a [`TransportCause`] before the exporter replaces it with "network
 /// error".
@@ -86,7 +71,7 @@ impl opentelemetry_http::HttpClient for CauseReportingClient {
     > {
         let result = self.client.send_bytes(request).await;
         if let Err(e) = &result {
-            self.cause.set(with_sources(e.as_ref()));
+            self.cause.set(crate::logging::with_sources(e.as_ref()));
         }
         result
     }

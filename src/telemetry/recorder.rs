@@ -18,16 +18,6 @@ use crate::logging::{LogLimiter, LOG_PERIOD};
 use crate::sampling::consumer::Consumer;
 use crate::sampling::{DeviceEvent, DeviceEventKind, Interest};
 
-/// Bucket bounds of `gpu_sidecar.sample.duration`, seconds: from the sub-microsecond cached
-/// getters' sum (tens of µs per GPU) to PCIe throughput's ~40 ms per GPU and beyond.
-pub const DURATION_BOUNDS: &[f64] = &[
-    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-    0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-];
-
-/// Attribute of `gpu_sidecar.sample.duration`.
-pub const GROUP: &str = "gpu_sidecar.sample.group";
-
 /// Records the device events (a [`Consumer`] of the hub's events).
 pub struct Recorder {
     xid: Counter,
