@@ -10,17 +10,17 @@
 //! **Wake-ups and latency.** The SDK's processor exports on a timer (`scheduled_delay`) and
 //! so wakes every `OTEL_BLRP_SCHEDULE_DELAY` even with nothing to send. Here its timer is
 //! set to [`IDLE_SCHEDULE`] and a thread of ours, `otel-logs-flush`, sleeps until an event
-//! is emitted, waits `OTEL_BLRP_SCHEDULE_DELAY` (default 1 s) to take the rest of a burst
-//! with it, and flushes: an event is sent at most `OTEL_BLRP_SCHEDULE_DELAY` after it is
-//! emitted (plus the export itself), as before, and an idle agent's logs pipeline does not
-//! wake at all. A full batch (`OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`) is sent at once by the SDK;
+//! is emitted and flushes at once, then at most once per `OTEL_BLRP_SCHEDULE_DELAY` (default
+//! 1 s) while events keep coming: a lone event is sent as soon as it is emitted (plus the
+//! export itself; before, up to one schedule delay later), one in a burst at most one
+//! schedule delay later, and an idle agent's logs pipeline does not wake at all. A full batch (`OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`) is sent at once by the SDK;
 //! shutdown sends what is queued. A
 //! failed OTLP export is logged like a failed metric export ([`ExportStatus`]): the first one
 //! at once, with the endpoint and the cause, then at most once a minute.
 
 use std::io::Write;
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
 use opentelemetry::KeyValue;
@@ -98,30 +98,27 @@ impl EventEmitter {
     }
 }
 
-/// Starts `otel-logs-flush`: it sleeps until an event is emitted, lets `delay` pass (the
-/// rest of a burst goes in the same export), then flushes `provider`. It ends when every
-/// emitter is gone or the provider is shut down.
+/// Starts `otel-logs-flush`: it sleeps until an event is emitted and flushes `provider` at
+/// once, then at most once per `delay` while events keep coming (those emitted meanwhile go
+/// together in the next flush). It ends when every emitter is gone or the provider is shut
+/// down.
 fn start_flusher(provider: SdkLoggerProvider, delay: Duration) -> Option<mpsc::SyncSender<()>> {
     let (tx, rx) = mpsc::sync_channel::<()>(1);
     let spawned = std::thread::Builder::new()
         .name("otel-logs-flush".into())
         .spawn(move || {
             while rx.recv().is_ok() {
-                // Further events within the delay go in the same flush.
-                let until = Instant::now() + delay;
                 loop {
-                    let left = until.saturating_duration_since(Instant::now());
-                    if left.is_zero()
-                        || matches!(
-                            rx.recv_timeout(left),
-                            Err(mpsc::RecvTimeoutError::Disconnected)
-                        )
-                    {
-                        break;
+                    if let Err(OTelSdkError::AlreadyShutdown) = provider.force_flush() {
+                        return;
                     }
-                }
-                if let Err(OTelSdkError::AlreadyShutdown) = provider.force_flush() {
-                    return;
+                    // One flush per delay at most: what is emitted meanwhile waits for it.
+                    std::thread::sleep(delay);
+                    match rx.try_recv() {
+                        Ok(()) => continue,
+                        Err(mpsc::TryRecvError::Empty) => break,
+                        Err(mpsc::TryRecvError::Disconnected) => return,
+                    }
                 }
             }
         });
@@ -350,11 +347,11 @@ mod tests {
         }
     }
 
-    /// With the SDK's own timer at [`IDLE_SCHEDULE`], an event still goes out about one
-    /// `OTEL_BLRP_SCHEDULE_DELAY` after it is emitted, while the agent runs (not only at
-    /// shutdown), and a burst goes out together.
+    /// With the SDK's own timer at [`IDLE_SCHEDULE`], events still go out while the agent
+    /// runs (not only at shutdown), in order: the first at once, the next within one
+    /// `OTEL_BLRP_SCHEDULE_DELAY`.
     #[test]
-    fn an_event_is_sent_one_schedule_delay_after_it_is_emitted_not_at_the_sdk_timer() {
+    fn events_are_sent_while_running_not_at_the_sdk_timer() {
         let kept = Keep::default();
         let delay = Duration::from_millis(50);
         let provider = SdkLoggerProvider::builder()
