@@ -89,6 +89,21 @@ impl<K: Eq + Hash> LogLimiter<K> {
     }
 }
 
+/// `error: source: source …`, one line.
+pub(crate) fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,6 @@
-//! `gpu-otel-sidecar`: the agent binary. See the README for settings.
+//! `gpu-otel-sidecar`: the agent binary: arguments, subcommands and exit codes. The agent
+//! itself (the data flow, started and stopped in one place) is [`gpu_otel_sidecar::agent`].
+//! See the README for settings.
 //!
 //! Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for a bad setting or argument
 //! (one line on stderr naming the variable), 1 if the exporter cannot be set up or the
@@ -14,20 +16,10 @@
 //! with the line the agent would print for a bad setting.
 
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use gpu_otel_sidecar::attribution::pod_resources;
 use gpu_otel_sidecar::config::{Config, DeviceSelection, LogFormat};
-use gpu_otel_sidecar::report::{RunAccumulator, RunReporter, SampleLogger, XidRecorder};
-use gpu_otel_sidecar::rules::{Rules, XidHook, XidReport};
-use gpu_otel_sidecar::sampling::{
-    DeviceEvent, DeviceEventKind, Observer, SampleGroup, Sampler, SamplerSettings, SharedState,
-};
-use gpu_otel_sidecar::telemetry::events::Events;
-use gpu_otel_sidecar::telemetry::recorder::Recorder;
-use gpu_otel_sidecar::telemetry::{Telemetry, TelemetryError};
-use gpu_otel_sidecar::{attribution, health, logging, process_watch};
+use gpu_otel_sidecar::{agent, attribution, logging, probes};
 
 const USAGE: &str = "\
 gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metrics and events
@@ -84,7 +76,13 @@ fn main() -> ExitCode {
         }
     };
     logging::init(&config.log_level, config.log_format == LogFormat::Json);
-    run(config)
+    match agent::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `gpu-otel-sidecar check-config`: the settings as the agent understands them, as one JSON
@@ -159,7 +157,7 @@ fn health_command() -> ExitCode {
         );
         return ExitCode::FAILURE;
     };
-    match health::probe(addr, Duration::from_secs(3)) {
+    match probes::probe(addr, Duration::from_secs(3)) {
         Ok((status, body)) => {
             println!("{body}");
             if status == 200 {
@@ -171,313 +169,6 @@ fn health_command() -> ExitCode {
         Err(e) => {
             eprintln!("gpu-otel-sidecar health: {e}");
             ExitCode::FAILURE
-        }
-    }
-}
-
-fn run(config: Config) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("otel-io")
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!("cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut signals = {
-        let _guard = runtime.enter();
-        Signals::install()
-    };
-    let destination = match config.metrics_exporter {
-        gpu_otel_sidecar::config::ExporterKind::Otlp => format!(
-            "OTLP {:?} to {} ({:?})",
-            config.otlp.metrics.protocol, config.otlp.metrics.endpoint, config.otlp.temporality
-        ),
-        other => format!("{other:?}"),
-    };
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        metrics = %destination,
-        sample_interval_ms = config.sample_interval.as_millis() as u64,
-        export_interval_ms = config.export_interval.as_millis() as u64,
-        "starting"
-    );
-    if config.sdk_disabled {
-        tracing::info!("OTEL_SDK_DISABLED=true: no metrics and no events are exported");
-    }
-    if !config.otel_not_applied.is_empty() {
-        let list = config
-            .otel_not_applied
-            .iter()
-            .map(|(var, why)| format!("{var} ({why})"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        tracing::warn!(
-            "these OpenTelemetry variables are set but do not apply to this agent, and are ignored: {list} (docs/otel-variables.md)"
-        );
-    }
-    if config.sample_interval > config.export_interval {
-        tracing::warn!(
-            "GPU_SIDECAR_SAMPLE_INTERVAL ({:?}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({:?}): GPU metrics are exported once per sample, less often than the export interval",
-            config.sample_interval,
-            config.export_interval
-        );
-    }
-    gpu_otel_sidecar::telemetry::tls::install_crypto_provider();
-    if let Err(e) = gpu_otel_sidecar::telemetry::tls::check_trust_store(&config) {
-        tracing::error!("{e}");
-        return ExitCode::FAILURE;
-    }
-    // The health endpoint first: it answers while the agent waits for the kubelet, and a
-    // failure to serve it stops the agent before anything else has started.
-    let shared = Arc::new(SharedState::default());
-    let checks = Arc::new(health::Health::new(
-        shared.clone(),
-        health::Limits::from_config(&config),
-    ));
-    if let Some(addr) = config.health_addr {
-        match health::start(&runtime, addr, checks.clone()) {
-            Ok(bound) => {
-                tracing::info!("health endpoint listening on http://{bound} (/healthz, /readyz)")
-            }
-            Err(e) => {
-                tracing::error!("{e}");
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-    runtime.spawn(health::watchdog(shared.clone(), config.watchdog_timeout));
-    let mut settings = SamplerSettings::from(&config);
-    match &config.devices {
-        DeviceSelection::PodResources => {
-            let (ns, pod) = (
-                config
-                    .resource_attributes
-                    .get("k8s.namespace.name")
-                    .cloned()
-                    .unwrap_or_default(),
-                config
-                    .resource_attributes
-                    .get("k8s.pod.name")
-                    .cloned()
-                    .unwrap_or_default(),
-            );
-            let socket = config.pod_resources_socket.clone();
-            checks.set_starting(Some(format!(
-                "waiting for the kubelet's pod-resources answer (GPU_SIDECAR_DEVICES=pod-resources, socket {}): which GPUs this pod holds",
-                socket.display()
-            )));
-            let resolved = runtime.block_on(async {
-                tokio::select! {
-                    ids = pod_resources::wait_for_pod_gpus(&socket, &ns, &pod) => Some(ids),
-                    _ = signals.recv() => None,
-                }
-            });
-            match resolved {
-                Some(ids) => settings.devices = DeviceSelection::Allocated(ids),
-                None => {
-                    tracing::info!("stopped before the pod's GPUs were known");
-                    runtime.shutdown_background();
-                    return ExitCode::SUCCESS;
-                }
-            }
-            checks.set_starting(None);
-        }
-        DeviceSelection::All
-            if config.sees_all_node_gpus
-                && config.resource_attributes.contains_key("k8s.pod.name") =>
-        {
-            tracing::warn!(
-                "GPU_SIDECAR_DEVICES=all with NVIDIA_VISIBLE_DEVICES=all: every GPU of the node is reported under this pod's attributes, not only this pod's GPUs. \
-                 Use GPU_SIDECAR_DEVICES=pod-resources, a DRA ResourceClaim shared with the trainer, or a list of UUIDs"
-            );
-        }
-        _ => {}
-    }
-    let resource = attribution::resource(&config);
-    // Everything that can fail to start is started before the sampler: past this point the
-    // only way out is the shutdown sequence below.
-    let started = {
-        let _guard = runtime.enter();
-        Events::start(&config, resource.clone())
-            .map_err(TelemetryError::from)
-            .and_then(|e| {
-                Ok((
-                    Telemetry::start(&config, resource.clone(), shared.clone())?,
-                    e,
-                ))
-            })
-    };
-    let (mut telemetry, events) = match started {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::error!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    checks.exports_started(telemetry.status.clone());
-    // Subscribed before the sampler starts, so that they see every tick.
-    let run_report = RunReporter::start_with(
-        &shared,
-        RunAccumulator::new(config.sample_interval)
-            .with_price_per_gpu_hour(config.price_per_gpu_hour)
-            .with_pool_params(gpu_otel_sidecar::rules::pool_params(
-                config
-                    .rules
-                    .get(gpu_otel_sidecar::rules::RuleId::MemoryPreallocated),
-            )),
-    );
-    let sample_log = config
-        .sample_log
-        .clone()
-        .map(|c| SampleLogger::start(c, &shared));
-    // Before the sampler, so that the rules see every tick too.
-    let rules = Rules::start(
-        &config.rules,
-        &shared,
-        events.clone(),
-        &telemetry.recorded(),
-    );
-    // After the pipelines: the sampler reports group durations and XID/ECC events into them,
-    // and each XID also to the rules and the run report.
-    let observer = Arc::new(DeviceEvents {
-        recorder: Recorder::new(&telemetry.recorded(), events.emitter()),
-        rules: rules.xid_hook(),
-        report: run_report.xid_recorder(),
-    });
-    let sampler = Sampler::start_observed(settings, shared.clone(), observer);
-
-    let signal = runtime.block_on(async {
-        match &config.exit_with_process {
-            None => signals.recv().await,
-            Some(name) => tokio::select! {
-                s = signals.recv() => s,
-                () = process_watch::wait_until_gone(name) => "the watched process ended",
-            },
-        }
-    });
-    tracing::info!(signal, "shutting down: final sample and export");
-    let deadline = Instant::now() + config.shutdown_timeout;
-    telemetry.stop_clock(config.shutdown_timeout / 4);
-    // Half the bound at most for the final sample, so that a stuck driver call leaves time
-    // for the final export.
-    let sampler_bound = config.shutdown_timeout / 2;
-    if !sampler.stop(sampler_bound) {
-        tracing::warn!(
-            "the NVML sampler did not finish its final sample within {sampler_bound:?} (a driver call is stuck); exporting without it"
-        );
-    }
-    // Every sample is in: end the subscriptions, let the consumers (rules, sample log, run
-    // report) drain and finish, then the run report goes out before the events and metrics
-    // are flushed.
-    shared.close_subscriptions();
-    if !rules.stop(deadline.saturating_duration_since(Instant::now())) {
-        tracing::warn!(
-            "the rules did not finish judging the last samples before the shutdown bound"
-        );
-    }
-    if let Some(log) = sample_log {
-        let bound = deadline
-            .saturating_duration_since(Instant::now())
-            .min(Duration::from_secs(1));
-        if !log.finish(bound) {
-            tracing::warn!("the sample log is stuck writing; exiting without its last rows");
-        }
-    }
-    let report = run_report.finish(
-        deadline.saturating_duration_since(Instant::now()),
-        &resource,
-    );
-    report.publish(&events, config.report_file.as_ref());
-    // Events get half of what is left, so a slow collector cannot starve the final export
-    // of the metrics.
-    if !events.shutdown(deadline.saturating_duration_since(Instant::now()) / 2) {
-        tracing::warn!("queued events could not be exported before the shutdown bound");
-    }
-    if !telemetry.shutdown(deadline.saturating_duration_since(Instant::now())) {
-        tracing::warn!(
-            "the final export did not finish within GPU_SIDECAR_SHUTDOWN_TIMEOUT ({:?}); exiting without it",
-            config.shutdown_timeout
-        );
-    }
-    runtime.shutdown_background();
-    tracing::info!("stopped");
-    ExitCode::SUCCESS
-}
-
-/// Where the sampler's observations go: metrics and events ([`Recorder`]), and each XID also
-/// to the rules (the `nvidia.gpu.alert.xid` alert) and the run report (XID count by code),
-/// under the physical GPU's UUID.
-struct DeviceEvents {
-    recorder: Recorder,
-    rules: XidHook,
-    report: XidRecorder,
-}
-
-impl Observer for DeviceEvents {
-    fn group_sampled(&self, group: SampleGroup, took: Duration) {
-        self.recorder.group_sampled(group, took);
-    }
-
-    fn device_event(&self, event: DeviceEvent) {
-        if let DeviceEventKind::Xid(code) = event.kind {
-            let mig = event.device.mig.as_ref();
-            let gpu_uuid = mig.map_or(&event.device.uuid, |m| &m.parent_uuid);
-            self.report.record(gpu_uuid, code);
-            self.rules.report(XidReport {
-                hw_id: gpu_uuid.clone(),
-                xid: code,
-                at: Instant::now(),
-                time: event.time,
-                gpu_instance_id: mig.and_then(|m| m.gpu_instance_id),
-                compute_instance_id: mig.and_then(|m| m.compute_instance_id),
-            });
-        }
-        self.recorder.device_event(event);
-    }
-}
-
-/// SIGTERM and SIGINT handlers, installed first thing so that a signal during start-up is
-/// a clean shutdown, not the default kill.
-struct Signals {
-    term: Option<tokio::signal::unix::Signal>,
-    int: Option<tokio::signal::unix::Signal>,
-}
-
-impl Signals {
-    /// Installs the handlers; needs a tokio runtime entered.
-    fn install() -> Self {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (term, int) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        );
-        if term.is_err() || int.is_err() {
-            tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        }
-        Self {
-            term: term.ok(),
-            int: int.ok(),
-        }
-    }
-
-    /// Resolves with the name of the first signal received.
-    async fn recv(&mut self) -> &'static str {
-        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
-            match s {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending().await,
-            }
-        }
-        tokio::select! {
-            () = next(&mut self.term) => "SIGTERM",
-            () = next(&mut self.int) => "SIGINT",
         }
     }
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::run_report::Histogram;
+use super::histogram::Histogram;
 use crate::rules::holds_memory;
 use crate::rules::memory::theil_sen;
 use crate::rules::preallocation::{MemoryState, PoolParams, PoolTracker};

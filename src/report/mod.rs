@@ -1,7 +1,7 @@
 //! Local outputs built from every sample: the run report and the sample log.
 //!
-//! Both consume the sampler's snapshots through [`SharedState::subscribe`] on threads of
-//! their own (`run-report`, `sample-log`), so the sampler never waits on them: a consumer
+//! Both are consumers of the [`Hub`] ([`crate::sampling::consumer`]) on threads of their
+//! own (`run-report`, `sample-log`), so the sampler never waits on them: a consumer
 //! whose queue is full misses that snapshot (counted, see below), it never blocks NVML
 //! sampling. Each subscription is made before the sampler starts, so the stream begins at
 //! tick 1 and a gap in [`Snapshot::seq`](crate::sampling::Snapshot::seq) is exactly a
@@ -15,20 +15,25 @@
 //! - [`sample_log`]: one CSV or JSONL row per GPU per sample (`GPU_SIDECAR_SAMPLE_LOG`),
 //!   flushed per sample, rotated at a size limit.
 //!
-//! Shutdown order (see `main.rs`): the sampler takes its final sample,
-//! [`SharedState::close_subscriptions`] ends the queues, the consumers drain them, then the
+//! Shutdown order (see [`crate::agent`]): the sampler takes its final sample,
+//! [`Hub::close_subscriptions`] ends the queues, the consumers drain them, then the
 //! report is emitted before the events and metrics pipelines are flushed.
 
 pub mod efficiency;
+mod histogram;
+pub mod reporter;
 pub mod run_report;
 pub mod sample_log;
+pub mod summary;
 
 pub use efficiency::{Efficiency, MemoryPattern};
-pub use run_report::{RunAccumulator, RunReport, RunReporter, XidRecorder};
+pub use reporter::RunReporter;
+pub use run_report::RunAccumulator;
 pub use sample_log::{SampleLog, SampleLogger};
+pub use summary::{GpuSummary, RunReport, Summary};
 
 #[cfg(doc)]
-use crate::sampling::SharedState;
+use crate::sampling::Hub;
 
 /// Queue length of each subscription: 1024 snapshots (at the default 5 s interval, 85 min
 /// of samples; at 100 ms, 100 s). A consumer handles a snapshot in microseconds (the report)

@@ -35,15 +35,15 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::catalogue::clocks_event_reasons;
 use crate::config::{OutputTarget, SampleLogConfig, SampleLogFormat};
-use crate::sampling::{DeviceSample, SharedState, Snapshot};
+use crate::sampling::consumer::{Consumer, ConsumerThread};
+use crate::sampling::{DeviceSample, GroupDuration, Hub, Interest, Snapshot};
 
 /// The columns, in order (the CSV header; the JSON keys).
 pub const COLUMNS: [&str; 10] = [
@@ -347,49 +347,41 @@ impl SampleLog {
     }
 }
 
-/// A [`SampleLog`] on the thread `sample-log`, fed by a subscription.
-pub struct SampleLogger {
-    done: mpsc::Receiver<()>,
-    thread: Option<JoinHandle<()>>,
+impl Consumer for SampleLog {
+    const INTEREST: Interest = Interest::SNAPSHOTS;
+
+    fn snapshot(&mut self, snapshot: &Arc<Snapshot>, _: &[GroupDuration]) {
+        self.write(snapshot);
+    }
+
+    fn finish(&mut self) {
+        SampleLog::finish(self);
+    }
 }
 
+/// A [`SampleLog`] on the thread `sample-log`, fed by a hub subscription.
+pub struct SampleLogger(ConsumerThread);
+
 impl SampleLogger {
-    /// Subscribes to `shared` (queue of [`super::QUEUE_CAPACITY`]) and starts the thread.
+    /// Subscribes to `hub` (queue of [`super::QUEUE_CAPACITY`]) and starts the thread.
     /// Call before the sampler starts.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
-    pub fn start(config: SampleLogConfig, shared: &SharedState) -> Self {
-        let rx = shared.subscribe(super::QUEUE_CAPACITY);
-        let (done_tx, done) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("sample-log".into())
-            .spawn(move || {
-                let mut log = SampleLog::new(config);
-                for snap in rx {
-                    log.write(&snap);
-                }
-                log.finish();
-                let _ = done_tx.send(());
-            })
-            .expect("spawn sample-log thread");
-        Self {
-            done,
-            thread: Some(thread),
-        }
+    pub fn start(config: SampleLogConfig, hub: &Arc<Hub>) -> Self {
+        Self(ConsumerThread::start(
+            "sample-log",
+            hub,
+            super::QUEUE_CAPACITY,
+            SampleLog::new(config),
+        ))
     }
 
-    /// Waits up to `timeout` for the queued samples to be written (after
-    /// [`SharedState::close_subscriptions`]). Returns `false` if the bound was hit (a write
-    /// is stuck; the thread is left behind).
-    pub fn finish(mut self, timeout: Duration) -> bool {
-        if self.done.recv_timeout(timeout).is_err() {
-            return false;
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        true
+    /// Ends the subscription and waits up to `timeout` for the queued samples to be
+    /// written. Returns `false` if the bound was hit (a write is stuck; the thread is left
+    /// behind).
+    pub fn finish(self, timeout: Duration) -> bool {
+        self.0.stop(timeout)
     }
 }
 

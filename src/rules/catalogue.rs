@@ -529,9 +529,10 @@ pub fn markdown() -> String {
     s.push_str(READINGS);
     s.push_str(
         "\n## For the XID watcher\n\n\
-         XIDs come from the NVML event watcher, not from samples: it calls \
-         `XidHook::report(XidReport { .. })` (see `src/rules/mod.rs`) with the GPU's UUID, the \
-         code and when it was seen. Without a watcher this rule never fires.\n",
+         XIDs come from the NVML event watcher, not from samples: it publishes each into the \
+         hub, and the rules take it from their subscription, in order with the snapshots, as an \
+         `XidReport` (`xid_report` in `src/rules/mod.rs`) with the GPU's UUID, the code and when \
+         it was seen. Without a watcher this rule never fires.\n",
     );
     s
 }

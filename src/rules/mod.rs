@@ -1,8 +1,8 @@
 //! Alert rules and training diagnoses, reported as OpenTelemetry events.
 //!
-//! [`Rules::start`] subscribes to every snapshot ([`SharedState::subscribe`]) and judges
-//! each one on its own thread, `rules`, so the sampler never waits for it (a full queue
-//! drops a snapshot for the rules, never blocks the sampler). The judgement is the pure
+//! [`Rules::start`] subscribes to every snapshot and device event of the [`Hub`] and judges
+//! each one on its own thread, `rules` (a [`Consumer`]), so the sampler never waits for it
+//! (a full queue drops a snapshot for the rules, never blocks the sampler). The judgement is the pure
 //! [`Engine`]: one file per rule family (`memory.rs` with `preallocation.rs`, `clocks.rs`,
 //! `workload.rs`, `profiling.rs`, `health.rs`),
 //! all following the one table [`catalogue::RULES`] (names, severities, settings, hints;
@@ -10,8 +10,8 @@
 //! `event.name` `nvidia.gpu.alert.<rule>` ([`crate::telemetry::events::Events::emit`]) and
 //! adds 1 to the counter `nvidia.gpu.alerts`.
 //!
-//! XID errors come from the NVML event watcher: it reports them through
-//! [`XidHook::report`] (from [`Rules::xid_hook`]).
+//! XID errors come from the NVML event watcher, through the same subscription, in order with
+//! the snapshots ([`xid_report`]).
 
 pub mod alert;
 pub mod catalogue;
@@ -24,10 +24,9 @@ pub(crate) mod profiling;
 pub(crate) mod rule;
 mod workload;
 
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use opentelemetry::logs::Severity;
 use opentelemetry::KeyValue;
@@ -39,8 +38,8 @@ pub(crate) use workload::holds_memory;
 
 use crate::catalogue::metrics::ALERTS;
 use crate::config::RulesConfig;
-use crate::sampling::SharedState;
-use crate::sampling::Snapshot;
+use crate::sampling::consumer::{Consumer, ConsumerThread};
+use crate::sampling::{DeviceEvent, DeviceEventKind, Hub, Interest, Snapshot};
 use crate::telemetry::events::{Event, Events};
 use crate::telemetry::recorded::{Counter, Recorded};
 
@@ -62,13 +61,13 @@ pub(crate) fn mib(bytes: f64) -> String {
 }
 
 /// Turns [`Alert`]s into records and counts them.
-struct Sink {
+struct AlertReporter {
     events: Events,
     counter: Counter,
     /// The enabled rules (their alert series are created at 0 for each device).
     rules: Vec<RuleId>,
     /// Devices whose alert series exist.
-    known: Mutex<std::collections::HashSet<String>>,
+    known: HashSet<String>,
 }
 
 /// The attributes of one `nvidia.gpu.alerts` series.
@@ -89,13 +88,13 @@ fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(d.as_millis().min(u128::from(u64::MAX)) as u64)
 }
 
-impl Sink {
+impl AlertReporter {
     fn new(events: Events, recorded: &Arc<Recorded>, rules: Vec<RuleId>) -> Self {
         Self {
             events,
             counter: recorded.counter(&ALERTS),
             rules,
-            known: Mutex::new(std::collections::HashSet::new()),
+            known: HashSet::new(),
         }
     }
 
@@ -103,10 +102,9 @@ impl Sink {
     /// `snapshot` not seen before (each enabled rule, firing and resolved), so that a
     /// backend sees the first firing as an increase: `increase()` and `rate()` need a point
     /// before it.
-    fn ensure_series(&self, snapshot: &Snapshot) {
-        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+    fn ensure_series(&mut self, snapshot: &Snapshot) {
         for d in &snapshot.devices {
-            if known.insert(d.info.uuid.clone()) {
+            if self.known.insert(d.info.uuid.clone()) {
                 for rule in &self.rules {
                     for state in [AlertState::Firing, AlertState::Resolved] {
                         self.counter
@@ -194,115 +192,91 @@ pub fn to_event(alert: &Alert) -> Event {
     }
 }
 
-/// For the NVML event watcher: reports an XID to the rules (any thread; cheap to clone).
-#[derive(Clone)]
-pub struct XidHook {
-    inner: Option<(Arc<Mutex<Engine>>, Arc<Sink>)>,
+/// The rules' judgement of an XID event: on the physical GPU (`hw.id`), with the MIG
+/// instance it hit when NVML names one; `None` for other events (ECC errors have no rule).
+pub fn xid_report(event: &DeviceEvent) -> Option<XidReport> {
+    let DeviceEventKind::Xid(code) = event.kind else {
+        return None;
+    };
+    let mig = event.device.mig.as_ref();
+    Some(XidReport {
+        hw_id: event.gpu_uuid().to_string(),
+        xid: code,
+        at: Instant::now(),
+        time: event.time,
+        gpu_instance_id: mig.and_then(|m| m.gpu_instance_id),
+        compute_instance_id: mig.and_then(|m| m.compute_instance_id),
+    })
 }
 
-impl XidHook {
-    /// Judges one XID now, on the caller's thread (the engine's lock is held only while
-    /// it decides; emitting queues the record): the first report of a code on a GPU fires
-    /// `nvidia.gpu.alert.xid` (critical); repeats while it fires are counted.
-    pub fn report(&self, report: XidReport) {
-        let Some((engine, sink)) = &self.inner else {
-            return;
-        };
-        let alert = engine
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .xid(&report);
-        if let Some(a) = alert {
-            sink.report(a);
+/// The rules as a consumer of the hub: every snapshot, and the XID events in order with
+/// them (the first report of a code on a GPU fires `nvidia.gpu.alert.xid`, critical;
+/// repeats while it fires are counted).
+struct Judge {
+    engine: Engine,
+    reporter: AlertReporter,
+}
+
+impl Consumer for Judge {
+    const INTEREST: Interest = Interest::BOTH;
+
+    fn snapshot(&mut self, snapshot: &Arc<Snapshot>, _: &[crate::sampling::GroupDuration]) {
+        self.reporter.ensure_series(snapshot);
+        for a in self.engine.observe(snapshot) {
+            self.reporter.report(a);
+        }
+    }
+
+    fn device_event(&mut self, event: &DeviceEvent) {
+        if let Some(alert) = xid_report(event).and_then(|r| self.engine.xid(&r)) {
+            self.reporter.report(alert);
         }
     }
 }
 
-/// The running rules: the `rules` thread and the XID hook.
+/// The running rules: the `rules` thread, if any rule is enabled.
 pub struct Rules {
-    thread: Option<JoinHandle<()>>,
-    done: Option<mpsc::Receiver<()>>,
-    hook: XidHook,
+    thread: Option<ConsumerThread>,
 }
 
 impl Rules {
-    /// Starts the `rules` thread on `shared`'s snapshots, emitting through `events` and
-    /// counting in `recorded` (`nvidia.gpu.alerts`). With every rule disabled nothing is
-    /// started.
+    /// Starts the `rules` thread on `hub`'s snapshots and device events, emitting through
+    /// `events` and counting in `recorded` (`nvidia.gpu.alerts`). With every rule disabled
+    /// nothing is started.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
     pub fn start(
         config: &RulesConfig,
-        shared: &SharedState,
+        hub: &Arc<Hub>,
         events: Events,
         recorded: &Arc<Recorded>,
     ) -> Self {
         let engine = Engine::new(config);
         if engine.is_empty() {
-            return Self {
-                thread: None,
-                done: None,
-                hook: XidHook { inner: None },
-            };
+            return Self { thread: None };
         }
-        let engine = Arc::new(Mutex::new(engine));
         let enabled = config
             .0
             .iter()
             .filter(|(_, s)| s.enabled)
             .map(|(id, _)| *id)
             .collect();
-        let sink = Arc::new(Sink::new(events, recorded, enabled));
-        let rx = shared.subscribe(QUEUE);
-        let (done_tx, done_rx) = mpsc::channel();
-        let (e, s) = (engine.clone(), sink.clone());
-        let thread = std::thread::Builder::new()
-            .name("rules".into())
-            .spawn(move || {
-                for snapshot in rx {
-                    s.ensure_series(&snapshot);
-                    let alerts = e
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .observe(&snapshot);
-                    for a in alerts {
-                        s.report(a);
-                    }
-                }
-                let _ = done_tx.send(());
-            })
-            .expect("spawn rules thread");
+        let reporter = AlertReporter::new(events, recorded, enabled);
         Self {
-            thread: Some(thread),
-            done: Some(done_rx),
-            hook: XidHook {
-                inner: Some((engine, sink)),
-            },
+            thread: Some(ConsumerThread::start(
+                "rules",
+                hub,
+                QUEUE,
+                Judge { engine, reporter },
+            )),
         }
     }
 
-    /// The hook the XID watcher reports through.
-    pub fn xid_hook(&self) -> XidHook {
-        self.hook.clone()
-    }
-
-    /// Waits up to `timeout` for the thread to judge what is queued and end. Call after
-    /// [`SharedState::close_subscriptions`] (which ends its input). Returns `false` if the
-    /// bound was hit.
-    pub fn stop(mut self, timeout: Duration) -> bool {
-        let Some(done) = self.done.take() else {
-            return true;
-        };
-        match done.recv_timeout(timeout) {
-            Ok(()) => {
-                if let Some(t) = self.thread.take() {
-                    let _ = t.join();
-                }
-                true
-            }
-            Err(_) => false,
-        }
+    /// Ends the rules' subscription and waits up to `timeout` for the thread to judge what
+    /// is queued and end. Returns `false` if the bound was hit.
+    pub fn stop(self, timeout: Duration) -> bool {
+        self.thread.is_none_or(|t| t.stop(timeout))
     }
 }
 

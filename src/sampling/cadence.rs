@@ -1,4 +1,6 @@
-//! When each group of NVML calls is made, and which ticks are exported.
+//! The flow's cadence: every period it runs on, computed once from the settings
+//! ([`Timing`]) and passed down; when each group of NVML calls is made, and which ticks are
+//! exported ([`Cadence`]).
 //!
 //! The sampler knows the export schedule (`OTEL_METRIC_EXPORT_INTERVAL`): a tick is an
 //! *export tick* when an export is due at its start (within half a sample interval), and its
@@ -15,7 +17,65 @@
 use std::time::{Duration, Instant};
 
 use super::SampleGroup;
-use crate::config::SlowIntervals;
+use crate::config::{Config, SlowIntervals};
+
+/// When a snapshot is stale: two sample intervals, at least one second. A stale snapshot is
+/// not exported, makes the agent not ready, and a sample's value holds for the run report at
+/// most this long (a longer gap, e.g. NVML re-initializing, is attributed to nothing).
+pub fn stale_after(sample_interval: Duration) -> Duration {
+    (sample_interval * 2).max(Duration::from_secs(1))
+}
+
+/// Every period of the flow, from the settings, in one place; the agent computes it once
+/// and hands it to the parts that run on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// The sampler's tick, `GPU_SIDECAR_SAMPLE_INTERVAL`; also the longest idle wait of the
+    /// event watcher (an event ends a wait at once).
+    pub sample_interval: Duration,
+    /// `OTEL_METRIC_EXPORT_INTERVAL`: which ticks are export ticks.
+    pub export_interval: Duration,
+    /// The slow groups' cadence (`GPU_SIDECAR_*_INTERVAL`).
+    pub slow_intervals: SlowIntervals,
+    /// [`stale_after`] the sample interval.
+    pub max_sample_age: Duration,
+    /// Longest NVML step before the watchdog says it is stuck,
+    /// `GPU_SIDECAR_WATCHDOG_TIMEOUT` (its default, three sample intervals and at least 10 s,
+    /// is the settings').
+    pub watchdog: Duration,
+    /// The export clock exports anyway (the agent's own metrics) when no export tick came
+    /// for this long: one export interval plus one sample interval.
+    pub export_idle: Duration,
+}
+
+impl Timing {
+    /// The periods `config` sets.
+    pub fn from_config(config: &Config) -> Self {
+        Self::new(
+            config.sample_interval,
+            config.export_interval,
+            config.slow_intervals,
+            config.watchdog_timeout,
+        )
+    }
+
+    /// The periods for these intervals.
+    pub fn new(
+        sample_interval: Duration,
+        export_interval: Duration,
+        slow_intervals: SlowIntervals,
+        watchdog: Duration,
+    ) -> Self {
+        Self {
+            sample_interval,
+            export_interval,
+            slow_intervals,
+            max_sample_age: stale_after(sample_interval),
+            watchdog,
+            export_idle: export_interval + sample_interval,
+        }
+    }
+}
 
 /// The groups to read at one tick (the fast group always), and whether the tick is
 /// exported.

@@ -1,7 +1,7 @@
 //! What an NVML error is: its `NVML_ERROR_*` name ([`error_code`]), what it means for the
 //! field and the device ([`classify`]), and the fallback from a newer versioned call to an
 //! older one ([`call_versioned`]). Shared by the sampler ([`super::read`]) and the event
-//! watcher ([`super::watch`]).
+//! watcher ([`super::event_watcher`]).
 
 use nvml_wrapper::error::NvmlError;
 

@@ -9,22 +9,40 @@
 //! export interval plus one sample interval (NVML down, a driver call wedged), it exports
 //! anyway: the agent's own metrics go on, and GPU values, having no fresh export tick, are
 //! left out. An export tick's snapshot that waited longer than two sample intervals (behind
-//! a slow collector) is not exported either. The thread sleeps on its subscription between snapshots: it wakes once per
-//! sample, and stopping ends the subscription, which wakes it.
+//! a slow collector) is not exported either. It is a [`Consumer`] of the hub: it sleeps on its
+//! subscription between snapshots, wakes once per sample, and stopping ends the
+//! subscription, which wakes it. It also records how long each group of NVML calls took
+//! (`gpu_sidecar.sample.duration`, from the snapshot's group durations).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::RecvTimeoutError;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use opentelemetry::KeyValue;
 
 use super::encode::Encoder;
 use super::export::ExportStatus;
-use super::recorded::Recorded;
+use super::recorded::{Histogram, Recorded};
 use super::self_metrics::OwnValues;
 use super::series::Stamp;
 use super::transport::Transport;
-use crate::sampling::{SharedState, Snapshot};
+use crate::catalogue::metrics::SAMPLE_DURATION;
+use crate::sampling::consumer::{Consumer, ConsumerThread};
+use crate::sampling::{GroupDuration, Hub, Interest, Snapshot};
+
+/// Snapshots queued for the export clock: it hands each export to the runtime at once, so a
+/// few absorb a descheduled thread; an export tick that waited longer is not exported.
+const QUEUE: usize = 4;
+
+/// Bucket bounds of `gpu_sidecar.sample.duration`, seconds: from the sub-microsecond cached
+/// getters' sum (tens of µs per GPU) to PCIe throughput's ~40 ms per GPU and beyond.
+pub const DURATION_BOUNDS: &[f64] = &[
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// Attribute of `gpu_sidecar.sample.duration`.
+pub const GROUP: &str = "gpu_sidecar.sample.group";
 
 /// Everything one export needs; shared by the clock thread, the exports it hands to the
 /// runtime, and the final export at shutdown.
@@ -33,7 +51,7 @@ pub struct Exporter {
     pub(crate) transport: Transport,
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) recorded: Arc<Recorded>,
-    pub(crate) shared: Arc<SharedState>,
+    pub(crate) hub: Arc<Hub>,
     pub(crate) status: Arc<ExportStatus>,
     /// Where exports go (for logs; no secrets).
     pub(crate) target: String,
@@ -41,6 +59,9 @@ pub struct Exporter {
     pub(crate) bound: Duration,
     /// Sequence number of the last snapshot exported (0: none).
     pub(crate) last_seq: AtomicU64,
+    /// Shutting down: the clock exports nothing more (the final export does), it only
+    /// records the group durations of the snapshots that still come (the final sample's).
+    pub(crate) paused: AtomicBool,
     /// One export at a time: an export is built only once the previous one was answered
     /// (delta series start where the last accepted point ended).
     pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
@@ -57,7 +78,7 @@ impl Exporter {
     }
 
     fn build(&self, snapshot: Option<&Snapshot>) -> super::encode::Batch {
-        let own = OwnValues::read(&self.shared, &self.status);
+        let own = OwnValues::read(&self.hub, &self.status);
         let batch = self
             .encoder()
             .encode(snapshot, &self.recorded, &own, Stamp::now());
@@ -110,6 +131,17 @@ impl Exporter {
         });
     }
 
+    /// Stops exporting from the clock (the final export follows at shutdown) and waits at
+    /// most `timeout` for the export in flight to be answered.
+    pub fn pause(&self, timeout: Duration) -> bool {
+        self.paused.store(true, Ordering::SeqCst);
+        self.wait_idle(timeout)
+    }
+
+    fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
     /// Waits at most `timeout` for the export in flight to be answered.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         self.runtime.block_on(async {
@@ -130,7 +162,7 @@ impl Exporter {
                 return false;
             };
             let latest = self
-                .shared
+                .hub
                 .fresh(max_age)
                 .filter(|s| s.seq > self.last_seq.load(Ordering::Relaxed));
             let batch = self.build(latest.as_deref());
@@ -140,72 +172,94 @@ impl Exporter {
     }
 }
 
-/// Handle on the `export-clock` thread.
-pub struct ExportClock {
-    shared: Arc<SharedState>,
-    subscription: u64,
-    thread: Option<JoinHandle<()>>,
+/// The export clock as a consumer of the hub's snapshots.
+struct Clock {
+    exporter: Arc<Exporter>,
+    /// `gpu_sidecar.sample.duration`, recorded from each snapshot's group durations.
+    durations: Histogram,
+    /// Longest wait for an export tick before exporting anyway.
+    idle: Duration,
+    export_interval: Duration,
+    max_age: Duration,
+    idle_until: Instant,
 }
 
+impl Consumer for Clock {
+    const INTEREST: Interest = Interest::SNAPSHOTS;
+
+    fn snapshot(&mut self, s: &Arc<Snapshot>, durations: &[GroupDuration]) {
+        for (group, took) in durations {
+            self.durations
+                .record(took.as_secs_f64(), &[KeyValue::new(GROUP, group.as_str())]);
+        }
+        if self.exporter.is_paused() {
+            // The final export takes the final sample as it is.
+            return;
+        }
+        if s.export && s.taken_instant.elapsed() > self.max_age {
+            // Queued behind a slow export for too long: its points would still carry their
+            // true time, but a burst of late exports helps nobody.
+            self.exporter.observe(s);
+        } else if s.export {
+            self.exporter.start_export(Some(s));
+            self.idle_until = Instant::now() + self.idle;
+        } else {
+            self.exporter.observe(s);
+        }
+    }
+
+    fn idle_deadline(&self) -> Option<Instant> {
+        // Paused: no export anymore, only the last snapshots' durations to record.
+        (!self.exporter.is_paused()).then_some(self.idle_until)
+    }
+
+    fn idle(&mut self) {
+        if self.exporter.is_paused() {
+            return;
+        }
+        self.exporter.start_export(None);
+        self.idle_until = Instant::now() + self.export_interval;
+    }
+}
+
+/// Handle on the `export-clock` thread.
+pub struct ExportClock(ConsumerThread);
+
 impl ExportClock {
-    /// Starts the thread, subscribed to the sampler's snapshots in `shared`.
+    /// Starts the thread, subscribed to the snapshots of `hub`; with no export tick for
+    /// `idle` it exports anyway, then every `export_interval` ([`Timing`](crate::sampling::cadence::Timing)).
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
     pub fn start(
         exporter: Arc<Exporter>,
-        shared: Arc<SharedState>,
+        hub: &Arc<Hub>,
         export_interval: Duration,
-        sample_interval: Duration,
+        idle: Duration,
         max_age: Duration,
     ) -> Self {
-        let (subscription, samples) = shared.subscribe_with_id(4);
-        let idle = export_interval + sample_interval;
-        let thread = std::thread::Builder::new()
-            .name("export-clock".into())
-            .spawn(move || {
-                let mut idle_until = Instant::now() + idle;
-                loop {
-                    let wait = idle_until.saturating_duration_since(Instant::now());
-                    match samples.recv_timeout(wait) {
-                        // Queued behind a slow export for too long: its points would still
-                        // carry their true time, but a burst of late exports helps nobody.
-                        Ok(s) if s.export && s.taken_instant.elapsed() > max_age => {
-                            exporter.observe(&s);
-                        }
-                        Ok(s) if s.export => {
-                            exporter.start_export(Some(&s));
-                            idle_until = Instant::now() + idle;
-                        }
-                        Ok(s) => exporter.observe(&s),
-                        Err(RecvTimeoutError::Timeout) => {
-                            exporter.start_export(None);
-                            idle_until = Instant::now() + export_interval;
-                        }
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    }
-                }
-            })
-            .expect("spawn export-clock thread");
-        Self {
-            shared,
-            subscription,
-            thread: Some(thread),
-        }
+        let durations = exporter
+            .recorded
+            .histogram(&SAMPLE_DURATION, DURATION_BOUNDS);
+        Self(ConsumerThread::start(
+            "export-clock",
+            hub,
+            QUEUE,
+            Clock {
+                exporter,
+                durations,
+                idle,
+                export_interval,
+                max_age,
+                idle_until: Instant::now() + idle,
+            },
+        ))
     }
 
     /// Stops the clock; waits at most `timeout` for it and for an export in flight to end.
-    pub fn stop(mut self, timeout: Duration, exporter: &Exporter) {
-        self.shared.unsubscribe(self.subscription);
+    pub fn stop(self, timeout: Duration, exporter: &Exporter) {
         let deadline = Instant::now() + timeout;
-        if let Some(t) = self.thread.take() {
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            }
-        }
+        self.0.stop(timeout);
         exporter.wait_idle(deadline.saturating_duration_since(Instant::now()));
     }
 }

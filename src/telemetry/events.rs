@@ -5,12 +5,21 @@
 //!
 //! Records go through the SDK's `BatchLogProcessor` (its own thread, bounded queue,
 //! `OTEL_BLRP_MAX_QUEUE_SIZE` (2048): an unreachable collector drops events, never grows
-//! memory), so whoever emits an event (the sampler, a rule) never waits on the network. A
+//! memory), so whoever emits an event (the sampler, a rule) never waits on the network.
+//!
+//! **Wake-ups and latency.** The SDK's processor exports on a timer (`scheduled_delay`) and
+//! so wakes every `OTEL_BLRP_SCHEDULE_DELAY` even with nothing to send. Here its timer is
+//! set to [`IDLE_SCHEDULE`] and a thread of ours, `otel-logs-flush`, sleeps until an event
+//! is emitted and flushes at once, then at most once per `OTEL_BLRP_SCHEDULE_DELAY` (default
+//! 1 s) while events keep coming: a lone event is sent as soon as it is emitted (plus the
+//! export itself; before, up to one schedule delay later), one in a burst at most one
+//! schedule delay later, and an idle agent's logs pipeline does not wake at all. A full batch (`OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`) is sent at once by the SDK;
+//! shutdown sends what is queued. A
 //! failed OTLP export is logged like a failed metric export ([`ExportStatus`]): the first one
 //! at once, with the endpoint and the cause, then at most once a minute.
 
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
@@ -41,11 +50,16 @@ pub struct Event {
     pub time: Option<SystemTime>,
 }
 
+/// The SDK batch processor's own export timer: long, so that it does not wake an idle agent;
+/// `otel-logs-flush` flushes after each burst of events instead.
+pub const IDLE_SCHEDULE: Duration = Duration::from_secs(24 * 3600);
+
 /// Where events go. Clones share one pipeline (shutting one down shuts all down).
 #[derive(Clone)]
 pub struct Events {
     provider: Option<SdkLoggerProvider>,
     logger: Option<SdkLogger>,
+    flush: Option<mpsc::SyncSender<()>>,
 }
 
 /// A cheap, cloneable handle that emits events into an [`Events`] pipeline from any thread
@@ -53,6 +67,8 @@ pub struct Events {
 #[derive(Clone, Default)]
 pub struct EventEmitter {
     logger: Option<SdkLogger>,
+    /// Wakes `otel-logs-flush` (a full slot means a flush is already coming).
+    flush: Option<mpsc::SyncSender<()>>,
 }
 
 impl EventEmitter {
@@ -76,6 +92,42 @@ impl EventEmitter {
                 .map(|kv| (kv.key, any_value(kv.value))),
         );
         logger.emit(record);
+        if let Some(flush) = &self.flush {
+            let _ = flush.try_send(());
+        }
+    }
+}
+
+/// Starts `otel-logs-flush`: it sleeps until an event is emitted and flushes `provider` at
+/// once, then at most once per `delay` while events keep coming (those emitted meanwhile go
+/// together in the next flush). It ends when every emitter is gone or the provider is shut
+/// down.
+fn start_flusher(provider: SdkLoggerProvider, delay: Duration) -> Option<mpsc::SyncSender<()>> {
+    let (tx, rx) = mpsc::sync_channel::<()>(1);
+    let spawned = std::thread::Builder::new()
+        .name("otel-logs-flush".into())
+        .spawn(move || {
+            while rx.recv().is_ok() {
+                loop {
+                    if let Err(OTelSdkError::AlreadyShutdown) = provider.force_flush() {
+                        return;
+                    }
+                    // One flush per delay at most: what is emitted meanwhile waits for it.
+                    std::thread::sleep(delay);
+                    match rx.try_recv() {
+                        Ok(()) => continue,
+                        Err(mpsc::TryRecvError::Empty) => break,
+                        Err(mpsc::TryRecvError::Disconnected) => return,
+                    }
+                }
+            }
+        });
+    match spawned {
+        Ok(_) => Some(tx),
+        Err(e) => {
+            tracing::error!("cannot start the otel-logs-flush thread: {e}; events are sent only when a batch fills or at shutdown");
+            None
+        }
     }
 }
 
@@ -124,12 +176,13 @@ fn otlp_log_exporter(
 }
 
 /// The batch processor for `exporter`, configured from the validated `OTEL_BLRP_*`
-/// settings (set explicitly: the SDK would otherwise read the environment itself).
+/// settings (set explicitly: the SDK would otherwise read the environment itself), its timer
+/// at [`IDLE_SCHEDULE`] (`otel-logs-flush` applies `OTEL_BLRP_SCHEDULE_DELAY`).
 fn batch<E: LogExporter + 'static>(exporter: E, b: LogsBatch) -> BatchLogProcessor {
     BatchLogProcessor::builder(exporter)
         .with_batch_config(
             BatchConfigBuilder::default()
-                .with_scheduled_delay(b.schedule_delay)
+                .with_scheduled_delay(IDLE_SCHEDULE)
                 .with_max_queue_size(b.max_queue_size)
                 .with_max_export_batch_size(b.max_export_batch_size)
                 .build(),
@@ -141,7 +194,7 @@ fn batch<E: LogExporter + 'static>(exporter: E, b: LogsBatch) -> BatchLogProcess
 /// failures at a bounded rate, naming the endpoint and the cause).
 #[derive(Debug)]
 struct AgentLogExporter {
-    inner: opentelemetry_otlp::LogExporter,
+    otlp: opentelemetry_otlp::LogExporter,
     /// The logs endpoint, for log lines (no secrets).
     target: String,
     status: Arc<ExportStatus>,
@@ -149,17 +202,17 @@ struct AgentLogExporter {
 
 impl LogExporter for AgentLogExporter {
     async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
-        let result = self.inner.export(batch).await;
+        let result = self.otlp.export(batch).await;
         self.status.record(&result, &self.target);
         result
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
+        self.otlp.shutdown_with_timeout(timeout)
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        self.inner.set_resource(resource);
+        self.otlp.set_resource(resource);
     }
 }
 
@@ -193,6 +246,7 @@ impl Events {
         Self {
             provider: None,
             logger: None,
+            flush: None,
         }
     }
 
@@ -217,7 +271,7 @@ impl Events {
                 ));
                 builder.with_log_processor(batch(
                     AgentLogExporter {
-                        inner: otlp_log_exporter(&config.otlp.logs, status.transport_cause())?,
+                        otlp: otlp_log_exporter(&config.otlp.logs, status.transport_cause())?,
                         target: config.otlp.logs.endpoint.clone(),
                         status,
                     },
@@ -226,11 +280,18 @@ impl Events {
             }
         }
         .build();
+        Ok(Self::on(provider, config.logs_batch.schedule_delay))
+    }
+
+    /// Emits into `provider`, flushed `schedule_delay` after each burst of events.
+    fn on(provider: SdkLoggerProvider, schedule_delay: Duration) -> Self {
         let logger = provider.logger(super::SCOPE);
-        Ok(Self {
+        let flush = start_flusher(provider.clone(), schedule_delay);
+        Self {
             provider: Some(provider),
             logger: Some(logger),
-        })
+            flush,
+        }
     }
 
     /// Emits one event (queued; never blocks on the network).
@@ -242,6 +303,7 @@ impl Events {
     pub fn emitter(&self) -> EventEmitter {
         EventEmitter {
             logger: self.logger.clone(),
+            flush: self.flush.clone(),
         }
     }
 
@@ -257,5 +319,70 @@ impl Events {
             // "Failed to shutdown", so it is not logged again.
             let _ = provider.shutdown();
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    use opentelemetry::logs::Severity;
+
+    use super::*;
+
+    /// Keeps the body of every record it is given.
+    #[derive(Debug, Clone, Default)]
+    struct Keep(Arc<Mutex<Vec<String>>>);
+
+    impl LogExporter for Keep {
+        async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
+            let mut kept = self.0.lock().unwrap();
+            for (record, _) in batch.iter() {
+                if let Some(AnyValue::String(body)) = record.body() {
+                    kept.push(body.to_string());
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// With the SDK's own timer at [`IDLE_SCHEDULE`], events still go out while the agent
+    /// runs (not only at shutdown), in order: the first at once, the next within one
+    /// `OTEL_BLRP_SCHEDULE_DELAY`.
+    #[test]
+    fn events_are_sent_while_running_not_at_the_sdk_timer() {
+        let kept = Keep::default();
+        let delay = Duration::from_millis(50);
+        let provider = SdkLoggerProvider::builder()
+            .with_log_processor(batch(
+                kept.clone(),
+                LogsBatch {
+                    schedule_delay: delay,
+                    ..LogsBatch::default()
+                },
+            ))
+            .build();
+        let events = Events::on(provider, delay);
+        let emitter = events.emitter();
+        let event = |body: &str| Event {
+            name: "nvidia.gpu.xid",
+            severity: Severity::Error,
+            body: body.into(),
+            attributes: Vec::new(),
+            time: None,
+        };
+        emitter.emit(event("XID 79"));
+        emitter.emit(event("XID 48"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while kept.0.lock().unwrap().len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            *kept.0.lock().unwrap(),
+            ["XID 79", "XID 48"],
+            "sent while running, without waiting for the SDK's {IDLE_SCHEDULE:?} timer"
+        );
+        assert!(events.shutdown(Duration::from_secs(5)));
     }
 }

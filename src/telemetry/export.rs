@@ -1,5 +1,7 @@
-//! The outcome of metric exports ([`ExportStatus`]: health reads it, failures are logged at a
-//! bounded rate), and the OTLP exporter builders of the events' (logs) pipeline.
+//! The outcome of the exports of each signal, metrics and events (logs) alike
+//! ([`ExportStatus`]: the probes read the metrics', failures of both are logged at a bounded
+//! rate, each naming its signal), and the OTLP exporter builders of the events' (logs)
+//! pipeline.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,7 +14,7 @@ use crate::config::OtlpExporter;
 /// What the last exports of one signal did; read by health checks and logs.
 #[derive(Debug)]
 pub struct ExportStatus {
-    inner: Mutex<ExportState>,
+    state: Mutex<ExportState>,
     /// The signal, in log lines: `metrics` or `events`.
     signal: &'static str,
     /// What a failure means for the data, in log lines.
@@ -49,27 +51,12 @@ impl TransportCause {
     }
 }
 
-/// `error: source: source …`, one line.
-pub(crate) fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = s.source();
-    }
-    line
-}
-
 /// The OTLP/HTTP exporters' client: reqwest's blocking client, recording the cause of each
 /// transport failure in a [`TransportCause`] before the exporter replaces it with "network
 /// error".
 #[derive(Debug)]
 pub struct CauseReportingClient {
-    inner: reqwest::blocking::Client,
+    client: reqwest::blocking::Client,
     cause: TransportCause,
 }
 
@@ -82,9 +69,9 @@ impl opentelemetry_http::HttpClient for CauseReportingClient {
         opentelemetry_http::Response<opentelemetry_http::Bytes>,
         opentelemetry_http::HttpError,
     > {
-        let result = self.inner.send_bytes(request).await;
+        let result = self.client.send_bytes(request).await;
         if let Err(e) = &result {
-            self.cause.set(with_sources(e.as_ref()));
+            self.cause.set(crate::logging::with_sources(e.as_ref()));
         }
         result
     }
@@ -116,7 +103,7 @@ impl ExportStatus {
     /// failed export's line says `on_failure` (what happens to the data).
     pub fn new(signal: &'static str, on_failure: &'static str) -> Self {
         Self {
-            inner: Mutex::new(ExportState::default()),
+            state: Mutex::new(ExportState::default()),
             signal,
             on_failure,
             cause: TransportCause::default(),
@@ -154,7 +141,7 @@ impl ExportStatus {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ExportState> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Records one export's outcome and logs at a bounded rate (see [`FAILURE_LOG_PERIOD`]).
@@ -258,7 +245,7 @@ pub(crate) fn configure_http<B: WithExportConfig + WithHttpConfig>(
         .collect();
     let mut b = builder
         .with_http_client(CauseReportingClient {
-            inner: super::tls::http_client(c, endpoint)?,
+            client: super::tls::http_client(c, endpoint)?,
             cause,
         })
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)

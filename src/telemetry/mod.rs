@@ -28,24 +28,30 @@ use std::time::{Duration, SystemTime};
 use opentelemetry_sdk::Resource;
 
 use crate::config::{Config, ExporterKind};
-use crate::sampling::SharedState;
+use crate::sampling::cadence::Timing;
+use crate::sampling::Hub;
 use export::ExportStatus;
 use recorded::Recorded;
 
 /// Instrumentation scope name of every metric the agent exports.
 pub const SCOPE: &str = "gpu-otel-sidecar";
 
-/// Errors while setting telemetry up.
+/// Errors while setting telemetry up, naming the signal whose exporter failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
-    /// The OTLP exporter could not be built (endpoint, TLS).
-    #[error("cannot build the OTLP exporter: {0}")]
+    /// The metrics' OTLP exporter could not be built (endpoint, TLS).
+    #[error("cannot build the OTLP metrics exporter: {0}")]
     Exporter(String),
+    /// The events' OTLP logs exporter could not be built (endpoint, TLS).
+    #[error("cannot build the OTLP logs exporter (events): {0}")]
+    LogsExporter(String),
 }
 
 impl From<opentelemetry_otlp::ExporterBuildError> for TelemetryError {
+    /// The SDK builds only the logs exporter (events): the metrics' transport is the
+    /// agent's own.
     fn from(e: opentelemetry_otlp::ExporterBuildError) -> Self {
-        Self::Exporter(e.to_string())
+        Self::LogsExporter(e.to_string())
     }
 }
 
@@ -68,12 +74,13 @@ impl Telemetry {
     /// [`TelemetryError::Exporter`] if the OTLP transport cannot be built.
     pub fn start(
         config: &Config,
+        timing: &Timing,
         resource: Resource,
-        shared: Arc<SharedState>,
+        hub: Arc<Hub>,
     ) -> Result<Self, TelemetryError> {
         let status = Arc::new(ExportStatus::default());
         let recorded = Recorded::new();
-        let max_age = max_snapshot_age(config.sample_interval);
+        let max_age = timing.max_sample_age;
         let (transport, target) = match config.metrics_exporter {
             ExporterKind::None => {
                 return Ok(Self {
@@ -112,18 +119,19 @@ impl Telemetry {
             transport,
             runtime: tokio::runtime::Handle::current(),
             recorded: recorded.clone(),
-            shared: shared.clone(),
+            hub: hub.clone(),
             status: status.clone(),
             target,
             bound: config.metrics_export_bound(),
             last_seq: AtomicU64::new(0),
+            paused: std::sync::atomic::AtomicBool::new(false),
             in_flight: Arc::new(tokio::sync::Semaphore::new(1)),
         });
         let clock = clock::ExportClock::start(
             exporter.clone(),
-            shared,
-            config.export_interval,
-            config.sample_interval,
+            &hub,
+            timing.export_interval,
+            timing.export_idle,
             max_age,
         );
         Ok(Self {
@@ -135,11 +143,12 @@ impl Telemetry {
         })
     }
 
-    /// Stops the export clock (waiting at most `timeout` for an export in flight), so that
-    /// the final sample is exported once, by [`Telemetry::shutdown`].
-    pub fn stop_clock(&mut self, timeout: Duration) {
-        if let (Some(clock), Some(exporter)) = (self.clock.take(), &self.exporter) {
-            clock.stop(timeout, exporter);
+    /// Pauses the export clock (waiting at most `timeout` for an export in flight), so that
+    /// the final sample is exported once, by [`Telemetry::shutdown`]; the clock still
+    /// records the group durations of the snapshots that come until then.
+    pub fn pause_exports(&self, timeout: Duration) {
+        if let Some(exporter) = &self.exporter {
+            exporter.pause(timeout);
         }
     }
 
@@ -154,7 +163,9 @@ impl Telemetry {
     /// Returns `false` if the bound was hit (the export is then abandoned).
     pub fn shutdown(mut self, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
-        self.stop_clock(timeout);
+        if let (Some(clock), Some(exporter)) = (self.clock.take(), &self.exporter) {
+            clock.stop(timeout, exporter);
+        }
         let Some(exporter) = self.exporter else {
             return true;
         };
@@ -184,9 +195,4 @@ pub(crate) fn run_bounded(
             let _ = tx.send(());
         });
     spawned.is_ok() && rx.recv_timeout(timeout).is_ok()
-}
-
-/// A snapshot older than this is not exported: two sample intervals, at least one second.
-pub fn max_snapshot_age(sample_interval: Duration) -> Duration {
-    (sample_interval * 2).max(Duration::from_secs(1))
 }

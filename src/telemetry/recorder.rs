@@ -1,68 +1,52 @@
-//! The [`Observer`] the sampler reports to: records the duration of each group of NVML calls
-//! (`gpu_sidecar.sample.duration`), counts XIDs (`nvidia.gpu.xid.errors`) and emits one
-//! event per XID or ECC error. Every XID is counted and sent; its log line is rate-limited
+//! The device-event recorder: the consumer (thread `device-events`, subscribed to the hub's
+//! device events only, so it wakes only when one comes) that counts XIDs
+//! (`nvidia.gpu.xid.errors`) and emits one event per XID or ECC error. Every XID is counted and sent; its log line is rate-limited
 //! (the first of each code on each device at once, then at most one a minute with the count
 //! in between), so an XID storm does not flood the log. The instruments are the catalogue's recorded metrics
 //! ([`RECORDED`](crate::catalogue::metrics::RECORDED)).
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use opentelemetry::KeyValue;
 
 use super::events::EventEmitter;
-use super::recorded::{Counter, Histogram, Recorded};
+use super::recorded::{Counter, Recorded};
 use super::xid::{to_event, XID_CODE};
-use crate::catalogue::metrics::{info_attributes, SAMPLE_DURATION, XID_ERRORS};
+use crate::catalogue::metrics::{info_attributes, XID_ERRORS};
 use crate::logging::{LogLimiter, LOG_PERIOD};
-use crate::sampling::{DeviceEvent, DeviceEventKind, Observer, SampleGroup};
+use crate::sampling::consumer::Consumer;
+use crate::sampling::{DeviceEvent, DeviceEventKind, Interest};
 
-/// Bucket bounds of `gpu_sidecar.sample.duration`, seconds: from the sub-microsecond cached
-/// getters' sum (tens of µs per GPU) to PCIe throughput's ~40 ms per GPU and beyond.
-pub const DURATION_BOUNDS: &[f64] = &[
-    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-    0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-];
-
-/// Attribute of `gpu_sidecar.sample.duration`.
-pub const GROUP: &str = "gpu_sidecar.sample.group";
-
-/// Records what the NVML threads report.
+/// Records the device events (a [`Consumer`] of the hub's events).
 pub struct Recorder {
-    duration: Histogram,
     xid: Counter,
     events: EventEmitter,
     /// XID log lines, by device UUID and code.
-    xid_lines: Mutex<LogLimiter<(String, u64)>>,
+    xid_lines: LogLimiter<(String, u64)>,
 }
 
 impl Recorder {
     /// Records into `recorded`; events go to `events`.
     pub fn new(recorded: &Arc<Recorded>, events: EventEmitter) -> Self {
         Self {
-            duration: recorded.histogram(&SAMPLE_DURATION, DURATION_BOUNDS),
             xid: recorded.counter(&XID_ERRORS),
             events,
-            xid_lines: Mutex::new(LogLimiter::new(LOG_PERIOD)),
+            xid_lines: LogLimiter::new(LOG_PERIOD),
         }
     }
 }
 
-impl Observer for Recorder {
-    fn group_sampled(&self, group: SampleGroup, took: Duration) {
-        self.duration
-            .record(took.as_secs_f64(), &[KeyValue::new(GROUP, group.as_str())]);
-    }
+impl Consumer for Recorder {
+    const INTEREST: Interest = Interest::EVENTS;
 
-    fn device_event(&self, event: DeviceEvent) {
+    fn device_event(&mut self, event: &DeviceEvent) {
         if let DeviceEventKind::Xid(code) = event.kind {
             let mut attributes = info_attributes(&event.device);
             attributes.push(KeyValue::new(XID_CODE, code as i64));
             self.xid.add(1, &attributes);
             let logged = self
                 .xid_lines
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
                 .admit((event.device.uuid.clone(), code), Instant::now());
             if let Some(not_logged) = logged {
                 tracing::warn!(
@@ -73,6 +57,6 @@ impl Observer for Recorder {
                 );
             }
         }
-        self.events.emit(to_event(&event));
+        self.events.emit(to_event(event));
     }
 }

@@ -143,7 +143,7 @@ pub fn http_client(
             }
         }
         b.build()
-            .map_err(|e| format!("HTTP client: {}", super::export::with_sources(&e)))
+            .map_err(|e| format!("HTTP client: {}", crate::logging::with_sources(&e)))
     };
     std::thread::Builder::new()
         .name("otlp-http-client-build".into())

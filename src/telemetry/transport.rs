@@ -260,7 +260,7 @@ impl Transport {
                         return Err(ExportError::transient(
                             format!(
                                 "HTTP request to {url} failed: {}",
-                                super::export::with_sources(&e)
+                                crate::logging::with_sources(&e)
                             ),
                             None,
                         ))

@@ -16,7 +16,8 @@ use opentelemetry_sdk::Resource;
 use super::inject::Outcome;
 use crate::catalogue::metrics::ADMISSIONS;
 use crate::config::Config;
-use crate::sampling::SharedState;
+use crate::sampling::cadence::Timing;
+use crate::sampling::Hub;
 use crate::telemetry::recorded::Counter;
 use crate::telemetry::{Telemetry, TelemetryError};
 
@@ -38,7 +39,12 @@ impl WebhookMetrics {
     /// # Errors
     /// [`TelemetryError::Exporter`] if the OTLP transport cannot be built.
     pub fn start(config: &Config, resource: Resource) -> Result<Self, TelemetryError> {
-        let telemetry = Telemetry::start(config, resource, Arc::new(SharedState::default()))?;
+        let telemetry = Telemetry::start(
+            config,
+            &Timing::from_config(config),
+            resource,
+            Arc::new(Hub::default()),
+        )?;
         let admissions = telemetry.recorded().counter(&ADMISSIONS);
         Ok(Self {
             telemetry: Mutex::new(Some(telemetry)),

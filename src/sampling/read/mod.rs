@@ -25,6 +25,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use super::bounds::{self, Reading};
 use super::cadence::{Due, SLOW_GROUPS};
+use super::event_watcher::Target;
 use super::gpm::{GpmState, MIB};
 use super::nvml_error::call_versioned;
 use super::processes;
@@ -33,7 +34,6 @@ use super::snapshot::{
     DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
     ProcessUtilization, Sharing, BYTES_PER_KIB,
 };
-use super::watch::Target;
 use super::SampleGroup;
 use crate::config::{DeviceId, DeviceSelection, POD_RESOURCES_MODE};
 

@@ -7,10 +7,11 @@
 //! delays sampling; a GPU whose registration fails with a transient error is retried with
 //! backoff (1 s doubling to [`REGISTER_RETRY_CAP`]), said once; one that cannot report events
 //! is said once and left alone. It then waits on the set (`nvmlEventSetWait_v2`), each wait
-//! bounded by one sample interval, and hands each event to the [`Observer`](super::Observer).
+//! bounded by one sample interval, and publishes each event into the [`Hub`](super::Hub), where
+//! it rides the consumers' subscriptions in order with the snapshots.
 //!
 //! **Wake-ups and latency.** `nvmlEventSetWait_v2` returns as soon as NVML has an event, so
-//! an XID reaches the observer when the driver reports it, whatever the bound; the bound only
+//! an XID reaches the hub when the driver reports it, whatever the bound; the bound only
 //! says how often an idle watcher wakes (once per sample interval) and how long it takes to
 //! notice the stop request. Nothing else wakes it: the stop request is a closed channel.
 //!
@@ -29,7 +30,6 @@ use nvml_wrapper::{Device, EventSet, Nvml};
 use super::nvml_error::{self, classify, ErrorClass};
 use super::raw::{self, Versioned};
 use super::snapshot::DeviceInfo;
-use super::Observer;
 use crate::logging::LogLimiter;
 
 /// `nvmlEventTypeSingleBitEccError`.
@@ -66,6 +66,17 @@ pub struct DeviceEvent {
     pub device: Arc<DeviceInfo>,
     /// What happened.
     pub kind: DeviceEventKind,
+}
+
+impl DeviceEvent {
+    /// The physical GPU's UUID: the device's own, or its parent's for a MIG device (XIDs
+    /// are counted and alerted per physical GPU).
+    pub fn gpu_uuid(&self) -> &str {
+        self.device
+            .mig
+            .as_ref()
+            .map_or(&self.device.uuid, |m| &m.parent_uuid)
+    }
 }
 
 /// A physical GPU to watch, with the MIG devices events may be attributed to.
@@ -147,7 +158,7 @@ pub struct WatcherCall {
 
 /// One event watcher's heartbeat: the NVML call it is inside, since when, and how long that
 /// call may take by itself. Written by the watcher around each call, read by the health
-/// checks ([`super::SharedState::event_watcher`]).
+/// checks ([`super::Hub::event_watcher`]).
 #[derive(Debug, Default)]
 pub struct Heartbeat {
     state: Mutex<BeatState>,
@@ -213,8 +224,8 @@ impl StopSignal {
 pub(crate) struct Context<'a> {
     /// Stop request.
     pub stop: &'a StopSignal,
-    /// Where events go.
-    pub observer: &'a dyn Observer,
+    /// Where events go (the hub).
+    pub publish: &'a dyn Fn(DeviceEvent),
     /// Its heartbeat.
     pub beat: &'a Heartbeat,
     /// Where the errors NVML answers are counted, by call and code.
@@ -384,7 +395,7 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], cx: &Context<'_>) {
                 drain(nvml, s, wait_version, Some(ev), targets, &registered, cx);
                 return;
             }
-            Ok(ev) => deliver(ev, targets, &registered, cx.observer),
+            Ok(ev) => deliver(ev, targets, &registered, cx.publish),
             Err(NvmlError::Timeout) => {}
             Err(e) => {
                 (cx.count_error)(call, &e);
@@ -404,12 +415,12 @@ pub(crate) fn run(nvml: &Nvml, targets: &[Target], cx: &Context<'_>) {
     }
 }
 
-/// Hands one event to the observer, on the device [`attribute`] names (none: dropped).
+/// Publishes one event, on the device [`attribute`] names (none: dropped).
 fn deliver(
     ev: raw::RawEvent,
     targets: &[Target],
     registered: &[(usize, Device<'_>)],
-    observer: &dyn Observer,
+    publish: &dyn Fn(DeviceEvent),
 ) {
     let Some(kind) = kind(ev.event_type, ev.data) else {
         return;
@@ -439,7 +450,7 @@ fn deliver(
         );
         return;
     };
-    observer.device_event(DeviceEvent {
+    publish(DeviceEvent {
         time: SystemTime::now(),
         device,
         kind,
@@ -451,7 +462,7 @@ const MAX_DRAINED: usize = 1024;
 
 /// A watcher whose session has ended takes what its set still holds (waits with a zero
 /// timeout, `first` included). If no newer watcher has registered since (the agent is
-/// stopping, or the next session has not started one yet), the events go to the observer:
+/// stopping, or the next session has not started one yet), the events are published:
 /// they happened while it was stuck and nobody else saw them. If one has, they are dropped
 /// and counted in one line: NVML events carry no time, so those that reached both sets
 /// cannot be told from those only this one holds, and counting an XID twice would be false.
@@ -478,7 +489,7 @@ fn drain(
         if superseded {
             dropped += usize::from(kind(ev.event_type, ev.data).is_some());
         } else {
-            deliver(ev, targets, registered, cx.observer);
+            deliver(ev, targets, registered, cx.publish);
         }
     }
     if dropped > 0 {

@@ -1,4 +1,4 @@
-//! Health: `/healthz` (alive: the loops turn) and `/readyz` (ready: started, NVML up, a fresh
+//! Kubernetes probes: `/healthz` (alive: the loops turn) and `/readyz` (ready: started, NVML up, a fresh
 //! sample, events watched, exports succeeding), served over HTTP on `GPU_SIDECAR_HEALTH_ADDR`
 //! (default `0.0.0.0:13134`) with axum on the agent's tokio runtime from the first moments
 //! of the start (before the kubelet is asked for the pod's GPUs); plus the watchdog that
@@ -20,7 +20,7 @@
 //! Checks (the bounds are derived from the settings):
 //! - `startup` (ready): the agent is not waiting on a start-up step (the kubelet's
 //!   pod-resources answer with `GPU_SIDECAR_DEVICES=pod-resources`).
-//! - `nvml` (ready): NVML initialized ([`SharedState::status`]); else the cause and fix.
+//! - `nvml` (ready): NVML initialized ([`Hub::status`]); else the cause and fix.
 //! - `sample` (ready): the latest snapshot is at most two sample intervals old (at least
 //!   1 s), the same bound beyond which nothing is exported. Lost GPUs are listed, and do not
 //!   make the agent unready (they are reported as `hw.status{hw.state=failed}`).
@@ -48,16 +48,16 @@ use axum::routing::get;
 use serde_json::{json, Map, Value};
 
 use crate::config::{Config, ExporterKind};
+use crate::sampling::cadence::Timing;
 use crate::sampling::{
-    Activity, DeviceState, EventWatcherState, EventWatcherStatus, NvmlStatus, SharedState,
-    WatcherCall,
+    Activity, DeviceState, EventWatcherState, EventWatcherStatus, Hub, NvmlStatus, WatcherCall,
 };
 use crate::telemetry::export::ExportStatus;
 
 /// The bounds the checks apply, derived from [`Config`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Oldest acceptable sample: [`crate::telemetry::max_snapshot_age`].
+    /// Oldest acceptable sample: [`Timing::max_sample_age`].
     pub max_sample_age: Duration,
     /// Longest acceptable NVML step, `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
     pub watchdog: Duration,
@@ -68,12 +68,17 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The bounds for `config`.
+    /// The bounds for `config`, on its cadence.
     pub fn from_config(config: &Config) -> Self {
-        let (ei, timeout) = (config.export_interval, config.metrics_export_bound());
+        Self::new(config, &Timing::from_config(config))
+    }
+
+    /// The bounds for `config` on `timing`.
+    pub fn new(config: &Config, timing: &Timing) -> Self {
+        let (ei, timeout) = (timing.export_interval, config.metrics_export_bound());
         Self {
-            max_sample_age: crate::telemetry::max_snapshot_age(config.sample_interval),
-            watchdog: config.watchdog_timeout,
+            max_sample_age: timing.max_sample_age,
+            watchdog: timing.watchdog,
             export_success: (config.metrics_exporter == ExporterKind::Otlp)
                 .then(|| ei * 3 + timeout),
             export_loop: match config.metrics_exporter {
@@ -85,7 +90,7 @@ impl Limits {
     }
 }
 
-/// What the checks look at, taken at one instant (see [`Health::inputs`]).
+/// What the checks look at, taken at one instant (see [`Probes::inputs`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Inputs {
     /// The start-up step the agent is waiting on, if any (e.g. the kubelet's answer).
@@ -395,21 +400,21 @@ pub fn liveness(i: &Inputs, l: &Limits) -> Report {
 
 /// The live sources of the checks. Created first thing at start, so that the endpoints
 /// answer while the agent waits on a start-up step; the export pipeline is attached when it
-/// starts ([`Health::exports_started`]).
+/// starts ([`Probes::exports_started`]).
 #[derive(Debug)]
-pub struct Health {
-    shared: Arc<SharedState>,
+pub struct Probes {
+    hub: Arc<Hub>,
     /// The export pipeline's status and when it started.
     export: OnceLock<(Arc<ExportStatus>, Instant)>,
     starting: Mutex<Option<String>>,
     limits: Limits,
 }
 
-impl Health {
-    /// Checks over `shared` with `limits`.
-    pub fn new(shared: Arc<SharedState>, limits: Limits) -> Self {
+impl Probes {
+    /// Checks over `hub` with `limits`.
+    pub fn new(hub: Arc<Hub>, limits: Limits) -> Self {
         Self {
-            shared,
+            hub,
             export: OnceLock::new(),
             starting: Mutex::new(None),
             limits,
@@ -429,7 +434,7 @@ impl Health {
 
     /// The inputs as of now.
     pub fn inputs(&self) -> Inputs {
-        let latest = self.shared.latest();
+        let latest = self.hub.latest();
         let export = self.export.get();
         Inputs {
             starting: self
@@ -437,18 +442,18 @@ impl Health {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
-            nvml: self.shared.status(),
+            nvml: self.hub.status(),
             sample_age: latest.as_ref().map(|s| s.taken_instant.elapsed()),
-            ticks: self.shared.ticks(),
-            last_tick: self.shared.last_tick_duration(),
+            ticks: self.hub.ticks(),
+            last_tick: self.hub.last_tick_duration(),
             lost_gpus: latest
                 .iter()
                 .flat_map(|s| &s.devices)
                 .filter(|d| d.state == DeviceState::Lost)
                 .map(|d| d.info.uuid.clone())
                 .collect(),
-            busy: self.shared.busy(),
-            events: self.shared.event_watcher(),
+            busy: self.hub.busy(),
+            events: self.hub.event_watcher(),
             uptime: export.map_or(Duration::ZERO, |(_, t)| t.elapsed()),
             last_export_success: export
                 .and_then(|(e, _)| e.last_success())
@@ -496,7 +501,7 @@ fn respond(r: Report) -> Response {
 pub fn start(
     runtime: &tokio::runtime::Runtime,
     addr: SocketAddr,
-    health: Arc<Health>,
+    health: Arc<Probes>,
 ) -> Result<SocketAddr, String> {
     let listener = std::net::TcpListener::bind(addr)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
@@ -517,15 +522,15 @@ pub fn start(
 }
 
 /// Serves `/healthz` and `/readyz` on `listener` until the runtime shuts down.
-pub async fn serve(listener: tokio::net::TcpListener, health: Arc<Health>) {
+pub async fn serve(listener: tokio::net::TcpListener, health: Arc<Probes>) {
     let app = axum::Router::new()
         .route(
             "/healthz",
-            get(|State(h): State<Arc<Health>>| async move { respond(h.liveness()) }),
+            get(|State(h): State<Arc<Probes>>| async move { respond(h.liveness()) }),
         )
         .route(
             "/readyz",
-            get(|State(h): State<Arc<Health>>| async move { respond(h.readiness()) }),
+            get(|State(h): State<Arc<Probes>>| async move { respond(h.readiness()) }),
         )
         .with_state(health);
     if let Err(e) = axum::serve(listener, app).await {
@@ -541,18 +546,18 @@ pub fn watchdog_period(bound: Duration) -> Duration {
 }
 
 /// Logs, once each, when an NVML thread has been inside one NVML step longer than the
-/// bound, and when that ends, and counts each such episode ([`SharedState::count_stuck`],
+/// bound, and when that ends, and counts each such episode ([`Hub::count_stuck`],
 /// `gpu_sidecar.nvml.stuck`): the sampler (`nvml-sampler`, any step beyond `bound`) and the
 /// event watcher (`nvml-events`, a call beyond its own timeout plus `bound`). Runs until
 /// the runtime shuts down.
-pub async fn watchdog(shared: Arc<SharedState>, bound: Duration) {
+pub async fn watchdog(hub: Arc<Hub>, bound: Duration) {
     let mut interval = tokio::time::interval(watchdog_period(bound));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stuck: Option<Activity> = None;
     let mut watcher_was_stuck: Option<&'static str> = None;
     loop {
         interval.tick().await;
-        match (shared.busy(), stuck) {
+        match (hub.busy(), stuck) {
             (Some((activity, d)), None) if d > bound => {
                 tracing::error!(
                     activity = activity.as_str(),
@@ -561,7 +566,7 @@ pub async fn watchdog(shared: Arc<SharedState>, bound: Duration) {
                     activity.as_str(),
                     bound
                 );
-                shared.count_stuck("nvml-sampler", activity.as_str());
+                hub.count_stuck("nvml-sampler", activity.as_str());
                 stuck = Some(activity);
             }
             (Some((activity, d)), Some(was)) if activity == was && d > bound => {}
@@ -571,7 +576,7 @@ pub async fn watchdog(shared: Arc<SharedState>, bound: Duration) {
             }
             _ => {}
         }
-        let events = shared.event_watcher();
+        let events = hub.event_watcher();
         let now_stuck = match &events.state {
             EventWatcherState::Running(Some(c)) if watcher_stuck(c, bound) => Some(c),
             _ => None,
@@ -587,7 +592,7 @@ pub async fn watchdog(shared: Arc<SharedState>, bound: Duration) {
                     c.allowed,
                     bound
                 );
-                shared.count_stuck("nvml-events", c.call);
+                hub.count_stuck("nvml-events", c.call);
                 watcher_was_stuck = Some(c.call);
             }
             (Some(_), Some(_)) | (None, None) => {}
@@ -637,261 +642,4 @@ pub fn probe(addr: SocketAddr, timeout: Duration) -> Result<(u16, String), Strin
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sampling::NvmlDown;
-
-    fn limits() -> Limits {
-        Limits {
-            max_sample_age: Duration::from_secs(2),
-            watchdog: Duration::from_secs(10),
-            export_success: Some(Duration::from_secs(40)),
-            export_loop: Some(Duration::from_secs(45)),
-        }
-    }
-
-    fn healthy() -> Inputs {
-        Inputs {
-            starting: None,
-            nvml: NvmlStatus::Up { devices: 4 },
-            sample_age: Some(Duration::from_millis(300)),
-            ticks: 12,
-            last_tick: Some(Duration::from_micros(1500)),
-            lost_gpus: vec![],
-            busy: None,
-            events: waiting(Duration::from_millis(700)),
-            uptime: Duration::from_secs(60),
-            last_export_success: Some(Duration::from_secs(3)),
-            last_export_attempt: Some(Duration::from_secs(3)),
-            consecutive_export_failures: 0,
-            export_failures: 2,
-        }
-    }
-
-    /// The event watcher inside a 1 s `nvmlEventSetWait_v2` for `d`.
-    fn waiting(d: Duration) -> EventWatcherStatus {
-        EventWatcherStatus {
-            state: EventWatcherState::Running(Some(WatcherCall {
-                call: "nvmlEventSetWait_v2",
-                busy_for: d,
-                allowed: Duration::from_secs(1),
-            })),
-            earlier_still_running: 0,
-        }
-    }
-
-    fn failing(r: &Report) -> Vec<String> {
-        r.body["checks"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .filter(|(_, c)| c["ok"] == false)
-            .map(|(k, _)| k.clone())
-            .collect()
-    }
-
-    #[test]
-    fn healthy_agent_is_ready_and_alive() {
-        let r = readiness(&healthy(), &limits());
-        assert!(r.ok, "{}", r.body);
-        assert_eq!(r.body["status"], "ready");
-        assert_eq!(r.body["checks"]["nvml"]["gpus"], 4);
-        assert_eq!(r.body["checks"]["sample"]["last_tick_duration_ms"], 1.5);
-        assert_eq!(r.body["checks"]["export"]["failures"], 2);
-        let l = liveness(&healthy(), &limits());
-        assert!(l.ok);
-        assert_eq!(l.body["status"], "alive");
-    }
-
-    #[test]
-    fn nvml_down_says_why() {
-        let mut i = healthy();
-        i.nvml = NvmlStatus::Down(NvmlDown::Unknown);
-        i.sample_age = None;
-        let r = readiness(&i, &limits());
-        assert!(!r.ok);
-        assert_eq!(failing(&r), vec!["nvml", "sample"]);
-        assert!(r.body["checks"]["nvml"]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("daemon-reload"));
-        assert!(
-            liveness(&i, &limits()).ok,
-            "NVML down is not a reason to restart"
-        );
-    }
-
-    #[test]
-    fn stale_sample_and_stuck_sampler() {
-        let mut i = healthy();
-        i.sample_age = Some(Duration::from_millis(2100));
-        i.busy = Some((Activity::Tick, Duration::from_millis(10_100)));
-        let r = readiness(&i, &limits());
-        assert_eq!(failing(&r), vec!["sample", "watchdog"]);
-        assert_eq!(r.body["checks"]["watchdog"]["busy"], "sampling tick");
-        let l = liveness(&i, &limits());
-        assert_eq!(failing(&l), vec!["watchdog"]);
-        // At the bound exactly, still fine.
-        i.sample_age = Some(Duration::from_secs(2));
-        i.busy = Some((Activity::Tick, Duration::from_secs(10)));
-        assert!(readiness(&i, &limits()).ok);
-    }
-
-    #[test]
-    fn export_bound_counts_from_start_until_a_first_success() {
-        let mut i = healthy();
-        i.last_export_success = None;
-        i.uptime = Duration::from_secs(39);
-        assert!(readiness(&i, &limits()).ok);
-        i.uptime = Duration::from_secs(41);
-        let r = readiness(&i, &limits());
-        assert_eq!(failing(&r), vec!["export"]);
-        let mut i = healthy();
-        i.last_export_success = Some(Duration::from_secs(41));
-        i.consecutive_export_failures = 9;
-        let r = readiness(&i, &limits());
-        assert!(r.body["checks"]["export"]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("9 failed in a row"));
-        // Not exporting over OTLP: no export condition.
-        let l = Limits {
-            export_success: None,
-            ..limits()
-        };
-        assert!(readiness(&i, &l).ok);
-    }
-
-    #[test]
-    fn lost_gpu_is_listed_but_ready() {
-        let mut i = healthy();
-        i.lost_gpus = vec!["GPU-1".into()];
-        let r = readiness(&i, &limits());
-        assert!(r.ok);
-        assert_eq!(r.body["checks"]["sample"]["lost_gpus"][0], "GPU-1");
-    }
-
-    #[test]
-    fn export_loop_stall_is_not_alive() {
-        let mut i = healthy();
-        i.last_export_attempt = Some(Duration::from_secs(46));
-        assert_eq!(failing(&liveness(&i, &limits())), vec!["export_loop"]);
-    }
-
-    #[test]
-    fn a_stuck_event_watcher_is_not_ready_but_alive() {
-        let mut i = healthy();
-        // Its own 1 s timeout plus the 10 s bound: fine at 11 s, stuck after.
-        i.events = waiting(Duration::from_secs(11));
-        assert!(readiness(&i, &limits()).ok);
-        i.events = waiting(Duration::from_millis(11_100));
-        let r = readiness(&i, &limits());
-        assert_eq!(failing(&r), vec!["events"]);
-        let c = &r.body["checks"]["events"];
-        assert_eq!(c["busy"], "nvmlEventSetWait_v2");
-        assert_eq!(c["timeout_s"], 1.0);
-        assert!(c["detail"]
-            .as_str()
-            .unwrap()
-            .contains("a driver call does not return"));
-        assert!(
-            liveness(&i, &limits()).ok,
-            "sampling and export go on; a restart cannot free a driver call"
-        );
-        // Left behind by a re-initialization: the new session's watcher decides.
-        i.events = EventWatcherStatus {
-            earlier_still_running: 1,
-            ..waiting(Duration::from_millis(10))
-        };
-        let r = readiness(&i, &limits());
-        assert!(r.ok, "{}", r.body);
-        assert_eq!(r.body["checks"]["events"]["earlier_still_running"], 1);
-        // Too many left behind: no watcher started, said.
-        i.events = EventWatcherStatus {
-            state: EventWatcherState::Refused,
-            earlier_still_running: 2,
-        };
-        assert_eq!(failing(&readiness(&i, &limits())), vec!["events"]);
-    }
-
-    #[test]
-    fn waiting_for_the_kubelet_is_alive_not_ready() {
-        // Before NVML and the exports have started.
-        let i = Inputs {
-            starting: Some("waiting for the kubelet's pod-resources answer".into()),
-            nvml: NvmlStatus::Down(NvmlDown::Starting),
-            sample_age: None,
-            ticks: 0,
-            last_tick: None,
-            busy: None,
-            events: EventWatcherStatus {
-                state: EventWatcherState::NotRunning,
-                earlier_still_running: 0,
-            },
-            uptime: Duration::ZERO,
-            last_export_success: None,
-            last_export_attempt: None,
-            consecutive_export_failures: 0,
-            export_failures: 0,
-            ..healthy()
-        };
-        let r = readiness(&i, &limits());
-        assert_eq!(failing(&r), vec!["nvml", "sample", "startup"]);
-        assert!(r.body["checks"]["startup"]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("pod-resources"));
-        let l = liveness(&i, &limits());
-        assert!(l.ok, "{}", l.body);
-    }
-
-    #[test]
-    fn the_watchdog_looks_at_most_once_per_sample_interval_by_default() {
-        // Default bound: three sample intervals (at least 10 s).
-        for interval_s in [1u64, 5, 10] {
-            let bound = Duration::from_secs((interval_s * 3).max(10));
-            assert!(watchdog_period(bound) >= Duration::from_secs(interval_s));
-        }
-        assert_eq!(
-            watchdog_period(Duration::from_secs(2)),
-            Duration::from_nanos(666_666_666)
-        );
-    }
-
-    #[test]
-    fn probe_target_uses_loopback_for_any() {
-        assert_eq!(
-            probe_target("0.0.0.0:13134".parse().unwrap()),
-            "127.0.0.1:13134".parse().unwrap()
-        );
-        assert_eq!(
-            probe_target("[::]:9".parse().unwrap()),
-            "[::1]:9".parse().unwrap()
-        );
-        assert_eq!(
-            probe_target("10.0.0.7:9".parse().unwrap()),
-            "10.0.0.7:9".parse().unwrap()
-        );
-    }
-
-    #[test]
-    fn limits_follow_the_settings() {
-        let c = Config::from_vars([
-            (
-                "OTEL_METRIC_EXPORT_INTERVAL".to_string(),
-                "1000".to_string(),
-            ),
-            ("OTEL_EXPORTER_OTLP_TIMEOUT".to_string(), "2000".to_string()),
-            (
-                "GPU_SIDECAR_SAMPLE_INTERVAL".to_string(),
-                "250ms".to_string(),
-            ),
-        ])
-        .unwrap();
-        let l = Limits::from_config(&c);
-        assert_eq!(l.max_sample_age, Duration::from_secs(1));
-        assert_eq!(l.watchdog, Duration::from_secs(10));
-        assert_eq!(l.export_success, Some(Duration::from_secs(5)));
-        assert_eq!(l.export_loop, Some(Duration::from_secs(11)));
-    }
-}
+mod tests;

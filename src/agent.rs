@@ -1,0 +1,363 @@
+//! The agent: the whole data flow in one place, started in flow order and stopped in reverse
+//! under one deadline (`GPU_SIDECAR_SHUTDOWN_TIMEOUT`).
+//!
+//! ```text
+//! probes (/healthz, /readyz) + watchdog        read the hub; started first
+//! sampler: nvml-sampler (snapshots)            \
+//!          nvml-events  (XID, ECC events)       }-> hub -> one queue per consumer, in order:
+//!   export-clock   snapshots -> metrics export (OTLP, console)
+//!   device-events  events    -> nvidia.gpu.xid.errors counter, XID log line, XID/ECC event
+//!   rules          both      -> alerts (the XID alert included) as events + counters
+//!   run-report     both      -> the run report at shutdown (XIDs by code included)
+//!   sample-log     snapshots -> GPU_SIDECAR_SAMPLE_LOG
+//! ```
+//!
+//! Where an XID goes is decided here, by who subscribes to device events: the
+//! `device-events` recorder (counter, rate-limited log line, one log record per XID), the
+//! rules (the `nvidia.gpu.alert.xid` alert, on the physical GPU) and the run report (count by
+//! code, on the physical GPU). Each consumer is one [`Consumer`](crate::sampling::consumer::Consumer) on one
+//! [`ConsumerThread`];
+//! nothing else hands events around.
+//!
+//! Every consumer is subscribed before the sampler starts, so each sees every tick. At
+//! shutdown: the export clock pauses first (the final sample then goes out once, in the final
+//! export, after the rules and the run report have recorded into it), the sampler takes its
+//! final sample, the subscriptions end, the consumers drain in reverse order of their start,
+//! the run report is published, and the events and the metrics are flushed last.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opentelemetry_sdk::Resource;
+
+use crate::attribution::{self, pod_resources};
+use crate::config::{Config, DeviceSelection, ExporterKind};
+use crate::probes;
+use crate::process_watch;
+use crate::report::{RunAccumulator, RunReporter, SampleLogger};
+use crate::rules::Rules;
+use crate::sampling::cadence::Timing;
+use crate::sampling::consumer::ConsumerThread;
+use crate::sampling::{Hub, Sampler, SamplerSettings};
+use crate::telemetry::events::Events;
+use crate::telemetry::recorder::Recorder;
+use crate::telemetry::{Telemetry, TelemetryError};
+
+/// Why the agent could not start (exit code 1); the message names the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The tokio runtime (thread `otel-io`) could not be created.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    /// An `https://` endpoint without a usable trust store.
+    #[error("{0}")]
+    TrustStore(String),
+    /// The probes' port could not be bound (`GPU_SIDECAR_HEALTH_ADDR`).
+    #[error("{0}")]
+    Probes(String),
+    /// The OTLP exporter of the metrics or of the events could not be built.
+    #[error("{0}")]
+    Telemetry(#[from] TelemetryError),
+}
+
+/// Queue of the `device-events` subscription: XID and ECC events only, handled in
+/// microseconds each; 1024 absorbs an XID storm while the thread is descheduled.
+const DEVICE_EVENTS_QUEUE: usize = 1024;
+
+/// Runs the agent until SIGTERM or SIGINT (or the end of `GPU_SIDECAR_EXIT_WITH_PROCESS`).
+///
+/// # Errors
+/// [`StartError`] when a part of the flow cannot start; nothing is left running then.
+pub fn run(config: Config) -> Result<(), StartError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("otel-io")
+        .enable_all()
+        .build()
+        .map_err(StartError::Runtime)?;
+    let mut signals = {
+        let _guard = runtime.enter();
+        Signals::install()
+    };
+    log_start(&config);
+    crate::telemetry::tls::install_crypto_provider();
+    crate::telemetry::tls::check_trust_store(&config)
+        .map_err(|e| StartError::TrustStore(e.to_string()))?;
+
+    // The hub, and the probes that read it: they answer while the agent waits for the
+    // kubelet, and a failure to serve them stops the agent before anything else has started.
+    let timing = Timing::from_config(&config);
+    let hub = Arc::new(Hub::default());
+    let checks = Arc::new(probes::Probes::new(
+        hub.clone(),
+        probes::Limits::new(&config, &timing),
+    ));
+    if let Some(addr) = config.health_addr {
+        let bound = probes::start(&runtime, addr, checks.clone()).map_err(StartError::Probes)?;
+        tracing::info!("health endpoint listening on http://{bound} (/healthz, /readyz)");
+    }
+    runtime.spawn(probes::watchdog(hub.clone(), timing.watchdog));
+
+    let mut settings = SamplerSettings::from(&config);
+    if let DeviceSelection::PodResources = config.devices {
+        let Some(ids) = pod_gpus(&config, &runtime, &mut signals, &checks) else {
+            tracing::info!("stopped before the pod's GPUs were known");
+            runtime.shutdown_background();
+            return Ok(());
+        };
+        settings.devices = DeviceSelection::Allocated(ids);
+    } else if matches!(config.devices, DeviceSelection::All)
+        && config.sees_all_node_gpus
+        && config.resource_attributes.contains_key("k8s.pod.name")
+    {
+        tracing::warn!(
+            "GPU_SIDECAR_DEVICES=all with NVIDIA_VISIBLE_DEVICES=all: every GPU of the node is reported under this pod's attributes, not only this pod's GPUs. \
+             Use GPU_SIDECAR_DEVICES=pod-resources, a DRA ResourceClaim shared with the trainer, or a list of UUIDs"
+        );
+    }
+    let resource = attribution::resource(&config);
+
+    // Everything that can fail to start is started before the sampler: past this point the
+    // only way out is the shutdown sequence.
+    let (events, telemetry) = {
+        let _guard = runtime.enter();
+        let events = Events::start(&config, resource.clone()).map_err(TelemetryError::from)?;
+        let telemetry = Telemetry::start(&config, &timing, resource.clone(), hub.clone())?;
+        (events, telemetry)
+    };
+    checks.exports_started(telemetry.status.clone());
+    let flow = Flow::start(&config, &hub, settings, events, telemetry);
+
+    let signal = runtime.block_on(async {
+        match &config.exit_with_process {
+            None => signals.recv().await,
+            Some(name) => tokio::select! {
+                s = signals.recv() => s,
+                () = process_watch::wait_until_gone(name) => "the watched process ended",
+            },
+        }
+    });
+    tracing::info!(signal, "shutting down: final sample and export");
+    flow.stop(&config, &hub, &resource);
+    runtime.shutdown_background();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The running flow, from the export clock to the sampler, in start order.
+struct Flow {
+    events: Events,
+    telemetry: Telemetry,
+    device_events: ConsumerThread,
+    rules: Rules,
+    run_report: RunReporter,
+    sample_log: Option<SampleLogger>,
+    sampler: Sampler,
+}
+
+impl Flow {
+    /// Starts the consumers (the export clock already runs in `telemetry`), then the sampler.
+    fn start(
+        config: &Config,
+        hub: &Arc<Hub>,
+        settings: SamplerSettings,
+        events: Events,
+        telemetry: Telemetry,
+    ) -> Self {
+        let device_events = ConsumerThread::start(
+            "device-events",
+            hub,
+            DEVICE_EVENTS_QUEUE,
+            Recorder::new(&telemetry.recorded(), events.emitter()),
+        );
+        let rules = Rules::start(&config.rules, hub, events.clone(), &telemetry.recorded());
+        let run_report = RunReporter::start_with(
+            hub,
+            RunAccumulator::new(config.sample_interval)
+                .with_price_per_gpu_hour(config.price_per_gpu_hour)
+                .with_pool_params(crate::rules::pool_params(
+                    config.rules.get(crate::rules::RuleId::MemoryPreallocated),
+                )),
+        );
+        let sample_log = config
+            .sample_log
+            .clone()
+            .map(|c| SampleLogger::start(c, hub));
+        let sampler = Sampler::start(settings, hub.clone());
+        Self {
+            events,
+            telemetry,
+            device_events,
+            rules,
+            run_report,
+            sample_log,
+            sampler,
+        }
+    }
+
+    /// Stops everything in reverse under one deadline, `GPU_SIDECAR_SHUTDOWN_TIMEOUT` from
+    /// now; the report goes out before the events and the metrics are flushed.
+    fn stop(self, config: &Config, hub: &Hub, resource: &Resource) {
+        let Flow {
+            events,
+            telemetry,
+            device_events,
+            rules,
+            run_report,
+            sample_log,
+            sampler,
+        } = self;
+        let deadline = Instant::now() + config.shutdown_timeout;
+        let left = || deadline.saturating_duration_since(Instant::now());
+        telemetry.pause_exports(config.shutdown_timeout / 4);
+        // Half the bound at most for the final sample, so that a stuck driver call leaves
+        // time for the final export.
+        let sampler_bound = config.shutdown_timeout / 2;
+        if !sampler.stop(sampler_bound) {
+            tracing::warn!(
+                "the NVML sampler did not finish its final sample within {sampler_bound:?} (a driver call is stuck); exporting without it"
+            );
+        }
+        // Every sample is in: end the subscriptions; each consumer drains and finishes.
+        hub.close_subscriptions();
+        if let Some(log) = sample_log {
+            if !log.finish(left().min(Duration::from_secs(1))) {
+                tracing::warn!("the sample log is stuck writing; exiting without its last rows");
+            }
+        }
+        let report = run_report.finish(left(), resource);
+        if !rules.stop(left()) {
+            tracing::warn!(
+                "the rules did not finish judging the last samples before the shutdown bound"
+            );
+        }
+        if !device_events.stop(left()) {
+            tracing::warn!("device events were still being recorded at the shutdown bound");
+        }
+        report.publish(&events, config.report_file.as_ref());
+        // Events get half of what is left, so a slow collector cannot starve the final
+        // export of the metrics.
+        if !events.shutdown(left() / 2) {
+            tracing::warn!("queued events could not be exported before the shutdown bound");
+        }
+        if !telemetry.shutdown(left()) {
+            tracing::warn!(
+                "the final export did not finish within GPU_SIDECAR_SHUTDOWN_TIMEOUT ({:?}); exiting without it",
+                config.shutdown_timeout
+            );
+        }
+    }
+}
+
+/// The start-up log lines: what is exported where, and settings that do not apply.
+fn log_start(config: &Config) {
+    let destination = match config.metrics_exporter {
+        ExporterKind::Otlp => format!(
+            "OTLP {:?} to {} ({:?})",
+            config.otlp.metrics.protocol, config.otlp.metrics.endpoint, config.otlp.temporality
+        ),
+        other => format!("{other:?}"),
+    };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        metrics = %destination,
+        sample_interval_ms = config.sample_interval.as_millis() as u64,
+        export_interval_ms = config.export_interval.as_millis() as u64,
+        "starting"
+    );
+    if config.sdk_disabled {
+        tracing::info!("OTEL_SDK_DISABLED=true: no metrics and no events are exported");
+    }
+    if !config.otel_not_applied.is_empty() {
+        let list = config
+            .otel_not_applied
+            .iter()
+            .map(|(var, why)| format!("{var} ({why})"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(
+            "these OpenTelemetry variables are set but do not apply to this agent, and are ignored: {list} (docs/otel-variables.md)"
+        );
+    }
+    if config.sample_interval > config.export_interval {
+        tracing::warn!(
+            "GPU_SIDECAR_SAMPLE_INTERVAL ({:?}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({:?}): GPU metrics are exported once per sample, less often than the export interval",
+            config.sample_interval,
+            config.export_interval
+        );
+    }
+}
+
+/// `GPU_SIDECAR_DEVICES=pod-resources`: waits for the kubelet to say which GPUs this pod
+/// holds (not ready meanwhile); `None` when a signal came first.
+fn pod_gpus(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+    signals: &mut Signals,
+    checks: &probes::Probes,
+) -> Option<Vec<crate::config::AllocatedDevice>> {
+    let attribute = |key: &str| {
+        config
+            .resource_attributes
+            .get(key)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (ns, pod) = (attribute("k8s.namespace.name"), attribute("k8s.pod.name"));
+    let socket = config.pod_resources_socket.clone();
+    checks.set_starting(Some(format!(
+        "waiting for the kubelet's pod-resources answer (GPU_SIDECAR_DEVICES=pod-resources, socket {}): which GPUs this pod holds",
+        socket.display()
+    )));
+    let resolved = runtime.block_on(async {
+        tokio::select! {
+            ids = pod_resources::wait_for_pod_gpus(&socket, &ns, &pod) => Some(ids),
+            _ = signals.recv() => None,
+        }
+    });
+    if resolved.is_some() {
+        checks.set_starting(None);
+    }
+    resolved
+}
+
+/// SIGTERM and SIGINT handlers, installed first thing so that a signal during start-up is
+/// a clean shutdown, not the default kill.
+struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Installs the handlers; needs a tokio runtime entered.
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (term, int) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        );
+        if term.is_err() || int.is_err() {
+            tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        }
+        Self {
+            term: term.ok(),
+            int: int.ok(),
+        }
+    }
+
+    /// Resolves with the name of the first signal received.
+    async fn recv(&mut self) -> &'static str {
+        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = next(&mut self.term) => "SIGTERM",
+            () = next(&mut self.int) => "SIGINT",
+        }
+    }
+}

@@ -1,0 +1,551 @@
+//! The sampler thread `nvml-sampler` ([`Sampler`]): NVML sessions (init with backoff,
+//! device listing, the ticks, shutdown), and per session the event watcher thread
+//! `nvml-events` ([`super::event_watcher`]). Both publish into the [`Hub`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+
+use super::cadence::{Cadence, Due};
+use super::hub::{GroupDuration, Hub, WatcherSlot};
+use super::{event_watcher, read};
+use super::{
+    Activity, DeviceSample, DeviceState, IoTotals, NvmlDown, NvmlStatus, SampleGroup, Snapshot,
+};
+use crate::config::{Config, DeviceSelection, SlowIntervals};
+
+/// Settings the sampler needs, taken from [`Config`].
+#[derive(Debug, Clone)]
+pub struct SamplerSettings {
+    /// Library to load.
+    pub nvml_library: PathBuf,
+    /// Tick period.
+    pub interval: Duration,
+    /// Export period (`OTEL_METRIC_EXPORT_INTERVAL`): which ticks are export ticks, the
+    /// only ones that read the slow groups (see [`cadence`](super::cadence)).
+    pub export_interval: Duration,
+    /// Devices to sample.
+    pub devices: DeviceSelection,
+    /// Cadence of the slow groups.
+    pub slow_intervals: SlowIntervals,
+}
+
+impl SamplerSettings {
+    fn cadence(&self) -> Cadence {
+        Cadence::new(self.interval, self.export_interval, self.slow_intervals)
+    }
+}
+
+impl From<&Config> for SamplerSettings {
+    fn from(c: &Config) -> Self {
+        Self {
+            nvml_library: c.nvml_library.clone(),
+            interval: c.sample_interval,
+            export_interval: c.export_interval,
+            devices: c.devices.clone(),
+            slow_intervals: c.slow_intervals,
+        }
+    }
+}
+
+enum Command {
+    /// Take one last sample, shut NVML down, end the thread; all of it by `until`.
+    FinalSampleAndStop { until: Instant },
+}
+
+/// Handle on the sampler thread.
+pub struct Sampler {
+    commands: mpsc::Sender<Command>,
+    done: mpsc::Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Consecutive ticks in which no device answered anything before NVML is initialized again.
+pub const SILENT_TICKS_BEFORE_REINIT: u32 = 3;
+
+/// Init retry backoff: doubles from 1 s up to this cap.
+pub const INIT_BACKOFF_CAP: Duration = Duration::from_secs(30);
+
+/// Most event watcher threads at once: the current session's and one of an earlier session
+/// still inside a driver call. Past it no new watcher is started until one returns (a stuck
+/// driver call cannot be interrupted), so stuck threads never pile up.
+pub const MAX_EVENT_WATCHERS: usize = 2;
+
+impl Sampler {
+    /// Spawns the `nvml-sampler` thread (and, per NVML session, `nvml-events`), publishing
+    /// snapshots (with their group durations) and device events into `hub`.
+    ///
+    /// # Panics
+    /// If the OS refuses to create a thread.
+    pub fn start(settings: SamplerSettings, hub: Arc<Hub>) -> Self {
+        let (tx, rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("nvml-sampler".into())
+            .spawn(move || {
+                run(&settings, &hub, &rx);
+                let _ = done_tx.send(());
+            })
+            .expect("spawn nvml-sampler thread");
+        Self {
+            commands: tx,
+            done: done_rx,
+            thread: Some(thread),
+        }
+    }
+
+    /// Asks for one final sample and NVML shutdown, and waits up to `timeout` for it. A
+    /// sampler wedged inside a driver call cannot be interrupted: then this returns `false`
+    /// after `timeout` and the thread is left behind. The event watcher is given up to half
+    /// of what is left after the final sample to return from its current wait (at most one
+    /// sample interval); if it has not, it shuts NVML down itself when it returns.
+    pub fn stop(mut self, timeout: Duration) -> bool {
+        let _ = self.commands.send(Command::FinalSampleAndStop {
+            until: Instant::now() + timeout,
+        });
+        match self.done.recv_timeout(timeout) {
+            Ok(()) => {
+                if let Some(t) = self.thread.take() {
+                    let _ = t.join();
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// What ended an NVML session.
+enum SessionEnd {
+    /// Stop the sampler; with the time by which everything must be done when asked to.
+    Stop(Option<Instant>),
+    Reinit,
+    /// No device answered for [`SILENT_TICKS_BEFORE_REINIT`] ticks: re-initialize, and
+    /// keep re-initializing until NVML lists as many devices again.
+    Silent,
+}
+
+/// What one NVML session hands to the next.
+#[derive(Default)]
+struct Carry {
+    /// Ticks since start.
+    seq: u64,
+    /// Byte counters, by UUID.
+    io_totals: HashMap<String, IoTotals>,
+    /// After NVML went silent: the device count to list again before sampling resumes.
+    relist: Option<usize>,
+    /// The export schedule and the slow groups' last reads.
+    cadence: Option<Cadence>,
+}
+
+fn run(settings: &SamplerSettings, hub: &Arc<Hub>, commands: &mpsc::Receiver<Command>) {
+    let mut backoff = Duration::from_secs(1);
+    let mut last_down: Option<NvmlDown> = None;
+    let mut carry = Carry {
+        cadence: Some(settings.cadence()),
+        ..Carry::default()
+    };
+    loop {
+        hub.begin(Activity::Init);
+        let init = Nvml::builder()
+            .lib_path(settings.nvml_library.as_os_str())
+            .init();
+        hub.end();
+        match init {
+            Ok(nvml) => {
+                if last_down.take().is_some() {
+                    tracing::info!("NVML is back");
+                }
+                backoff = Duration::from_secs(1);
+                let nvml = Arc::new(nvml);
+                let end = session(&nvml, settings, hub, commands, &mut carry);
+                match Arc::try_unwrap(nvml) {
+                    Ok(nvml) => {
+                        hub.begin(Activity::Shutdown);
+                        let result = nvml.shutdown();
+                        hub.end();
+                        match result {
+                            Err(e) => {
+                                hub.add_nvml_errors([(("nvmlShutdown", super::nvml_error::error_code(&e)), 1)]);
+                                tracing::warn!("nvmlShutdown failed: {e}");
+                            }
+                            Ok(()) => tracing::debug!("nvmlShutdown done"),
+                        }
+                    }
+                    // The session's event watcher is still inside a wait: it shuts NVML down
+                    // when that returns. The next session initializes NVML again meanwhile
+                    // (NVML counts its initializations).
+                    Err(_) => tracing::debug!(
+                        "the event watcher still holds this NVML session; it calls nvmlShutdown when its wait returns"
+                    ),
+                }
+                match end {
+                    SessionEnd::Stop(_) => return,
+                    SessionEnd::Reinit | SessionEnd::Silent => hub.clear(),
+                }
+            }
+            Err(e) => {
+                hub.add_nvml_errors([(("nvmlInit_v2", super::nvml_error::error_code(&e)), 1)]);
+                let down = NvmlDown::classify_init(&e, &settings.nvml_library);
+                // Status first: whoever reads the log line and then asks /readyz sees it.
+                hub.set_status(NvmlStatus::Down(down.clone()));
+                if last_down.as_ref() != Some(&down) {
+                    tracing::error!(
+                        retry_in_s = backoff.as_secs(),
+                        "{}; retrying with backoff up to {}s",
+                        down.explain(),
+                        INIT_BACKOFF_CAP.as_secs()
+                    );
+                }
+                last_down = Some(down);
+                match commands.recv_timeout(backoff) {
+                    Ok(Command::FinalSampleAndStop { .. })
+                    | Err(RecvTimeoutError::Disconnected) => return,
+                    Err(RecvTimeoutError::Timeout) => {}
+                }
+                backoff = (backoff * 2).min(INIT_BACKOFF_CAP);
+            }
+        }
+    }
+}
+
+/// A running event watcher: dropping `stop` asks it to end (at its next wake-up); `done`
+/// says it has.
+struct Watcher {
+    stop: mpsc::Sender<()>,
+    done: mpsc::Receiver<()>,
+}
+
+/// Starts the session's event watcher (`nvml-events`) on `targets`, unless there is nothing
+/// to watch or [`MAX_EVENT_WATCHERS`] are still running (earlier ones stuck in the driver;
+/// said when `say`: the previous session's watcher may simply not have noticed its stop yet,
+/// which takes up to one wait). Publishes its heartbeat for the health checks.
+fn start_watcher(
+    nvml: &Arc<Nvml>,
+    targets: &[event_watcher::Target],
+    wait: Duration,
+    hub: &Arc<Hub>,
+    say: bool,
+) -> Option<Watcher> {
+    if targets.is_empty() {
+        hub.set_watcher(WatcherSlot::None);
+        return None;
+    }
+    let running = hub.watchers_running.load(Ordering::SeqCst);
+    if running >= MAX_EVENT_WATCHERS {
+        if say {
+            tracing::error!(
+                stuck = running,
+                "XID and ECC events are not watched: {running} event watchers of earlier NVML sessions are still inside a driver call that does not return; a new one starts when one returns"
+            );
+        }
+        hub.set_watcher(WatcherSlot::Refused);
+        return None;
+    }
+    let beat = Arc::new(event_watcher::Heartbeat::default());
+    let (stop_tx, stop_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let (nvml, targets, thread_hub, thread_beat) =
+        (nvml.clone(), targets.to_vec(), hub.clone(), beat.clone());
+    hub.watchers_running.fetch_add(1, Ordering::SeqCst);
+    let spawned = std::thread::Builder::new()
+        .name("nvml-events".into())
+        .spawn(move || {
+            let hub = thread_hub;
+            let stop = event_watcher::StopSignal(stop_rx);
+            let count_error = |call: &'static str, e: &NvmlError| {
+                hub.add_nvml_errors([((call, super::nvml_error::error_code(e)), 1)]);
+            };
+            event_watcher::run(
+                &nvml,
+                &targets,
+                &event_watcher::Context {
+                    stop: &stop,
+                    publish: &|event| hub.publish_event(event),
+                    beat: &thread_beat,
+                    count_error: &count_error,
+                    wait,
+                    superseded: &|| hub.watcher_superseded(&thread_beat),
+                },
+            );
+            thread_beat.end();
+            // The sampler has moved on (or stopped) without this session: last one out
+            // shuts NVML down.
+            if let Ok(nvml) = Arc::try_unwrap(nvml) {
+                match nvml.shutdown() {
+                    Ok(()) => tracing::debug!("nvmlShutdown done (by the event watcher)"),
+                    Err(e) => {
+                        hub.add_nvml_errors([(
+                            ("nvmlShutdown", super::nvml_error::error_code(&e)),
+                            1,
+                        )]);
+                        tracing::warn!("nvmlShutdown failed: {e}");
+                    }
+                }
+            }
+            hub.watchers_running.fetch_sub(1, Ordering::SeqCst);
+            let _ = done_tx.send(());
+        });
+    match spawned {
+        Ok(_) => {
+            hub.set_watcher(WatcherSlot::Started(beat));
+            Some(Watcher {
+                stop: stop_tx,
+                done: done_rx,
+            })
+        }
+        Err(e) => {
+            hub.watchers_running.fetch_sub(1, Ordering::SeqCst);
+            hub.set_watcher(WatcherSlot::None);
+            tracing::error!(
+                "cannot start the nvml-events thread: {e}; XID and ECC events are not watched"
+            );
+            None
+        }
+    }
+}
+
+fn session(
+    nvml: &Arc<Nvml>,
+    settings: &SamplerSettings,
+    hub: &Arc<Hub>,
+    commands: &mpsc::Receiver<Command>,
+    carry: &mut Carry,
+) -> SessionEnd {
+    let opened = Instant::now();
+    hub.begin(Activity::Listing);
+    let listed = read::Reader::open(nvml, &settings.devices, &carry.io_totals);
+    hub.end();
+    let mut reader = match listed {
+        Ok(mut r) => {
+            hub.add_nvml_errors(r.take_errors());
+            r
+        }
+        Err(e) => {
+            hub.add_nvml_errors([(
+                ("nvmlDeviceGetCount_v2", super::nvml_error::error_code(&e)),
+                1,
+            )]);
+            tracing::error!("NVML is up but listing devices failed: {e}; re-initializing");
+            hub.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
+                "device listing: {e}"
+            ))));
+            return match commands.recv_timeout(Duration::from_secs(5)) {
+                Ok(Command::FinalSampleAndStop { until }) => SessionEnd::Stop(Some(until)),
+                Err(RecvTimeoutError::Disconnected) => SessionEnd::Stop(None),
+                Err(RecvTimeoutError::Timeout) => SessionEnd::Reinit,
+            };
+        }
+    };
+    // Reported with the session's first snapshot.
+    let listed_in = (SampleGroup::Static, opened.elapsed());
+    if let Some(before) = carry.relist {
+        if reader.device_count() < before {
+            // Still broken: sampling fewer GPUs would hide the others; not ready, try again.
+            hub.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
+                "NVML lists {} of the {before} devices it sampled before it stopped answering; re-initializing",
+                reader.device_count()
+            ))));
+            return match commands.recv_timeout(Duration::from_secs(2)) {
+                Ok(Command::FinalSampleAndStop { until }) => SessionEnd::Stop(Some(until)),
+                Err(RecvTimeoutError::Disconnected) => SessionEnd::Stop(None),
+                Err(RecvTimeoutError::Timeout) => SessionEnd::Reinit,
+            };
+        }
+        tracing::info!(devices = reader.device_count(), "NVML answers again");
+        carry.relist = None;
+    }
+    hub.set_status(NvmlStatus::Up {
+        devices: reader.device_count(),
+    });
+    tracing::info!(
+        devices = reader.device_count(),
+        interval_ms = settings.interval.as_millis() as u64,
+        export_interval_ms = settings.export_interval.as_millis() as u64,
+        energy_interval_ms = settings.slow_intervals.energy.as_millis() as u64,
+        process_interval_ms = settings.slow_intervals.process.as_millis() as u64,
+        gpm_interval_ms = settings.slow_intervals.gpm.as_millis() as u64,
+        pcie_interval_ms = settings.slow_intervals.pcie.as_millis() as u64,
+        "sampling started"
+    );
+    let mut cadence = carry.cadence.take().unwrap_or_else(|| settings.cadence());
+    cadence.new_session();
+    let targets = reader.event_targets();
+    // One wait per sample interval at most when nothing happens (an event ends a wait at
+    // once, whatever its bound).
+    let wait = settings.interval;
+    let mut watcher = start_watcher(nvml, &targets, wait, hub, false);
+    let mut refused = 0u32;
+    let end = ticks(
+        &mut reader,
+        &mut cadence,
+        settings,
+        hub,
+        commands,
+        listed_in,
+        &mut carry.seq,
+        &mut || {
+            // Refused at the start (earlier watchers stuck): try again once one returned;
+            // said once it has lasted more than a wait (not a watcher finishing its last one).
+            if watcher.is_none() && hub.watcher_refused() {
+                refused += 1;
+                let say = refused == 2;
+                watcher = start_watcher(nvml, &targets, wait, hub, say);
+            }
+        },
+    );
+    carry.cadence = Some(cadence);
+    carry.io_totals = reader.io_totals();
+    if matches!(end, SessionEnd::Silent) {
+        carry.relist = Some(reader.device_count());
+    }
+    drop(reader);
+    hub.set_watcher(WatcherSlot::None);
+    if let Some(Watcher { stop, done }) = watcher {
+        drop(stop);
+        // At shutdown only: give the watcher part of what is left to return from its wait,
+        // so that NVML is shut down here. Never when re-initializing: a stuck watcher must
+        // not hold the recovery.
+        if let SessionEnd::Stop(Some(until)) = end {
+            let left = until.saturating_duration_since(Instant::now()) / 2;
+            if done.recv_timeout(left).is_err() {
+                tracing::debug!(
+                    "the event watcher did not return from its wait in {left:?}; it shuts NVML down when it does"
+                );
+            }
+        }
+    }
+    end
+}
+
+/// The sampling loop of one NVML session; `between` runs after each tick.
+#[allow(clippy::too_many_arguments)]
+fn ticks(
+    reader: &mut read::Reader<'_>,
+    cadence: &mut Cadence,
+    settings: &SamplerSettings,
+    hub: &Hub,
+    commands: &mpsc::Receiver<Command>,
+    listed_in: GroupDuration,
+    seq: &mut u64,
+    between: &mut dyn FnMut(),
+) -> SessionEnd {
+    let mut timings = vec![listed_in];
+    let mut sample = |due: Due, seq: &mut u64| {
+        *seq += 1;
+        hub.begin(Activity::Tick);
+        let taken_at = SystemTime::now();
+        let taken_instant = Instant::now();
+        let devices = reader.sample(due, &mut timings);
+        hub.end();
+        hub.add_nvml_errors(reader.take_errors());
+        // Every answering device answered nothing: NVML itself has stopped working.
+        let silent = devices.iter().any(|d| d.state == DeviceState::Ok)
+            && devices
+                .iter()
+                .filter(|d| d.state == DeviceState::Ok)
+                .all(DeviceSample::answered_nothing);
+        hub.publish_sampled(
+            Snapshot {
+                taken_at,
+                taken_instant,
+                seq: *seq,
+                export: due.export,
+                devices,
+            },
+            std::mem::take(&mut timings),
+        );
+        silent
+    };
+    let mut next = Instant::now();
+    let mut silent_ticks = 0u32;
+    loop {
+        let due = cadence.tick(Instant::now());
+        silent_ticks = if sample(due, seq) {
+            silent_ticks + 1
+        } else {
+            0
+        };
+        if silent_ticks >= SILENT_TICKS_BEFORE_REINIT {
+            // E.g. "Unknown Error" on every call after the container lost its device cgroup
+            // access: not ready, and NVML is initialized again (with backoff) until it answers.
+            tracing::error!(
+                ticks = silent_ticks,
+                "no GPU answered any NVML call for {silent_ticks} ticks: NVML has stopped working (the calls' errors are logged above); re-initializing NVML"
+            );
+            hub.set_status(NvmlStatus::Down(NvmlDown::Other(
+                "no GPU answered any NVML call; re-initializing".into(),
+            )));
+            return SessionEnd::Silent;
+        }
+        between();
+        next += settings.interval;
+        let now = Instant::now();
+        if next < now {
+            // Ticks took longer than the interval: skip the missed ones rather than burst.
+            next = now + settings.interval;
+        }
+        match commands.recv_timeout(next - now) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(Command::FinalSampleAndStop { until }) => {
+                // Every group, so that the run report's energy covers the whole run and
+                // the last export holds everything.
+                sample(cadence.last(Instant::now()), seq);
+                return SessionEnd::Stop(Some(until));
+            }
+            Err(RecvTimeoutError::Disconnected) => return SessionEnd::Stop(None),
+        }
+    }
+}
+
+/// Runs `f` inside one NVML session, outside the sampler thread: for benchmarks and tools
+/// that drive the real sampling code path themselves.
+///
+/// Loads and initializes the library `settings.nvml_library` (`nvmlInit_v2`), lists the
+/// devices `settings.devices` selects (as [`Sampler`] does; `PodResources` must have been
+/// resolved into a list first, else nothing is selected) and reads their static facts, then
+/// calls `f` with a closure that runs one sampler tick (the same code: the fast fields every
+/// call, each slow group on its cadence from `settings`, unsupported fields asked once) and
+/// returns one [`DeviceSample`] per device, in listing order. Each call counts as an export
+/// tick `settings.interval` after the previous one (the slow groups' cadence follows from
+/// that); the caller decides when to sample. NVML is shut down (`nvmlShutdown`) after `f`
+/// returns.
+///
+/// # Errors
+/// The [`NvmlError`] of the library load, `nvmlInit_v2` or the device listing
+/// (`nvmlDeviceGetCount_v2`); a failing `nvmlShutdown` is logged, not returned.
+pub fn with_session<R>(
+    settings: &SamplerSettings,
+    f: impl FnOnce(&mut dyn FnMut() -> Vec<DeviceSample>) -> R,
+) -> Result<R, NvmlError> {
+    let nvml = Nvml::builder()
+        .lib_path(settings.nvml_library.as_os_str())
+        .init()?;
+    let result = {
+        let mut cadence = Cadence::new(
+            settings.interval,
+            settings.interval,
+            settings.slow_intervals,
+        );
+        let mut reader = read::Reader::open(&nvml, &settings.devices, &HashMap::new())?;
+        let (t0, mut tick, mut timings) = (Instant::now(), 0u32, Vec::new());
+        f(&mut || {
+            let due = cadence.tick(t0 + settings.interval * tick);
+            let devices = reader.sample(due, &mut timings);
+            timings.clear();
+            tick += 1;
+            devices
+        })
+    };
+    if let Err(e) = nvml.shutdown() {
+        tracing::warn!("nvmlShutdown failed: {e}");
+    }
+    Ok(result)
+}
