@@ -343,6 +343,8 @@ fn setup(devices: usize, latency: bool) -> SamplerSettings {
         } else {
             DeviceSelection::All
         },
+        proc_root: "/proc".into(),
+        mps_clients: false,
     };
     if !copies.contains(&copy) {
         std::fs::create_dir_all(&dir).unwrap();

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_sdk::Resource;
 
+use crate::attribution::node::{kubelet, NodeAttribution};
 use crate::attribution::{self, pod_resources};
 use crate::config::{Config, DeviceSelection, ExporterKind};
 use crate::probes;
@@ -38,7 +39,7 @@ use crate::report::{RunAccumulator, RunReporter, SampleLogger};
 use crate::rules::Rules;
 use crate::sampling::cadence::Timing;
 use crate::sampling::consumer::ConsumerThread;
-use crate::sampling::{Hub, Sampler, SamplerSettings};
+use crate::sampling::{Annotate, Hub, Sampler, SamplerSettings};
 use crate::telemetry::events::Events;
 use crate::telemetry::recorder::Recorder;
 use crate::telemetry::{Telemetry, TelemetryError};
@@ -116,6 +117,16 @@ pub fn run(config: Config) -> Result<(), StartError> {
         );
     }
     let resource = attribution::resource(&config);
+    // Node mode: the kubelet's allocations, asked on the runtime; the shares, added on the
+    // sampler thread.
+    let annotate: Option<Box<dyn Annotate>> = config.node.then(|| {
+        let view = Arc::new(kubelet::KubeletView::default());
+        runtime.spawn(kubelet::poll(
+            config.pod_resources_socket.clone(),
+            view.clone(),
+        ));
+        Box::new(NodeAttribution::new(&config.proc_root, view)) as Box<dyn Annotate>
+    });
 
     // Everything that can fail to start is started before the sampler: past this point the
     // only way out is the shutdown sequence.
@@ -126,14 +137,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
         (events, telemetry)
     };
     checks.exports_started(telemetry.status.clone());
-    let flow = Flow::start(&config, &hub, settings, events, telemetry);
+    let flow = Flow::start(&config, &hub, settings, events, telemetry, annotate);
 
     let signal = runtime.block_on(async {
         match &config.exit_with_process {
             None => signals.recv().await,
             Some(name) => tokio::select! {
                 s = signals.recv() => s,
-                () = process_watch::wait_until_gone(name) => "the watched process ended",
+                () = process_watch::wait_until_gone(&config.proc_root, name) => "the watched process ended",
             },
         }
     });
@@ -163,6 +174,7 @@ impl Flow {
         settings: SamplerSettings,
         events: Events,
         telemetry: Telemetry,
+        annotate: Option<Box<dyn Annotate>>,
     ) -> Self {
         let device_events = ConsumerThread::start(
             "device-events",
@@ -183,7 +195,7 @@ impl Flow {
             .sample_log
             .clone()
             .map(|c| SampleLogger::start(c, hub));
-        let sampler = Sampler::start(settings, hub.clone());
+        let sampler = Sampler::start(settings, hub.clone(), annotate);
         Self {
             events,
             telemetry,
@@ -260,6 +272,7 @@ fn log_start(config: &Config) {
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
+        mode = if config.node { "node" } else { "sidecar" },
         metrics = %destination,
         sample_interval_ms = config.sample_interval.as_millis() as u64,
         export_interval_ms = config.export_interval.as_millis() as u64,

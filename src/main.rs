@@ -6,6 +6,9 @@
 //! (one line on stderr naming the variable), 1 if the exporter cannot be set up or the
 //! health port cannot be bound.
 //!
+//! `gpu-otel-sidecar node` runs the same agent as the one agent of a node (every GPU, each
+//! pod's share: [`gpu_otel_sidecar::attribution::node`]).
+//!
 //! `gpu-otel-sidecar health` asks the local agent's `/readyz` (for a Docker `HEALTHCHECK`
 //! in an image without curl): exit 0 when ready, 1 otherwise.
 //!
@@ -26,6 +29,9 @@ gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metric
 over OTLP.
 
 Usage: gpu-otel-sidecar           run the agent until SIGTERM or SIGINT
+       gpu-otel-sidecar node      run it as the one agent of a node (a DaemonSet with hostPID):
+                                  every GPU on the node's resource, each pod's share of each
+                                  device on the pod's (docs/kubernetes.md, One agent per node)
        gpu-otel-sidecar health    ask the running agent's /readyz (GPU_SIDECAR_HEALTH_ADDR);
                                   exit 0 if ready, 1 if not
        gpu-otel-sidecar webhook   serve the admission webhook that injects the sidecar into
@@ -50,8 +56,9 @@ fn help() -> String {
 }
 
 fn main() -> ExitCode {
-    match std::env::args().nth(1).as_deref() {
-        None => {}
+    let node = match std::env::args().nth(1).as_deref() {
+        None => false,
+        Some("node") => true,
         Some("health") => return health_command(),
         Some("webhook") => return gpu_otel_sidecar::webhook::command(),
         Some("check-config") => return check_config_command(),
@@ -67,8 +74,11 @@ fn main() -> ExitCode {
             eprintln!("gpu-otel-sidecar: unknown argument {other:?}\n\n{USAGE}");
             return ExitCode::from(2);
         }
-    }
-    let config = match Config::from_env() {
+    };
+    let (config, dropped) = match Config::from_env().and_then(|c| match node {
+        true => c.into_node(),
+        false => Ok((c, Vec::new())),
+    }) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("gpu-otel-sidecar: {e}");
@@ -76,6 +86,9 @@ fn main() -> ExitCode {
         }
     };
     logging::init(&config.log_level, config.log_format == LogFormat::Json);
+    if !dropped.is_empty() {
+        tracing::warn!(attributes = ?dropped, "node mode: these resource attributes name one pod and are left out of the node's resource (each pod's share carries its own)");
+    }
     match agent::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -23,10 +23,9 @@ pub fn is_running(proc_root: &std::path::Path, name: &str) -> bool {
     })
 }
 
-/// Resolves once a process named `name` has been seen and then is gone. Logs when it is
-/// first seen and when it ends.
-pub async fn wait_until_gone(name: &str) {
-    let proc_root = std::path::Path::new("/proc");
+/// Resolves once a process named `name` has been seen under `proc_root`
+/// (`GPU_SIDECAR_PROC_ROOT`) and then is gone. Logs when it is first seen and when it ends.
+pub async fn wait_until_gone(proc_root: &std::path::Path, name: &str) {
     let mut seen = false;
     loop {
         let running = is_running(proc_root, name);

@@ -40,6 +40,8 @@ fn sample_once(name: &str, selection: DeviceSelection) -> Vec<DeviceSample> {
         interval: std::time::Duration::from_secs(1),
         export_interval: std::time::Duration::from_secs(1),
         devices: selection,
+        proc_root: "/proc".into(),
+        mps_clients: false,
     };
     let samples =
         sampling::with_session(&settings, |sample| sample()).expect("init through the mock");

@@ -1,7 +1,9 @@
 //! `docs/metrics.md` is generated from the catalogue; this test fails when they disagree.
 //! Regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`.
 
-use gpu_otel_sidecar::catalogue::metrics::{markdown, CATALOGUE, RECORDED, SELF_METRICS};
+use gpu_otel_sidecar::catalogue::metrics::{
+    markdown, CATALOGUE, POD_CATALOGUE, RECORDED, SELF_METRICS,
+};
 
 #[test]
 fn metrics_doc_matches_catalogue() {
@@ -16,6 +18,14 @@ fn metrics_doc_matches_catalogue() {
         "docs/metrics.md differs from the catalogue; run UPDATE_DOCS=1 cargo test --test metrics_doc"
     );
     for def in CATALOGUE {
+        assert!(on_disk.contains(&format!(
+            "| `{}` | {} | `{}` |",
+            def.name,
+            def.instrument.as_str(),
+            def.unit
+        )));
+    }
+    for def in POD_CATALOGUE {
         assert!(on_disk.contains(&format!(
             "| `{}` | {} | `{}` |",
             def.name,
@@ -38,6 +48,7 @@ fn catalogue_names_are_unique_and_namespaced() {
     let mut names: Vec<_> = CATALOGUE
         .iter()
         .map(|d| d.name)
+        .chain(POD_CATALOGUE.iter().map(|d| d.name))
         .chain(RECORDED.iter().chain(SELF_METRICS).map(|d| d.name))
         .collect();
     names.sort_unstable();

@@ -12,6 +12,7 @@
 //! an identity (the Prometheus exporter turns it into the `instance` label and needs it for
 //! `target_info`); see [`service_instance_id`].
 
+pub mod node;
 pub mod pod_resources;
 
 use opentelemetry::KeyValue;
@@ -58,23 +59,41 @@ pub fn service_instance_id(attributes: &std::collections::BTreeMap<String, Strin
     parts.join(".")
 }
 
+/// `service.instance.id` in node mode (one agent per node), when `OTEL_RESOURCE_ATTRIBUTES`
+/// does not give one: the node's name (`k8s.node.name`, from `K8S_NODE_NAME`), else the
+/// host name, else a random version 4 UUID. Stable across restarts of the DaemonSet's pod;
+/// each pod's share goes out under `<this>.<pod uid>`.
+pub fn node_instance_id(
+    attributes: &std::collections::BTreeMap<String, String>,
+    host: Option<&str>,
+) -> String {
+    attributes
+        .get("k8s.node.name")
+        .map(String::as_str)
+        .or(host)
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_string)
+}
+
 /// Builds the resource: `service.name`, `service.version`, `service.instance.id` (see
 /// [`service_instance_id`]), the `telemetry.sdk.*` attributes, `host.name`
 /// (`gethostname(2)`, unless given), and the configured attributes.
 pub fn resource(config: &Config) -> Resource {
     let mut attrs: Vec<KeyValue> = Vec::new();
+    let host = gethostname::gethostname()
+        .to_str()
+        .filter(|h| !h.is_empty())
+        .map(str::to_string);
     if !config.resource_attributes.contains_key(SERVICE_INSTANCE_ID) {
-        attrs.push(KeyValue::new(
-            SERVICE_INSTANCE_ID,
-            service_instance_id(&config.resource_attributes),
-        ));
+        let id = if config.node {
+            node_instance_id(&config.resource_attributes, host.as_deref())
+        } else {
+            service_instance_id(&config.resource_attributes)
+        };
+        attrs.push(KeyValue::new(SERVICE_INSTANCE_ID, id));
     }
     if !config.resource_attributes.contains_key("host.name") {
-        if let Some(h) = gethostname::gethostname()
-            .to_str()
-            .filter(|h| !h.is_empty())
-        {
-            attrs.push(KeyValue::new("host.name", h.to_string()));
+        if let Some(h) = host {
+            attrs.push(KeyValue::new("host.name", h));
         }
     }
     if !config.resource_attributes.contains_key("service.version") {

@@ -332,6 +332,32 @@ pub async fn pod_gpus(
     Ok(gpu_devices(&pod))
 }
 
+/// Asks the kubelet at `socket` for every pod of the node and its devices (`List`; node
+/// mode), within [`ANSWER_TIMEOUT`].
+///
+/// # Errors
+/// [`PodResourcesError`]: socket unreachable, call failed, or no answer in time.
+pub async fn list(socket: &Path) -> Result<Vec<PodResources>, PodResourcesError> {
+    let call = async {
+        let channel = connect(socket).await?;
+        unary::<_, ListPodResourcesResponse>(channel, LIST_PATH, ListPodResourcesRequest {})
+            .await
+            .map(|r| r.pod_resources)
+            .map_err(|status| PodResourcesError::Call {
+                method: "List",
+                status,
+            })
+    };
+    tokio::time::timeout(ANSWER_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(PodResourcesError::Timeout {
+                path: socket.to_path_buf(),
+                timeout: ANSWER_TIMEOUT,
+            })
+        })
+}
+
 /// Longest wait for one answer of the kubelet (connection and call), after which the question
 /// is asked again: a kubelet that accepts the connection and never answers does not hold the
 /// agent forever without a word.

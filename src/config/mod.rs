@@ -201,6 +201,11 @@ pub struct Config {
     /// and is gone, `GPU_SIDECAR_EXIT_WITH_PROCESS`: for classic (non-native) sidecars that
     /// share the pod's process namespace, so a Job completes. Default: unset.
     pub exit_with_process: Option<String>,
+    /// Where processes are read, `GPU_SIDECAR_PROC_ROOT`; default `/proc`.
+    pub proc_root: PathBuf,
+    /// Node mode (`gpu-otel-sidecar node`, [`Config::into_node`]): every GPU of the node on
+    /// the node's resource, each pod's share of each device. `false` for the sidecar.
+    pub node: bool,
     /// Whether `NVIDIA_VISIBLE_DEVICES=all` (the container sees every GPU of the node): with
     /// `GPU_SIDECAR_DEVICES=all` in a pod, the agent then warns that it reports them all.
     pub sees_all_node_gpus: bool,
@@ -262,6 +267,51 @@ impl Config {
     /// `OTEL_METRIC_EXPORT_TIMEOUT` and the metrics exporter's OTLP timeout.
     pub fn metrics_export_bound(&self) -> Duration {
         self.metric_export_timeout.min(self.otlp.metrics.timeout)
+    }
+}
+
+/// The resource attributes node mode leaves out of the node's resource: set for a pod (the
+/// Downward API's `K8S_POD_NAME`, …), they would name the agent's own pod, not the pods
+/// whose shares it reports (each share's resource names its own pod).
+pub const NODE_MODE_DROPS: &[&str] = &[
+    "k8s.pod.name",
+    "k8s.pod.uid",
+    "k8s.namespace.name",
+    "k8s.container.name",
+];
+
+impl Config {
+    /// This configuration in node mode (`gpu-otel-sidecar node`): [`Config::node`] set,
+    /// the pod attributes [`NODE_MODE_DROPS`] left out of the resource (returned, for one
+    /// log line), and the rule `utilization_imbalance` off (it compares one pod's GPUs; a
+    /// node's GPUs belong to different pods).
+    ///
+    /// # Errors
+    /// `GPU_SIDECAR_DEVICES=pod-resources` (node mode reports every GPU of the node, or a
+    /// list).
+    pub fn into_node(mut self) -> Result<(Self, Vec<String>), ConfigError> {
+        if matches!(
+            self.devices,
+            DeviceSelection::PodResources | DeviceSelection::Allocated(_)
+        ) {
+            return Err(ConfigError::new(
+                S::DEVICES.name,
+                "pod-resources",
+                "all or a list of devices in node mode (gpu-otel-sidecar node reports every GPU of the node and asks the kubelet which pods hold each)",
+            ));
+        }
+        self.node = true;
+        let dropped = NODE_MODE_DROPS
+            .iter()
+            .filter(|k| self.resource_attributes.remove(**k).is_some())
+            .map(|k| (*k).to_string())
+            .collect();
+        for (id, rule) in &mut self.rules.0 {
+            if *id == crate::rules::RuleId::UtilizationImbalance {
+                rule.enabled = false;
+            }
+        }
+        Ok((self, dropped))
     }
 }
 
@@ -365,6 +415,7 @@ impl Config {
             }
         }
         let nvml_library = PathBuf::from(env.value(&S::NVML_LIBRARY));
+        let proc_root = PathBuf::from(env.value(&S::PROC_ROOT));
         let log_format = match env.value(&S::LOG_FORMAT) {
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
@@ -481,6 +532,8 @@ impl Config {
             devices,
             pod_resources_socket,
             exit_with_process,
+            proc_root,
+            node: false,
             sees_all_node_gpus: get("NVIDIA_VISIBLE_DEVICES") == Some("all"),
             nvml_library,
             log_format,

@@ -151,7 +151,14 @@ pub const POD_RESOURCES_SOCKET: Setting = agent(
     "GPU_SIDECAR_POD_RESOURCES_SOCKET",
     Unset::Default("/var/lib/kubelet/pod-resources/kubelet.sock"),
     "a path to the kubelet's pod-resources socket",
-    "kubelet pod-resources socket, for `GPU_SIDECAR_DEVICES=pod-resources`",
+    "kubelet pod-resources socket, for `GPU_SIDECAR_DEVICES=pod-resources` and node mode (`gpu-otel-sidecar node`: which pods each device is allocated to)",
+);
+/// `GPU_SIDECAR_PROC_ROOT`, as node_exporter's `--path.procfs`.
+pub const PROC_ROOT: Setting = agent(
+    "GPU_SIDECAR_PROC_ROOT",
+    Unset::Default("/proc"),
+    "a path to a directory laid out as /proc (the host's, in the host PID namespace)",
+    "where the agent reads processes: `<root>/<pid>/comm` (process names, where it shows the host PID namespace), `<root>/<pid>/cgroup` (node mode: each GPU process's pod) and `<root>/driver/nvidia/gpus/` (node mode: GKE's device ids); as node_exporter's `--path.procfs`",
 );
 /// `GPU_SIDECAR_EXIT_WITH_PROCESS`.
 pub const EXIT_WITH_PROCESS: Setting = agent(
@@ -284,6 +291,7 @@ pub static SETTINGS: &[Setting] = &[
     PCIE_INTERVAL,
     DEVICES,
     POD_RESOURCES_SOCKET,
+    PROC_ROOT,
     EXIT_WITH_PROCESS,
     NVML_LIBRARY,
     LOG_FORMAT,

@@ -53,12 +53,12 @@ pub use hub::{
 };
 pub use raw::{refused_version, Versioned, VERSIONED};
 pub use sampler::{
-    with_session, Sampler, SamplerSettings, INIT_BACKOFF_CAP, MAX_EVENT_WATCHERS,
+    with_session, Annotate, Sampler, SamplerSettings, INIT_BACKOFF_CAP, MAX_EVENT_WATCHERS,
     SILENT_TICKS_BEFORE_REINIT,
 };
 pub use snapshot::{
-    DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, ProcessSample,
-    ProcessUtilization, RemappedRows, Sharing, Snapshot,
+    DeviceInfo, DeviceSample, DeviceState, GpmMetrics, IoTotals, MigPlacement, PodRef, PodShare,
+    ProcessSample, ProcessUtilization, RemappedRows, Sharing, Snapshot,
 };
 
 /// A group of NVML calls read together on one cadence; the `gpu_sidecar.sample.group`

@@ -35,6 +35,30 @@ pub struct SamplerSettings {
     pub devices: DeviceSelection,
     /// Cadence of the slow groups.
     pub slow_intervals: SlowIntervals,
+    /// The proc root (`GPU_SIDECAR_PROC_ROOT`): process names from `<root>/<pid>/comm`
+    /// where it shows the host PID namespace.
+    pub proc_root: PathBuf,
+    /// List the MPS clients (`nvmlDeviceGetMPSComputeRunningProcesses_v3`) every tick and
+    /// report them with the compute processes: node mode, where they are pods' processes.
+    pub mps_clients: bool,
+}
+
+impl SamplerSettings {
+    fn read_options(&self) -> read::ReadOptions {
+        read::ReadOptions {
+            proc_root: self.proc_root.clone(),
+            mps_clients: self.mps_clients,
+        }
+    }
+}
+
+/// Work on each snapshot on the sampler thread, after its NVML reads and before it is
+/// published: node mode's pod attribution ([`crate::attribution::node`]). It makes no NVML
+/// call.
+pub trait Annotate: Send {
+    /// Adds to `snapshot`; `process_read` says whether this tick read the per-process
+    /// utilization (`nvmlDeviceGetProcessUtilization`).
+    fn annotate(&mut self, snapshot: &mut Snapshot, process_read: bool);
 }
 
 impl SamplerSettings {
@@ -51,6 +75,8 @@ impl From<&Config> for SamplerSettings {
             export_interval: c.export_interval,
             devices: c.devices.clone(),
             slow_intervals: c.slow_intervals,
+            proc_root: c.proc_root.clone(),
+            mps_clients: c.node,
         }
     }
 }
@@ -80,17 +106,23 @@ pub const MAX_EVENT_WATCHERS: usize = 2;
 
 impl Sampler {
     /// Spawns the `nvml-sampler` thread (and, per NVML session, `nvml-events`), publishing
-    /// snapshots (with their group durations) and device events into `hub`.
+    /// snapshots (with their group durations, each passed through `annotate` first when
+    /// given) and device events into `hub`.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
-    pub fn start(settings: SamplerSettings, hub: Arc<Hub>) -> Self {
+    pub fn start(
+        settings: SamplerSettings,
+        hub: Arc<Hub>,
+        annotate: Option<Box<dyn Annotate>>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("nvml-sampler".into())
             .spawn(move || {
-                run(&settings, &hub, &rx);
+                let mut annotate = annotate;
+                run(&settings, &hub, &rx, &mut annotate);
                 let _ = done_tx.send(());
             })
             .expect("spawn nvml-sampler thread");
@@ -145,7 +177,12 @@ struct Carry {
     cadence: Option<Cadence>,
 }
 
-fn run(settings: &SamplerSettings, hub: &Arc<Hub>, commands: &mpsc::Receiver<Command>) {
+fn run(
+    settings: &SamplerSettings,
+    hub: &Arc<Hub>,
+    commands: &mpsc::Receiver<Command>,
+    annotate: &mut Option<Box<dyn Annotate>>,
+) {
     let mut backoff = Duration::from_secs(1);
     let mut last_down: Option<NvmlDown> = None;
     let mut carry = Carry {
@@ -165,7 +202,7 @@ fn run(settings: &SamplerSettings, hub: &Arc<Hub>, commands: &mpsc::Receiver<Com
                 }
                 backoff = Duration::from_secs(1);
                 let nvml = Arc::new(nvml);
-                let end = session(&nvml, settings, hub, commands, &mut carry);
+                let end = session(&nvml, settings, hub, commands, &mut carry, annotate);
                 match Arc::try_unwrap(nvml) {
                     Ok(nvml) => {
                         hub.begin(Activity::Shutdown);
@@ -318,10 +355,16 @@ fn session(
     hub: &Arc<Hub>,
     commands: &mpsc::Receiver<Command>,
     carry: &mut Carry,
+    annotate: &mut Option<Box<dyn Annotate>>,
 ) -> SessionEnd {
     let opened = Instant::now();
     hub.begin(Activity::Listing);
-    let listed = read::Reader::open(nvml, &settings.devices, &carry.io_totals);
+    let listed = read::Reader::open(
+        nvml,
+        &settings.devices,
+        &carry.io_totals,
+        &settings.read_options(),
+    );
     hub.end();
     let mut reader = match listed {
         Ok(mut r) => {
@@ -391,6 +434,7 @@ fn session(
         commands,
         listed_in,
         &mut carry.seq,
+        annotate,
         &mut || {
             // Refused at the start (earlier watchers stuck): try again once one returned;
             // said once it has lasted more than a wait (not a watcher finishing its last one).
@@ -435,6 +479,7 @@ fn ticks(
     commands: &mpsc::Receiver<Command>,
     listed_in: GroupDuration,
     seq: &mut u64,
+    annotate: &mut Option<Box<dyn Annotate>>,
     between: &mut dyn FnMut(),
 ) -> SessionEnd {
     let mut timings = vec![listed_in];
@@ -452,16 +497,17 @@ fn ticks(
                 .iter()
                 .filter(|d| d.state == DeviceState::Ok)
                 .all(DeviceSample::answered_nothing);
-        hub.publish_sampled(
-            Snapshot {
-                taken_at,
-                taken_instant,
-                seq: *seq,
-                export: due.export,
-                devices,
-            },
-            std::mem::take(&mut timings),
-        );
+        let mut snapshot = Snapshot {
+            taken_at,
+            taken_instant,
+            seq: *seq,
+            export: due.export,
+            devices,
+        };
+        if let Some(a) = annotate.as_mut() {
+            a.annotate(&mut snapshot, due.process);
+        }
+        hub.publish_sampled(snapshot, std::mem::take(&mut timings));
         silent
     };
     let mut next = Instant::now();
@@ -534,7 +580,12 @@ pub fn with_session<R>(
             settings.interval,
             settings.slow_intervals,
         );
-        let mut reader = read::Reader::open(&nvml, &settings.devices, &HashMap::new())?;
+        let mut reader = read::Reader::open(
+            &nvml,
+            &settings.devices,
+            &HashMap::new(),
+            &settings.read_options(),
+        )?;
         let (t0, mut tick, mut timings) = (Instant::now(), 0u32, Vec::new());
         f(&mut || {
             let due = cadence.tick(t0 + settings.interval * tick);

@@ -302,6 +302,68 @@ pub struct DeviceSample {
     pub remapped_rows: Option<RemappedRows>,
     /// Whether and how the device is shared with other pods; `None`: not known to be.
     pub sharing: Option<Sharing>,
+    /// Node mode only (`gpu-otel-sidecar node`): each pod's share of this device, and the
+    /// share no pod is known to hold ([`PodShare::pod`] `None`), added on the sampler thread
+    /// after the NVML reads ([`crate::attribution::node`]); `None` in sidecar mode.
+    pub pods: Option<Vec<PodShare>>,
+}
+
+/// A pod that holds a share of a device, as node mode knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodRef {
+    /// The pod's UID (`k8s.pod.uid`), from its processes' `/proc/<pid>/cgroup`.
+    pub uid: String,
+    /// `k8s.pod.name`, where the kubelet's pod-resources `List` shows a device of this
+    /// pod's processes allocated to one pod alone; else `None` (the collector's
+    /// `k8sattributes` processor adds it from the UID).
+    pub name: Option<String>,
+    /// `k8s.namespace.name`, known with [`Self::name`].
+    pub namespace: Option<String>,
+}
+
+/// One pod's share of one device (or the share of no known pod) at one tick. Memory and
+/// SM utilization are on the device the processes run on (a GPU, or a MIG device); power
+/// and energy on the physical GPU only. `None`: not known at this tick.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodShare {
+    /// The pod; `None` for the share not attributed to any pod (processes whose cgroup
+    /// names no pod, memory no process holds, power and energy no process's work explains).
+    pub pod: Option<Arc<PodRef>>,
+    /// Its compute processes on this device (MPS clients included) at this tick; `None` on
+    /// a device whose processes are listed elsewhere (a GPU in MIG mode: on its MIG devices)
+    /// or not known.
+    pub processes: Option<u32>,
+    /// GPU memory its processes hold, bytes: the sum of their `usedGpuMemory`, exact. For the
+    /// not-attributed share: the device's used memory minus every pod's (negative when
+    /// NVML's per-process figures add up to more than its device figure).
+    pub memory_used_bytes: Option<i64>,
+    /// Sum of its processes' SM shares over the process-utilization window that ended at this
+    /// tick (`nvmlDeviceGetProcessUtilization`), ratio; only at ticks that read it.
+    pub sm_ratio: Option<f64>,
+    /// Its share of the GPU's power draw, milliwatts (apportioned; see
+    /// [`crate::attribution::node::shares`]); on a physical GPU only.
+    pub power_milliwatts: Option<u64>,
+    /// Its share of the GPU's energy since [`Self::energy_since`], millijoules (apportioned
+    /// window by window); only at ticks that read the energy, on a physical GPU.
+    pub energy_millijoules: Option<u64>,
+    /// When its energy total started: the start of the first window it was given a share
+    /// of.
+    pub energy_since: Option<SystemTime>,
+}
+
+impl PodShare {
+    /// An empty share of `pod` (every figure `None`).
+    pub fn new(pod: Option<Arc<PodRef>>) -> Self {
+        Self {
+            pod,
+            processes: None,
+            memory_used_bytes: None,
+            sm_ratio: None,
+            power_milliwatts: None,
+            energy_millijoules: None,
+            energy_since: None,
+        }
+    }
 }
 
 impl DeviceSample {
@@ -380,6 +442,7 @@ impl DeviceSample {
         now.io = empty.io;
         now.processes = None;
         now.sharing = None;
+        now.pods = None;
         now == empty
     }
 
@@ -413,6 +476,7 @@ impl DeviceSample {
             io: IoTotals::default(),
             remapped_rows: None,
             sharing: None,
+            pods: None,
         }
     }
 }

@@ -1,6 +1,9 @@
 //! `docs/metrics.md`, generated from the tables ([`markdown`]).
 
-use super::{AgentMetricDef, CATALOGUE, COMMON_ATTRIBUTES, RECORDED, SELF_METRICS};
+use super::{
+    AgentMetricDef, CATALOGUE, COMMON_ATTRIBUTES, POD_ATTRIBUTES, POD_CATALOGUE, RECORDED,
+    SELF_METRICS,
+};
 use crate::sampling::bounds::{self, Reading};
 use crate::sampling::SampleGroup;
 
@@ -129,6 +132,34 @@ pub fn markdown() -> String {
     s.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
     let cell = |t: &str| t.replace('|', "\\|");
     for d in CATALOGUE {
+        s.push_str(&format!(
+            "| `{}` | {} | `{}` | {} | {} | {} | {} |\n",
+            d.name,
+            d.instrument.as_str(),
+            d.unit,
+            cell(d.attributes),
+            cell(d.source),
+            cell(age(d.group)),
+            cell(d.description)
+        ));
+    }
+    s.push_str(
+        "\n## Per pod (node mode)\n\n\
+         Only `gpu-otel-sidecar node` (one agent per node) exports these: each pod's share of each device \
+         it uses, on a resource of its own, the rest as the share of no known pod. They do not repeat the \
+         device's metrics above, which node mode reports once, on the node's resource: summed over the \
+         pods and the not-attributed share, memory, power and energy add up to the device's own. How \
+         each share is computed: the *NVML source* column, and \
+         [docs/kubernetes.md](kubernetes.md#one-agent-per-node).\n\n",
+    );
+    s.push_str(&format!(
+        "Every per-pod data point carries {POD_ATTRIBUTES}.\n\n"
+    ));
+    s.push_str(
+        "| name | instrument | unit | attributes | NVML source and method | age | description |\n",
+    );
+    s.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
+    for d in POD_CATALOGUE {
         s.push_str(&format!(
             "| `{}` | {} | `{}` | {} | {} | {} | {} |\n",
             d.name,

@@ -141,9 +141,11 @@ pub fn device_points(def: &MetricDef, d: &DeviceSample) -> Vec<Point> {
 mod agent;
 mod doc;
 mod gpu;
+mod pod;
 #[cfg(test)]
 mod tests;
 
 pub use agent::*;
 pub use doc::{age, markdown, VALID_RANGES};
 pub use gpu::CATALOGUE;
+pub use pod::{PodMetricDef, ATTRIBUTION, NOT_ATTRIBUTED, POD_ATTRIBUTES, POD_CATALOGUE};

@@ -106,6 +106,28 @@ pub(super) fn sample_fast(
             &mut lost,
             |k| raw::process_list(nvml, dev, ProcessList::Compute, k, layout),
         );
+        if sel.mps_every_tick {
+            // Node mode: MPS clients are processes of their pods too (the compute list may
+            // show only the MPS server). A PID in both keeps its compute entry.
+            let clients = gate.read_versioned(
+                slot,
+                &info,
+                Field::MpsProcesses,
+                Versioned::MpsComputeProcesses,
+                &mut lost,
+                |k| raw::process_list(nvml, dev, ProcessList::Mps, k, layout),
+            );
+            if let Some(clients) = clients {
+                sel.mps_seen |= !clients.is_empty();
+                if let Some(list) = &mut sel.processes {
+                    for c in clients {
+                        if !list.iter().any(|p| p.pid == c.pid) {
+                            list.push(c);
+                        }
+                    }
+                }
+            }
+        }
         let current: HashSet<u32> = sel.processes.iter().flatten().map(|p| p.pid).collect();
         sel.names.retain(|pid, _| current.contains(pid));
         for pid in current {
@@ -188,7 +210,7 @@ pub(super) fn read_slow<'n>(
                 }
                 d.fresh.process_utilization = Some(processes::average(&samples));
             }
-            if !d.mps_seen {
+            if !d.mps_seen && !d.mps_every_tick {
                 // MPS clients on the device: it is shared (until NVML is initialized again).
                 let dev = &d.device;
                 d.mps_seen = gate

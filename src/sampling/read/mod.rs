@@ -63,6 +63,8 @@ struct Selected<'n> {
     kubelet_shared: bool,
     /// MPS clients were seen on this device in this NVML session.
     mps_seen: bool,
+    /// Node mode: the MPS clients are listed every tick, with the compute processes.
+    mps_every_tick: bool,
     /// The sharing warning was given for this device.
     sharing_said: bool,
     /// `None` where GPM is unsupported.
@@ -99,6 +101,7 @@ impl<'n> Selected<'n> {
             lost: false,
             kubelet_shared: false,
             mps_seen: false,
+            mps_every_tick: false,
             sharing_said: false,
             gpm: None,
             gpm_pcie: None,
@@ -180,8 +183,17 @@ pub(crate) struct Reader<'n> {
     unselected_parents: Vec<Arc<DeviceInfo>>,
     gate: Gate,
     layout: ProcessInfoLayout,
-    /// `/proc` when it shows the host PID namespace (process names readable).
+    /// The proc root when it shows the host PID namespace (process names readable).
     proc_root: Option<PathBuf>,
+}
+
+/// What the reader does besides the NVML reads every mode makes.
+#[derive(Debug, Clone)]
+pub(crate) struct ReadOptions {
+    /// The proc root (`GPU_SIDECAR_PROC_ROOT`): process names from `<root>/<pid>/comm`.
+    pub proc_root: PathBuf,
+    /// List MPS clients every tick and report them with the compute processes (node mode).
+    pub mps_clients: bool,
 }
 
 /// The value, or `None` with the error counted under `call`.
@@ -231,6 +243,7 @@ impl<'n> Reader<'n> {
         nvml: &'n Nvml,
         selection: &DeviceSelection,
         io: &HashMap<String, IoTotals>,
+        options: &ReadOptions,
     ) -> Result<Self, NvmlError> {
         let mut gate = Gate::default();
         let count = nvml.device_count()?;
@@ -243,7 +256,7 @@ impl<'n> Reader<'n> {
         if layout == ProcessInfoLayout::V3CcProtected {
             tracing::info!("this driver writes the R535 32-byte nvmlProcessInfo_t under nvmlDeviceGetComputeRunningProcesses_v3; process lists are decoded with it");
         }
-        let proc_root = Path::new("/proc");
+        let proc_root = options.proc_root.as_path();
         let proc_root =
             processes::in_host_pid_namespace(proc_root).then(|| proc_root.to_path_buf());
         let mut devices = Vec::new();
@@ -415,6 +428,7 @@ impl<'n> Reader<'n> {
                 let mut sel = Selected::new(device, info, Role::Gpu { mig_enabled }, io0);
                 sel.gpm = gpm_supported.then(GpmState::default);
                 sel.kubelet_shared = shared;
+                sel.mps_every_tick = options.mps_clients;
                 devices.push(sel);
             } else {
                 unselected_parents.push(Arc::new(info));
@@ -449,6 +463,7 @@ impl<'n> Reader<'n> {
                 );
                 sel.gpm = (gpm_supported && gpu_instance_id.is_some()).then(GpmState::default);
                 sel.kubelet_shared = shared;
+                sel.mps_every_tick = options.mps_clients;
                 devices.push(sel);
             }
         }

@@ -21,6 +21,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
 
+mod pods;
 mod proto;
 
 use super::recorded::{HistogramValue, Recorded};
@@ -58,7 +59,7 @@ pub fn is_delta(preference: TemporalityPreference, kind: Kind) -> bool {
 pub struct Batch {
     /// The OTLP request.
     pub request: ExportMetricsServiceRequest,
-    /// Data points in it.
+    /// Data points in it (every resource's).
     pub points: usize,
     accepted: Vec<Accepted>,
     histograms: Vec<(String, HistogramValue, SystemTime)>,
@@ -106,6 +107,30 @@ impl Building {
             data: Some(data),
             ..Default::default()
         });
+    }
+}
+
+/// The points of a catalogue metric as the OTLP data of its instrument (`delta`: a counter's
+/// temporality).
+fn instrument_data(
+    instrument: Instrument,
+    points: Vec<NumberDataPoint>,
+    delta: bool,
+) -> metric::Data {
+    match instrument {
+        Instrument::Gauge => metric::Data::Gauge(Gauge {
+            data_points: points,
+        }),
+        Instrument::Counter => metric::Data::Sum(Sum {
+            data_points: points,
+            aggregation_temporality: temporality(delta),
+            is_monotonic: true,
+        }),
+        Instrument::UpDownCounter => metric::Data::Sum(Sum {
+            data_points: points,
+            aggregation_temporality: temporality(false),
+            is_monotonic: false,
+        }),
     }
 }
 
@@ -207,23 +232,26 @@ impl Encoder {
             points: 0,
         };
         let mut accepted = Vec::new();
+        let mut pods = Vec::new();
         if let Some(snap) = snapshot {
             self.gpu_metrics(snap, &mut out, &mut accepted);
+            pods = self.pod_metrics(snap, &mut out, &mut accepted);
         }
         self.check_clock(now);
         self.own_metrics(own, now, &mut out, &mut accepted);
         let histograms = self.recorded_metrics(recorded, now, &mut out, &mut accepted);
         self.series.expire(now.mono);
-        let request = ExportMetricsServiceRequest {
-            resource_metrics: vec![ResourceMetrics {
-                resource: Some(self.resource.clone()),
-                scope_metrics: vec![ScopeMetrics {
-                    scope: Some(self.scope.clone()),
-                    metrics: out.metrics,
-                    ..Default::default()
-                }],
+        let node = ResourceMetrics {
+            resource: Some(self.resource.clone()),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(self.scope.clone()),
+                metrics: out.metrics,
                 ..Default::default()
             }],
+            ..Default::default()
+        };
+        let request = ExportMetricsServiceRequest {
+            resource_metrics: std::iter::once(node).chain(pods).collect(),
         };
         Batch {
             request,
@@ -317,21 +345,7 @@ impl Encoder {
                 }
             }
             let n = points.len();
-            let data = match def.instrument {
-                Instrument::Gauge => metric::Data::Gauge(Gauge {
-                    data_points: points,
-                }),
-                Instrument::Counter => metric::Data::Sum(Sum {
-                    data_points: points,
-                    aggregation_temporality: temporality(delta),
-                    is_monotonic: true,
-                }),
-                Instrument::UpDownCounter => metric::Data::Sum(Sum {
-                    data_points: points,
-                    aggregation_temporality: temporality(false),
-                    is_monotonic: false,
-                }),
-            };
+            let data = instrument_data(def.instrument, points, delta);
             out.push(def.name, def.unit, def.description, data, n);
         }
     }

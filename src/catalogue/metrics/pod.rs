@@ -1,0 +1,106 @@
+//! The per-pod metrics of node mode (`gpu-otel-sidecar node`): each pod's share of each
+//! device ([`PodShare`], computed by [`crate::attribution::node::shares`]), one row per
+//! metric in the shape of [`super::MetricDef`], its value from one share.
+//!
+//! A pod's points go out on a resource of their own: the node's attributes, `k8s.pod.uid`,
+//! `k8s.pod.name` and `k8s.namespace.name` where known, `service.instance.id` the node's
+//! followed by `.<pod uid>` (so that two pods' series never merge behind a Prometheus
+//! exporter). The share no pod is known to hold goes out on the node's resource, marked
+//! [`NOT_ATTRIBUTED`]. These series never repeat the GPU's own: summed over pods and the
+//! not-attributed share, each adds up to the device's figure (`hw.gpu.memory.usage`,
+//! `hw.power`, `hw.energy`), which stays on the node's resource once.
+
+use super::{Instrument, Number};
+use crate::sampling::{PodShare, SampleGroup};
+
+/// The attribute that marks the share of no known pod (on the node's resource):
+/// `nvidia.gpu.attribution` = `not_attributed`.
+pub const ATTRIBUTION: &str = "nvidia.gpu.attribution";
+
+/// The value of [`ATTRIBUTION`] on the not-attributed share.
+pub const NOT_ATTRIBUTED: &str = "not_attributed";
+
+/// Attributes on every per-pod data point, and where the pod is.
+pub const POD_ATTRIBUTES: &str = "the device's attributes (`hw.id`, `hw.type`, `hw.vendor`, `hw.model`, `hw.parent` on a MIG device, `nvidia.gpu.sharing` where shared); the pod on the resource (`k8s.pod.uid`, and `k8s.pod.name`, `k8s.namespace.name` where the kubelet allocates one of its devices to it alone; the collector's `k8sattributes` processor adds the rest by UID); the share of no known pod on the node's resource with `nvidia.gpu.attribution` = `not_attributed`";
+
+/// One per-pod metric: the fields of [`super::MetricDef`], its value from one share.
+#[derive(Debug, Clone, Copy)]
+pub struct PodMetricDef {
+    /// OTel metric name (`nvidia.gpu.pod.*`: semconv has no per-pod GPU metric).
+    pub name: &'static str,
+    /// Instrument kind.
+    pub instrument: Instrument,
+    /// Point number type.
+    pub number: Number,
+    /// The group of NVML calls the value comes from ([`super::age`]).
+    pub group: SampleGroup,
+    /// UCUM unit.
+    pub unit: &'static str,
+    /// One-line description.
+    pub description: &'static str,
+    /// Attribute keys this metric adds to [`POD_ATTRIBUTES`].
+    pub attributes: &'static str,
+    /// The NVML calls and the method.
+    pub source: &'static str,
+    /// The value of one share in the metric's unit; `None` when not known at this tick.
+    pub extract: fn(&PodShare) -> Option<f64>,
+}
+
+/// Every per-pod metric, in documentation order.
+pub static POD_CATALOGUE: &[PodMetricDef] = &[
+    PodMetricDef {
+        name: "nvidia.gpu.pod.memory.usage",
+        instrument: Instrument::UpDownCounter,
+        number: Number::Int,
+        group: SampleGroup::Fast,
+        unit: "By",
+        description: "GPU memory the pod's processes hold on the device (exact). Pods and the not-attributed share add up to `hw.gpu.memory.usage` of the device.",
+        attributes: "",
+        source: "`nvmlDeviceGetComputeRunningProcesses_v3` and `nvmlDeviceGetMPSComputeRunningProcesses_v3` (`usedGpuMemory`), every tick, each process's pod from `/proc/<pid>/cgroup`: the sum over the pod's processes. Not attributed: `nvmlDeviceGetMemoryInfo_v2.used` minus every pod's (processes in no pod, the driver's own; negative when NVML's per-process figures add up to more). Absent where NVML does not tell one process's memory",
+        extract: |s| s.memory_used_bytes.map(|b| b as f64),
+    },
+    PodMetricDef {
+        name: "nvidia.gpu.pod.utilization",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        group: SampleGroup::Process,
+        unit: "1",
+        description: "Fraction of the last process-utilization window during which the SMs worked for the pod's processes on the device (the sum of theirs; not the same measure as `hw.gpu.utilization`).",
+        attributes: "",
+        source: "`nvmlDeviceGetProcessUtilization` (`smUtil`), as `nvidia.gpu.process.utilization`, summed over the pod's processes; percent / 100. Not attributed: the processes in no pod",
+        extract: |s| s.sm_ratio,
+    },
+    PodMetricDef {
+        name: "nvidia.gpu.pod.power",
+        instrument: Instrument::Gauge,
+        number: Number::F64,
+        group: SampleGroup::Fast,
+        unit: "W",
+        description: "The pod's share of the GPU's power draw (apportioned); on the physical GPU only. Pods and the not-attributed share add up to `hw.power` exactly.",
+        attributes: "",
+        source: "`nvmlDeviceGetPowerUsage` (mW) split in proportion to each pod's weight, in whole mW (largest remainder): its processes' SM shares from the latest `nvmlDeviceGetProcessUtilization` read (on a MIG device times its compute slices, the `<n>g` of its profile); when no process had an SM share, the memory they hold; when none holds any, all not attributed. See docs/kubernetes.md, One agent per node",
+        extract: |s| s.power_milliwatts.map(|mw| mw as f64 / 1000.0),
+    },
+    PodMetricDef {
+        name: "nvidia.gpu.pod.energy",
+        instrument: Instrument::Counter,
+        number: Number::F64,
+        group: SampleGroup::Energy,
+        unit: "J",
+        description: "The pod's share of the GPU's energy (apportioned window by window) since the start of the first window it was given a share of (the start time); on the physical GPU only. Over any stretch, pods and the not-attributed share add up to `hw.energy`'s increase.",
+        attributes: "",
+        source: "`nvmlDeviceGetTotalEnergyConsumption`: each window between two readings (mJ) split by the weights of `nvidia.gpu.pod.power`, in whole mJ; the window's energy goes to the processes listed at its end; a window in which NVML's total went down is not split; / 1000",
+        extract: |s| s.energy_millijoules.map(|mj| mj as f64 / 1000.0),
+    },
+    PodMetricDef {
+        name: "nvidia.gpu.pod.processes",
+        instrument: Instrument::UpDownCounter,
+        number: Number::Int,
+        group: SampleGroup::Fast,
+        unit: "{process}",
+        description: "The pod's compute processes on the device (MPS clients included).",
+        attributes: "",
+        source: "`nvmlDeviceGetComputeRunningProcesses_v3` and `nvmlDeviceGetMPSComputeRunningProcesses_v3`, every tick, by `/proc/<pid>/cgroup`",
+        extract: |s| s.processes.map(f64::from),
+    },
+];

@@ -1,0 +1,184 @@
+//! Node mode's per-pod series ([`POD_CATALOGUE`]) in an export: each pod's points in a
+//! `ResourceMetrics` of its own (the node's resource attributes, `k8s.pod.uid`, its name and
+//! namespace where known, `service.instance.id` = the node's + `.<uid>`), the not-attributed
+//! share's on the node's resource, marked `nvidia.gpu.attribution=not_attributed`.
+//!
+//! A series is keyed by its metric, its point attributes and its pod's UID (two pods' points
+//! on one device have the same point attributes). A pod's energy counts from its share's
+//! [`PodShare::energy_since`](crate::sampling::PodShare::energy_since) (the start of the
+//! first window it was given a share of), not from its first export: its first window's
+//! energy is in its first point.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use opentelemetry::KeyValue;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue as ProtoKeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{
+    Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
+
+use super::super::series::{series_key, Accepted, Origin, Stamp};
+use super::proto::{number, point};
+use super::{instrument_data, is_delta, Building, Encoder, Kind};
+use crate::attribution::SERVICE_INSTANCE_ID;
+use crate::catalogue::metrics::{
+    device_attributes, Instrument, ATTRIBUTION, NOT_ATTRIBUTED, POD_CATALOGUE,
+};
+use crate::sampling::{PodRef, Snapshot};
+
+impl Encoder {
+    /// The per-pod series of `snap`: the not-attributed share's into `out` (the node's
+    /// resource), each pod's into its own `ResourceMetrics` (returned, by UID). Nothing
+    /// when no device carries shares (sidecar mode).
+    pub(super) fn pod_metrics(
+        &mut self,
+        snap: &Snapshot,
+        out: &mut Building,
+        accepted: &mut Vec<Accepted>,
+    ) -> Vec<ResourceMetrics> {
+        if snap.devices.iter().all(|d| d.pods.is_none()) {
+            return Vec::new();
+        }
+        let at = Stamp {
+            wall: snap.taken_at,
+            mono: snap.taken_instant,
+        };
+        let delta = is_delta(self.temporality, Kind::ObservableCounter);
+        let mut pods: BTreeMap<String, (Arc<PodRef>, Vec<Metric>)> = BTreeMap::new();
+        for def in POD_CATALOGUE {
+            let mut node_points = Vec::new();
+            let mut pod_points: BTreeMap<String, Vec<NumberDataPoint>> = BTreeMap::new();
+            for d in &snap.devices {
+                let Some(shares) = &d.pods else {
+                    continue;
+                };
+                let common = device_attributes(d);
+                for s in shares {
+                    let Some(raw) = (def.extract)(s) else {
+                        continue;
+                    };
+                    let mut attrs = common.clone();
+                    if s.pod.is_none() {
+                        attrs.push(KeyValue::new(ATTRIBUTION, NOT_ATTRIBUTED));
+                    }
+                    let mut key_attrs = attrs.clone();
+                    if let Some(p) = &s.pod {
+                        key_attrs.push(KeyValue::new("k8s.pod.uid", p.uid.clone()));
+                    }
+                    let value = number(def.number, raw);
+                    let dp = match def.instrument {
+                        Instrument::Gauge => point(&attrs, None, at.wall, value),
+                        Instrument::Counter => {
+                            let origin = Origin::AgentStart(s.energy_since.unwrap_or(at.wall));
+                            let c = self.counter_point(
+                                def.name, &key_attrs, raw, at, origin, delta, accepted,
+                            );
+                            point(&attrs, Some(c.start), c.time, number(def.number, c.value))
+                        }
+                        Instrument::UpDownCounter => {
+                            let c = self
+                                .series
+                                .up_down(&series_key(def.name, &key_attrs), raw, at);
+                            point(&attrs, Some(c.start), c.time, value)
+                        }
+                    };
+                    match &s.pod {
+                        None => node_points.push(dp),
+                        Some(p) => {
+                            pods.entry(p.uid.clone())
+                                .or_insert_with(|| (p.clone(), Vec::new()));
+                            pod_points.entry(p.uid.clone()).or_default().push(dp);
+                        }
+                    }
+                }
+            }
+            let n = node_points.len();
+            out.push(
+                def.name,
+                def.unit,
+                def.description,
+                instrument_data(def.instrument, node_points, delta),
+                n,
+            );
+            for (uid, points) in pod_points {
+                let mut building = Building {
+                    metrics: Vec::new(),
+                    points: 0,
+                };
+                let n = points.len();
+                building.push(
+                    def.name,
+                    def.unit,
+                    def.description,
+                    instrument_data(def.instrument, points, delta),
+                    n,
+                );
+                out.points += building.points;
+                if let Some((_, metrics)) = pods.get_mut(&uid) {
+                    metrics.append(&mut building.metrics);
+                }
+            }
+        }
+        pods.into_values()
+            .filter(|(_, metrics)| !metrics.is_empty())
+            .map(|(pod, metrics)| ResourceMetrics {
+                resource: Some(pod_resource(&self.resource, &pod)),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: Some(self.scope.clone()),
+                    metrics,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect()
+    }
+}
+
+/// A pod's resource: the node's attributes, `service.instance.id` followed by `.<uid>`, and
+/// the pod's `k8s.pod.uid` (with `k8s.pod.name`, `k8s.namespace.name` where known), sorted
+/// by key as the node's are.
+fn pod_resource(node: &ProtoResource, pod: &PodRef) -> ProtoResource {
+    let text = |s: String| {
+        Some(AnyValue {
+            value: Some(any_value::Value::StringValue(s)),
+        })
+    };
+    let mut attributes: Vec<ProtoKeyValue> = node
+        .attributes
+        .iter()
+        .map(|kv| {
+            if kv.key != SERVICE_INSTANCE_ID {
+                return kv.clone();
+            }
+            let node_id = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(any_value::Value::StringValue(s)) => s.clone(),
+                _ => String::new(),
+            };
+            ProtoKeyValue {
+                key: kv.key.clone(),
+                value: text(format!("{node_id}.{}", pod.uid)),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let mut own = vec![("k8s.pod.uid", pod.uid.clone())];
+    if let (Some(name), Some(ns)) = (&pod.name, &pod.namespace) {
+        own.push(("k8s.pod.name", name.clone()));
+        own.push(("k8s.namespace.name", ns.clone()));
+    }
+    for (key, value) in own {
+        attributes.retain(|kv| kv.key != key);
+        attributes.push(ProtoKeyValue {
+            key: key.to_string(),
+            value: text(value),
+            ..Default::default()
+        });
+    }
+    attributes.sort_by(|a, b| a.key.cmp(&b.key));
+    ProtoResource {
+        attributes,
+        ..Default::default()
+    }
+}
