@@ -466,3 +466,483 @@ fn nvidia_replicas_and_mps_mark_the_gpu_shared() {
         agent.dump()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Node mode: one agent for every GPU of the node, each pod's share
+
+const NODE: &str = "node-shared-gpus.json";
+
+/// The UID of test pod `n` (a UUID as the API server writes them).
+fn uid(n: u32) -> String {
+    format!("{n:08x}-0000-4000-8000-{n:012x}")
+}
+
+/// A 64-hex-digit container id.
+fn container(n: u32) -> String {
+    format!("{n:064x}")
+}
+
+/// The cgroup file of a process of pod `n` in one of four layouts: cgroup v2 with the
+/// systemd driver and containerd, v2 with cgroupfs and containerd, v1 with cgroupfs, v2 with
+/// systemd and CRI-O.
+fn cgroup_file(n: u32, layout: u32) -> String {
+    let (u, c) = (uid(n), container(n));
+    let u_ = u.replace('-', "_");
+    match layout % 4 {
+        0 => format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u_}.slice/cri-containerd-{c}.scope\n"),
+        1 => format!("0::/kubepods/besteffort/pod{u}/{c}\n"),
+        2 => format!("12:memory:/kubepods/burstable/pod{u}/{c}\n11:devices:/kubepods/burstable/pod{u}/{c}\n1:name=systemd:/kubepods/burstable/pod{u}/{c}\n"),
+        _ => format!("0::/kubepods.slice/kubepods-pod{u_}.slice/crio-{c}.scope\n"),
+    }
+}
+
+/// Host PID → pod number of the scenario's processes; pod 99 runs the MPS server.
+const PIDS: &[(u32, u32)] = &[
+    (1101, 1),
+    (1201, 2),
+    (1301, 3),
+    (1302, 3),
+    (1401, 4),
+    (2001, 99),
+    (2101, 5),
+    (2201, 6),
+    (3101, 7),
+    (4101, 8),
+    (4201, 9),
+    (4301, 10),
+];
+
+/// A made-up proc root: the host PID namespace's (PID 2 is kthreadd), a cgroup file for each
+/// pod process, pid 1901 in a login session (no pod), pid 1501 gone (no directory), and the
+/// driver's information file of GPU 3 (minor number 3, for GKE's `nvidia3`).
+fn fake_proc(root: &std::path::Path) {
+    let write = |path: &str, text: &str| {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write("2/comm", "kthreadd\n");
+    for (i, &(pid, n)) in PIDS.iter().enumerate() {
+        write(&format!("{pid}/cgroup"), &cgroup_file(n, i as u32));
+        write(&format!("{pid}/comm"), "python3\n");
+    }
+    write(
+        "1901/cgroup",
+        "0::/user.slice/user-1000.slice/session-4.scope\n",
+    );
+    write(
+        "driver/nvidia/gpus/0000:48:00.0/information",
+        "Model: \t\t NVIDIA H100 80GB HBM3\nDevice Minor: \t 3\n",
+    );
+}
+
+fn node_gpu(i: u32) -> String {
+    format!("GPU-00000000-0000-4000-8000-0000000000a{i}")
+}
+
+fn node_mig(k: u32) -> String {
+    format!("MIG-00000000-0000-5000-8000-0000000000b{k}")
+}
+
+/// The kubelet's allocations: GPU 0 time-sliced among pods 1-4, GPU 1 (MPS) among 5 and 6,
+/// GPU 3 to pod 7 alone (GKE's id), the 3g MIG device to pod 8 alone, the 1g one
+/// time-sliced between 9 and 10; GPU 2 to no one.
+fn node_pods() -> Vec<PodResources> {
+    let replica = |id: String, r: u32| format!("{id}::{r}");
+    let mut pods: Vec<PodResources> = (1..=4)
+        .map(|n| pod(&format!("p{n}"), &[&replica(node_gpu(0), n)]))
+        .collect();
+    pods.push(pod("p5", &[&replica(node_gpu(1), 0)]));
+    pods.push(pod("p6", &[&replica(node_gpu(1), 1)]));
+    pods.push(pod("p7", &["nvidia3"]));
+    pods.push(pod("p8", &[&node_mig(0)]));
+    pods.push(pod("p9", &[&replica(node_mig(1), 0)]));
+    pods.push(pod("p10", &[&replica(node_mig(1), 1)]));
+    pods
+}
+
+/// (time, `hw.id`, pod UID or "" for the not-attributed share) → value, of metric `name`.
+fn shares_of(rx: &Receiver, name: &str) -> Vec<((u64, String, String), f64)> {
+    rx.points(name)
+        .into_iter()
+        .map(|p| {
+            let pod = p.resource.get("k8s.pod.uid").cloned().unwrap_or_default();
+            if pod.is_empty() {
+                assert_eq!(
+                    p.attr("nvidia.gpu.attribution"),
+                    Some("not_attributed"),
+                    "{p:?}"
+                );
+            } else {
+                assert_eq!(p.attr("nvidia.gpu.attribution"), None, "{p:?}");
+            }
+            (
+                (p.time_unix_nano, p.attr("hw.id").unwrap().to_string(), pod),
+                p.value,
+            )
+        })
+        .collect()
+}
+
+/// The device's own metric `name` by (time, `hw.id`).
+fn device_values(rx: &Receiver, name: &str) -> std::collections::BTreeMap<(u64, String), f64> {
+    rx.points(name)
+        .into_iter()
+        .map(|p| {
+            assert!(!p.resource.contains_key("k8s.pod.uid"), "{p:?}");
+            (
+                (p.time_unix_nano, p.attr("hw.id").unwrap().to_string()),
+                p.value,
+            )
+        })
+        .collect()
+}
+
+/// Sums `shares` by (time, device).
+fn summed(
+    shares: &[((u64, String, String), f64)],
+) -> std::collections::BTreeMap<(u64, String), f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for ((t, id, _), v) in shares {
+        *out.entry((*t, id.clone())).or_insert(0.0) += v;
+    }
+    out
+}
+
+/// One share: metric `name`, device `hw_id`, pod `n` (0: not attributed), at time `t`.
+fn share_at(shares: &[((u64, String, String), f64)], t: u64, hw_id: &str, n: u32) -> Option<f64> {
+    let pod = if n == 0 { String::new() } else { uid(n) };
+    shares
+        .iter()
+        .find(|((time, id, p), _)| *time == t && id == hw_id && *p == pod)
+        .map(|(_, v)| *v)
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// `gpu-otel-sidecar node` on the node scenario, a made-up /proc and a fake kubelet: every
+/// GPU and MIG device once on the node's resource; each pod's memory exact, power and
+/// energy apportioned, the shares adding up to the device's figures with the not-attributed
+/// share; names only where a device is one pod's alone; a process that ends drops out.
+#[test]
+fn node_mode_reports_every_gpu_once_and_each_pods_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    fake_proc(&proc_root);
+    let (socket, _rt) = serve_kubelet(false, dir.path(), node_pods());
+    let rx = Receiver::start(Protocol::Grpc);
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock(NODE)
+        .arg("node")
+        .env("GPU_SIDECAR_PROC_ROOT", &proc_root)
+        .env("GPU_SIDECAR_POD_RESOURCES_SOCKET", &socket)
+        .env("K8S_NODE_NAME", "node-a")
+        // The DaemonSet's own pod: left out of the node's resource.
+        .env("K8S_POD_NAME", "gpu-otel-sidecar-node-x7k2p")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .env("GPU_SIDECAR_PROCESS_INTERVAL", "300ms")
+        .env("GPU_SIDECAR_ENERGY_INTERVAL", "300ms")
+        .spawn();
+    // Pid 1201 (pod 2) ends at t = 2 s: wait for two exports without it.
+    let without_p2 = |rx: &Receiver| {
+        let mut times: Vec<u64> = rx
+            .points("hw.power")
+            .iter()
+            .map(|p| p.time_unix_nano)
+            .collect();
+        times.dedup();
+        let with: BTreeSet<u64> = rx
+            .points("nvidia.gpu.pod.memory.usage")
+            .iter()
+            .filter(|p| p.resource.get("k8s.pod.uid") == Some(&uid(2)))
+            .map(|p| p.time_unix_nano)
+            .collect();
+        times.iter().filter(|t| !with.contains(t)).count() >= 2 && !with.is_empty()
+    };
+    assert!(
+        rx.wait_until(Duration::from_secs(30), without_p2),
+        "{}",
+        agent.dump()
+    );
+    agent.sigterm();
+    assert_eq!(
+        agent
+            .wait_exit(Duration::from_secs(10))
+            .and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        agent.dump()
+    );
+
+    // Every GPU and MIG device once, on the node's resource.
+    let status = rx.last_points("hw.status");
+    let ids: BTreeSet<&str> = status.iter().filter_map(|p| p.attr("hw.id")).collect();
+    let mut want: BTreeSet<String> = (0..5).map(node_gpu).collect();
+    want.extend((0..2).map(node_mig));
+    assert_eq!(
+        ids,
+        want.iter().map(String::as_str).collect(),
+        "{}",
+        agent.dump()
+    );
+    assert_eq!(status.len(), 7 * 3, "one hw.status per device and state");
+    for p in &status {
+        assert_eq!(
+            p.resource.get("k8s.node.name").map(String::as_str),
+            Some("node-a")
+        );
+        assert_eq!(
+            p.resource.get("service.instance.id").map(String::as_str),
+            Some("node-a")
+        );
+        for k in [
+            "k8s.pod.name",
+            "k8s.pod.uid",
+            "k8s.namespace.name",
+            "k8s.container.name",
+        ] {
+            assert!(
+                !p.resource.contains_key(k),
+                "{k} on the node's resource: {p:?}"
+            );
+        }
+    }
+    let sharing: std::collections::BTreeMap<String, String> = status
+        .iter()
+        .map(|p| {
+            (
+                p.attr("hw.id").unwrap().to_string(),
+                p.attr("nvidia.gpu.sharing").unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sharing[&node_gpu(0)],
+        "time_slicing",
+        "the kubelet's replicas"
+    );
+    assert_eq!(sharing[&node_gpu(1)], "mps", "MPS clients");
+    assert_eq!(sharing[&node_gpu(3)], "", "one pod's alone");
+    assert_eq!(sharing[&node_mig(1)], "time_slicing");
+    assert_eq!(sharing[&node_mig(0)], "");
+
+    let memory = shares_of(&rx, "nvidia.gpu.pod.memory.usage");
+    let power = shares_of(&rx, "nvidia.gpu.pod.power");
+    let energy = shares_of(&rx, "nvidia.gpu.pod.energy");
+    let processes = shares_of(&rx, "nvidia.gpu.pod.processes");
+    let utilization = shares_of(&rx, "nvidia.gpu.pod.utilization");
+
+    // Shares add up to the device's figure, at every export, for every device.
+    let device_memory = device_values(&rx, "hw.gpu.memory.usage");
+    let memory_sums = summed(&memory);
+    assert!(!memory_sums.is_empty());
+    for (key, sum) in &memory_sums {
+        assert_eq!(Some(sum), device_memory.get(key), "memory of {key:?}");
+    }
+    let device_power = device_values(&rx, "hw.power");
+    let power_sums = summed(&power);
+    for (key, sum) in &power_sums {
+        let gpu = device_power
+            .get(key)
+            .unwrap_or_else(|| panic!("hw.power of {key:?}"));
+        assert_eq!(
+            (sum * 1000.0).round(),
+            (gpu * 1000.0).round(),
+            "power of {key:?}"
+        );
+    }
+    assert_eq!(
+        power_sums
+            .keys()
+            .map(|(_, id)| id.clone())
+            .collect::<BTreeSet<_>>(),
+        (0..5).map(node_gpu).collect(),
+        "power on the physical GPUs only, each once"
+    );
+
+    // An export before pid 1201 ended (the first) and the last one.
+    let times: BTreeSet<u64> = memory.iter().map(|((t, _, _), _)| *t).collect();
+    let first = *times.iter().next().unwrap();
+    let last = *times.iter().last().unwrap();
+    let g = |i| node_gpu(i);
+    // GPU 0, time-sliced: each pod's memory exactly its processes' (pod 3: two of them);
+    // the processes in no pod (1901) or gone from /proc (1501) are not attributed.
+    assert_eq!(share_at(&memory, first, &g(0), 1), Some(2.0 * GIB));
+    assert_eq!(share_at(&memory, first, &g(0), 2), Some(3.0 * GIB));
+    assert_eq!(share_at(&memory, first, &g(0), 3), Some(2.5 * GIB));
+    assert_eq!(share_at(&memory, first, &g(0), 4), Some(4.0 * GIB));
+    assert_eq!(share_at(&memory, first, &g(0), 0), Some(8.5 * GIB));
+    assert_eq!(share_at(&processes, first, &g(0), 3), Some(2.0));
+    assert_eq!(share_at(&processes, first, &g(0), 0), Some(2.0));
+    // Power by SM share, 40:20:20:0 and 20 not attributed, of 400.001 W.
+    assert_eq!(share_at(&power, first, &g(0), 1), Some(160.001));
+    assert_eq!(share_at(&power, first, &g(0), 2), Some(80.0));
+    assert_eq!(share_at(&power, first, &g(0), 0), Some(80.0));
+    assert_eq!(share_at(&utilization, first, &g(0), 3), Some(0.2));
+    // Pid 1201 has ended: pod 2 is gone, its memory no one's, its weight no one's.
+    assert_eq!(share_at(&memory, last, &g(0), 2), None);
+    assert_eq!(share_at(&memory, last, &g(0), 0), Some(11.5 * GIB));
+    assert_eq!(share_at(&power, last, &g(0), 1), Some(200.001));
+    assert_eq!(share_at(&power, last, &g(0), 3), Some(100.0));
+    // GPU 1, MPS: the clients are their pods' (from the MPS list), the server its pod's.
+    assert_eq!(share_at(&memory, last, &g(1), 5), Some(GIB));
+    assert_eq!(share_at(&memory, last, &g(1), 6), Some(2.0 * GIB));
+    assert_eq!(share_at(&memory, last, &g(1), 99), Some(64.0 * MIB));
+    assert_eq!(share_at(&power, last, &g(1), 5), Some(112.5));
+    assert_eq!(share_at(&power, last, &g(1), 6), Some(187.5));
+    assert_eq!(share_at(&power, last, &g(1), 99), Some(0.0));
+    // GPU 2, no pod: all of it not attributed.
+    assert_eq!(share_at(&memory, last, &g(2), 0), Some(512.0 * MIB));
+    assert_eq!(share_at(&power, last, &g(2), 0), Some(70.0));
+    assert_eq!(
+        memory
+            .iter()
+            .filter(|((t, id, p), _)| *t == last && *id == g(2) && !p.is_empty())
+            .count(),
+        0
+    );
+    // GPU 3, one pod's alone.
+    assert_eq!(share_at(&power, last, &g(3), 7), Some(500.0));
+    assert_eq!(share_at(&memory, last, &g(3), 0), Some(8.0 * MIB));
+    // GPU 4 in MIG mode: memory on each MIG device (the 1g one shared by pods 9 and 10),
+    // power on the GPU by SM share × compute slices: 50 % × 3, 30 % × 1, 70 % × 1.
+    assert_eq!(share_at(&memory, last, &node_mig(1), 9), Some(GIB));
+    assert_eq!(share_at(&memory, last, &node_mig(1), 10), Some(2.0 * GIB));
+    assert_eq!(share_at(&memory, last, &node_mig(1), 0), Some(GIB));
+    assert_eq!(share_at(&power, last, &g(4), 8), Some(252.0));
+    assert_eq!(share_at(&power, last, &g(4), 9), Some(50.4));
+    assert_eq!(share_at(&power, last, &g(4), 10), Some(117.6));
+    assert_eq!(share_at(&power, last, &g(4), 0), Some(0.0));
+
+    // Energy: on every GPU, each series' latest value (pod 2's from its last export) adds up
+    // to hw.energy's at the last export.
+    let device_energy = device_values(&rx, "hw.energy");
+    for i in 0..5 {
+        let mut latest: std::collections::BTreeMap<String, (u64, f64)> = Default::default();
+        for ((t, id, pod), v) in &energy {
+            if *id == g(i) && latest.get(pod).is_none_or(|(t0, _)| t0 < t) {
+                latest.insert(pod.clone(), (*t, *v));
+            }
+        }
+        let last_energy = device_energy
+            .iter()
+            .filter(|((_, id), _)| *id == g(i))
+            .max_by_key(|((t, _), _)| *t)
+            .map(|(_, v)| *v)
+            .unwrap();
+        let sum: f64 = latest.values().map(|(_, v)| v).sum();
+        assert!(
+            (sum - last_energy).abs() < 1e-6,
+            "GPU {i}: {sum} J of {last_energy} J: {latest:?}"
+        );
+        assert!(last_energy > 0.0, "GPU {i}");
+    }
+    assert!(energy
+        .iter()
+        .any(|((_, id, pod), _)| *id == g(0) && *pod == uid(2)));
+
+    // Each pod on a resource of its own; named only where a device is its alone.
+    let resources: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+        rx.last_points("nvidia.gpu.pod.power")
+            .into_iter()
+            .filter_map(|p| Some((p.resource.get("k8s.pod.uid")?.clone(), p.resource)))
+            .collect();
+    for n in [7, 8] {
+        let r = &resources[&uid(n)];
+        assert_eq!(r.get("k8s.pod.name"), Some(&format!("p{n}")), "{r:?}");
+        assert_eq!(r.get("k8s.namespace.name").map(String::as_str), Some("ml"));
+        assert_eq!(
+            r.get("service.instance.id"),
+            Some(&format!("node-a.{}", uid(n)))
+        );
+        assert_eq!(r.get("k8s.node.name").map(String::as_str), Some("node-a"));
+    }
+    for n in [1, 3, 5, 9, 10, 99] {
+        let r = &resources[&uid(n)];
+        assert_eq!(
+            r.get("k8s.pod.name"),
+            None,
+            "pod {n} shares its device: {r:?}"
+        );
+    }
+    assert!(
+        agent.dump().contains("left out of the node's resource"),
+        "{}",
+        agent.dump()
+    );
+}
+
+/// Without hostPID (a proc root whose PID 2 is not kthreadd) and without the kubelet's
+/// socket, nothing is guessed: every device's use is not attributed, and both are said.
+#[test]
+fn node_mode_without_host_pids_or_kubelet_attributes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    std::fs::create_dir_all(proc_root.join("2")).unwrap();
+    std::fs::write(proc_root.join("2/comm"), "sh\n").unwrap();
+    let rx = Receiver::start(Protocol::Grpc);
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock(NODE)
+        .arg("node")
+        .env("GPU_SIDECAR_PROC_ROOT", &proc_root)
+        .env(
+            "GPU_SIDECAR_POD_RESOURCES_SOCKET",
+            dir.path().join("none.sock"),
+        )
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .spawn();
+    assert!(
+        rx.wait_until(Duration::from_secs(20), |r| r.metrics_requests().len() >= 2),
+        "{}",
+        agent.dump()
+    );
+    agent.sigterm();
+    assert_eq!(
+        agent
+            .wait_exit(Duration::from_secs(10))
+            .and_then(|s| s.code()),
+        Some(0)
+    );
+    let memory = rx.points("nvidia.gpu.pod.memory.usage");
+    assert!(!memory.is_empty());
+    for p in &memory {
+        assert!(!p.resource.contains_key("k8s.pod.uid"), "{p:?}");
+        assert_eq!(p.attr("nvidia.gpu.attribution"), Some("not_attributed"));
+    }
+    let dump = agent.dump();
+    assert!(
+        dump.contains("does not show the host PID namespace"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("node mode: cannot connect to the kubelet pod-resources socket"),
+        "{dump}"
+    );
+}
+
+#[test]
+fn node_mode_refuses_pod_resources_devices() {
+    let mut agent = Agent::builder()
+        .env_mock(NODE)
+        .arg("node")
+        .env("GPU_SIDECAR_DEVICES", "pod-resources")
+        .env("K8S_POD_NAME", "x")
+        .env("K8S_NAMESPACE_NAME", "y")
+        .spawn();
+    assert_eq!(
+        agent
+            .wait_exit(Duration::from_secs(10))
+            .and_then(|s| s.code()),
+        Some(2)
+    );
+    assert!(
+        agent.dump().contains("GPU_SIDECAR_DEVICES"),
+        "{}",
+        agent.dump()
+    );
+}

@@ -96,6 +96,9 @@ impl KubeletView {
 /// How often [`poll`] asks the kubelet.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(10);
 
+/// How long node mode waits at start for the kubelet's first answer before it samples.
+pub const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(2);
+
 /// Answers older than this are not used ([`KubeletView::current`]).
 pub const MAX_AGE: Duration = Duration::from_secs(35);
 

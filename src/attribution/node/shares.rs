@@ -16,8 +16,11 @@
 //! - **Power and energy** (apportioned, per physical GPU): each process weighs its SM share
 //!   from the latest process-utilization read (on a MIG device, times the device's compute
 //!   slices, the `<n>g` of its profile name, as its SM share is of the slice); a pod
-//!   weighs the sum of its processes' weights. When no listed process has any weight (no
-//!   kernel ran in the window), processes weigh the memory they hold. When none holds any
+//!   weighs the sum of its processes' weights. A read that gives no process any sample
+//!   (NVML answers `NOT_FOUND`) less than [`NO_SAMPLE_HOLD`] after the last read that did
+//!   keeps that read's weights (NVML had no sample yet for so short a window, as at the
+//!   final sample at shutdown); later, it means no kernel ran. When no listed process has
+//!   any weight (no kernel ran in the window), processes weigh the memory they hold. When none holds any
 //!   (no process, or none whose memory NVML tells), everything goes to the not-attributed
 //!   share. The GPU's power (mW, `nvmlDeviceGetPowerUsage`) and the energy of each window
 //!   between two energy readings (mJ, the difference of `nvmlDeviceGetTotalEnergyConsumption`)
@@ -31,9 +34,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::sampling::{DeviceSample, PodRef, PodShare, Snapshot};
+
+/// A process-utilization read without any sample this soon after the last read with some
+/// keeps that read's weights: NVML samples processes about once a second, so a shorter
+/// window can hold none while kernels ran.
+pub const NO_SAMPLE_HOLD: Duration = Duration::from_secs(1);
 
 /// What [`attribute`] keeps between ticks, per physical GPU (by UUID).
 #[derive(Debug, Default)]
@@ -45,6 +53,8 @@ pub struct ShareState {
 struct GpuState {
     /// Each process's weight from the latest process-utilization read.
     sm_weight: HashMap<u32, f64>,
+    /// When the latest read that gave some process a sample was made.
+    sm_sampled_at: Option<Instant>,
     /// The last energy reading (mJ) and its time.
     energy: Option<(u64, SystemTime)>,
     /// Each pod's energy total (mJ) and since when (key `None`: not attributed).
@@ -202,10 +212,20 @@ pub fn attribute(
             .collect();
         let gpu = state.gpus.entry(d.info.uuid.clone()).or_default();
         if process_read {
-            gpu.sm_weight = procs
-                .iter()
-                .map(|p| (p.pid, p.sm_percent.unwrap_or(0.0) * p.scale))
-                .collect();
+            let now = snapshot.taken_instant;
+            let sampled = procs.iter().any(|p| p.sm_percent.is_some());
+            let hold = gpu
+                .sm_sampled_at
+                .is_some_and(|t| now.saturating_duration_since(t) < NO_SAMPLE_HOLD);
+            if sampled || !hold {
+                gpu.sm_weight = procs
+                    .iter()
+                    .map(|p| (p.pid, p.sm_percent.unwrap_or(0.0) * p.scale))
+                    .collect();
+            }
+            if sampled {
+                gpu.sm_sampled_at = Some(now);
+            }
         }
         let (keys, weights) = weights(&procs, &gpu.sm_weight);
         let map = &mut shares[i];

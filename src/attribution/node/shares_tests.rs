@@ -297,6 +297,36 @@ fn weights_are_those_of_the_latest_process_utilization_read() {
 }
 
 #[test]
+fn a_short_window_without_samples_keeps_the_weights_a_long_one_means_idle() {
+    let mut state = ShareState::default();
+    let mut s = time_sliced(0, 0);
+    attribute(&mut s, true, &pod_of, &mut state);
+    let no_samples = |at: Instant| {
+        let mut s = time_sliced(1, 0);
+        s.taken_instant = at;
+        for p in s.devices[0].processes.as_mut().unwrap() {
+            p.utilization = None;
+        }
+        s
+    };
+    let t0 = s.taken_instant;
+    // 300 ms later: NVML had no sample yet; the SM weights hold.
+    let mut s = no_samples(t0 + Duration::from_millis(300));
+    attribute(&mut s, true, &pod_of, &mut state);
+    assert_eq!(
+        share(&s.devices[0], Some("pod-1")).power_milliwatts,
+        Some(160_001)
+    );
+    // 5 s after the last read with samples: no kernel ran; by memory (1000 of 8256 MiB).
+    let mut s = no_samples(t0 + Duration::from_secs(5));
+    attribute(&mut s, true, &pod_of, &mut state);
+    assert_eq!(
+        share(&s.devices[0], Some("pod-1")).power_milliwatts,
+        Some(48_450)
+    );
+}
+
+#[test]
 fn unknown_process_memory_leaves_that_pod_and_the_rest_absent() {
     let mut state = ShareState::default();
     let mut s = time_sliced(0, 0);
