@@ -239,6 +239,8 @@ SCENARIOS=(
   "native-webhook|1.29 1.33|--set webhook.enabled=true"
   "classic-webhook-gateway|1.25 1.29 1.33|--set webhook.enabled=true --set mode=classic --set collector.mode=service --set webhook.failurePolicy=Fail"
   "native-dra-webhook-cert-manager|1.33|--set webhook.enabled=true --set gpuVisibility.mode=dra --set webhook.certManager.enabled=true"
+  "node-beside-injection|1.29 1.33|--set node.enabled=true --set webhook.enabled=true"
+  "node-instead-of-injection|1.25 1.29 1.33|--set node.enabled=true --set example.enabled=false --set node.podResources.runAsRoot=false --set node.runtimeClassName=nvidia --set collector.mode=service"
 )
 
 check_helm_lint() {
@@ -264,7 +266,7 @@ check_helm_template_validate() {
       out="$WORK/rendered/$name-$v.yaml"
       # shellcheck disable=SC2086
       "$HELM" template demo "$CHART" --namespace ml --kube-version "$v.0" $args >"$out"
-      grep -q '^kind: Job' "$out" || { echo "ERROR: $name: no Job rendered" >&2; return 1; }
+      grep -Eq '^kind: (Job|DaemonSet)' "$out" || { echo "ERROR: $name: no Job or node DaemonSet rendered" >&2; return 1; }
       files[$v]+="$out "
       echo "helm template: $name for $v ($(grep -c '^kind:' "$out") objects)"
     done

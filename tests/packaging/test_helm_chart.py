@@ -454,3 +454,89 @@ def test_resource_attribute_keys_the_agent_cannot_read_are_refused(helm, key, tm
     proc = helm_template(helm, "-f", str(values), check=False)
     assert proc.returncode != 0
     assert "telemetry.resourceAttributes key" in proc.stderr, proc.stderr
+
+
+# --- one agent per node (node.enabled) ---------------------------------------------------
+
+NODE = ["node.enabled=true"]
+
+
+def node_daemonset(r):
+    ds = r.one("DaemonSet")
+    assert ds["metadata"]["labels"]["app.kubernetes.io/component"] == "node"
+    return ds, ds["spec"]["template"]["spec"]
+
+
+def test_node_daemonset_is_off_by_default(helm):
+    assert render(helm).of_kind("DaemonSet") == []
+
+
+def test_node_daemonset_has_host_pids_the_socket_read_only_and_no_other_privilege(helm):
+    ds, spec = node_daemonset(render(helm, *NODE))
+    assert spec["hostPID"] is True
+    for key in ("hostNetwork", "hostIPC", "serviceAccountName"):
+        assert key not in spec, key
+    assert spec["automountServiceAccountToken"] is False
+    [c] = spec["containers"]
+    assert c["args"] == ["node"]
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # The kubelet's socket is root-only: UID 0 by default, with nothing else.
+    assert sc["runAsUser"] == 0 and sc["runAsNonRoot"] is False
+    [mount] = c["volumeMounts"]
+    assert mount == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}
+    [vol] = spec["volumes"]
+    assert vol["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    env = env_map(c)
+    assert env["GPU_SIDECAR_POD_RESOURCES_SOCKET"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert env["GPU_SIDECAR_PROC_ROOT"] == "/proc"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["GPU_SIDECAR_DEVICES"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert env["K8S_NODE_NAME"] == ("fieldRef", "spec.nodeName")
+    # No pod identity: the node's resource names no pod.
+    for name in ("K8S_POD_NAME", "K8S_POD_UID", "K8S_NAMESPACE_NAME", "K8S_CONTAINER_NAME"):
+        assert name not in env, name
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://$(K8S_HOST_IP):4317"
+    # GPU nodes: the GPU operator's label, NVIDIA's taint.
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert c["resources"]["limits"]["memory"] == "96Mi"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert c["ports"] == [{"name": "health", "containerPort": VALUES["health"]["port"], "protocol": "TCP"}]
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_node_agent_can_run_as_non_root_where_the_socket_allows(helm):
+    _, spec = node_daemonset(render(helm, *NODE, "node.podResources.runAsRoot=false", "node.runtimeClassName=nvidia"))
+    sc = spec["containers"][0]["securityContext"]
+    assert sc["runAsUser"] == 65532 and sc["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["runtimeClassName"] == "nvidia"
+
+
+def test_node_agent_beside_or_instead_of_injection(helm):
+    beside = render(helm, *NODE, "webhook.enabled=true")
+    assert beside.of_kind("DaemonSet") and beside.of_kind("MutatingWebhookConfiguration")
+    assert beside.of_kind("Job")
+    instead = render(helm, *NODE, "example.enabled=false", kube_version="1.25.0")
+    assert [d["kind"] for d in instead.docs] == ["DaemonSet"]
+
+
+def test_node_agent_environment_passes_the_agents_config_check(helm, agent_binary):
+    _, spec = node_daemonset(render(helm, *NODE, "collector.mode=service"))
+    rc, out, err = check_config(agent_binary, kube_env(spec["containers"][0]))
+    assert rc == 0, f"the agent refuses the rendered environment: {err}"
+    assert out["devices"] == "all"
+    assert out["resource"]["k8s.node.name"] == "gpu-node-7"
+    assert "k8s.pod.name" not in out["resource"]
+
+
+def test_node_values_are_checked_by_the_schema(helm):
+    proc = helm_template(helm, "--set", "node.enabled=true", "--set", "node.podResources.hostPath=relative", check=False)
+    assert proc.returncode != 0 and "hostPath" in proc.stderr, proc.stderr
+    proc = helm_template(helm, "--set", "node.bogus=1", check=False)
+    assert proc.returncode != 0, proc.stderr
