@@ -173,6 +173,10 @@ def parse_time_v(text):
         return {"unparsed": text[-500:]}
 
 
+# Arguments after the agent binary (`--agent-arg node`: node mode).
+AGENT_ARGS = []
+
+
 def agent_env(interval, extra_env, export_ms=10000, log_level="warn"):
     # Keep the caller's environment (LD_LIBRARY_PATH is where many images put libnvidia-ml.so.1);
     # drop its OTEL_* / GPU_SIDECAR_* / K8S_* / NVML_MOCK_* settings so only the ones below apply.
@@ -212,7 +216,7 @@ def agent(binary, interval, seconds, extra_env, mock=None, time_v=False):
         env["NVML_MOCK_CALL_LOG"] = log.path
         # Written at nvmlShutdown only: a periodic write costs ~1 ms of the sampler's CPU.
         env["NVML_MOCK_CALL_LOG_PERIOD_S"] = "1e9"
-    wall, cpu, rss, code, err, how, threads = run_child([binary], env, seconds, time_v=time_v)
+    wall, cpu, rss, code, err, how, threads = run_child([binary, *AGENT_ARGS], env, seconds, time_v=time_v)
     if err.strip():  # warnings and errors: an agent that never reached NVML would look cheap
         print(f"agent ({interval} s) logged:\n{err[-2000:]}", file=sys.stderr)
     ticks = log.ticks() if log else int(wall / interval) + 1
@@ -231,7 +235,7 @@ def rss_after_ticks(binary, interval, n, extra_env, mock=None, limit_s=600):
         # The mock's latencies are sleeps: they cost no memory, only ticks per second.
         env["NVML_MOCK_NO_LATENCY"] = "1"
     t0 = time.monotonic()
-    p = subprocess.Popen([binary], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen([binary, *AGENT_ARGS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ticks = 0
     while time.monotonic() - t0 < limit_s and p.poll() is None:
         time.sleep(0.2)
@@ -258,7 +262,7 @@ def first_export(binary, interval, export_ms, extra_env, limit_s=120):
     """Seconds from spawn to the "sampling started" log line and to the first export line."""
     env = agent_env(interval, extra_env, export_ms, log_level="info")
     t0 = time.monotonic()
-    p = subprocess.Popen([binary], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen([binary, *AGENT_ARGS], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     sel = selectors.DefaultSelector()
     sel.register(p.stdout, selectors.EVENT_READ, "out")
     sel.register(p.stderr, selectors.EVENT_READ, "err")
@@ -326,13 +330,18 @@ def main():
     ap.add_argument("--no-first-export", action="store_true", help="skip the time-to-first-export runs")
     ap.add_argument("--no-time-v", action="store_true", help="do not run the agent under /usr/bin/time -v")
     ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--agent-arg", action="append", default=[], help="an argument for the agent (repeatable), e.g. node")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable for the agent (repeatable), e.g. GPU_SIDECAR_PROC_ROOT=/tmp/proc")
     a = ap.parse_args()
+    AGENT_ARGS.extend(a.agent_arg)
     extra, mock = {}, None
     if a.nvml_lib:
         extra = {"GPU_SIDECAR_NVML_LIBRARY": os.path.abspath(a.nvml_lib), "NVML_MOCK_SCENARIO": os.path.abspath(a.scenario)}
         if a.no_latency:
             extra["NVML_MOCK_NO_LATENCY"] = "1"
         mock = mock_devices(a.scenario)
+    extra.update(kv.split("=", 1) for kv in a.env)
     time_v = not a.no_time_v and os.access(TIME_V, os.X_OK)
     rows = []
     for interval in [float(x) for x in a.intervals.split(",")]:

@@ -28,6 +28,13 @@
 //! CPU time (`CLOCK_THREAD_CPUTIME_ID`, which waiting for a core does not count), one line
 //! per minute of one run: 64 devices at 1 s for 30 minutes, then at 100 ms for 10 minutes.
 //!
+//! `node_*` time node mode (`gpu-otel-sidecar node`) on the same devices: `node_sample` a
+//! tick with the MPS clients listed too (every tick in node mode), `node_attribute` the pod
+//! attribution added to each snapshot on the sampler thread (each process's pod from a
+//! made-up proc root, cached after the first tick; the kubelet's allocations; the shares),
+//! with every GPU time-sliced among 4 pods (8 GPUs: 32 pods) or every MIG device between 2
+//! (56 MIG devices: 112 pods), and `node_export_total` one export with a resource per pod.
+//!
 //! Mock library: `$NVML_MOCK_LIB`, else `target/release/libnvml_mock.so` (built if missing).
 //! Scenarios:
 //! `tests/scenarios/bench-8gpu.json` (1 device = its GPU 0, 8 = all) and
@@ -44,11 +51,14 @@ use std::time::{Duration, Instant, SystemTime};
 use divan::counter::ItemsCount;
 use divan::{AllocProfiler, Bencher};
 use gpu_otel_sidecar::attribution;
+use gpu_otel_sidecar::attribution::node::kubelet::{Allocation, KubeletView};
+use gpu_otel_sidecar::attribution::node::NodeAttribution;
 use gpu_otel_sidecar::catalogue::metrics::{device_points, CATALOGUE};
 use gpu_otel_sidecar::config::{Config, DeviceId, DeviceSelection};
 use gpu_otel_sidecar::rules::Engine;
 use gpu_otel_sidecar::sampling::{
-    self, DeviceInfo, DeviceSample, GpmMetrics, SamplerSettings, Snapshot,
+    self, Annotate, DeviceInfo, DeviceSample, GpmMetrics, ProcessSample, ProcessUtilization,
+    SamplerSettings, Snapshot,
 };
 use gpu_otel_sidecar::telemetry::encode::Encoder;
 use gpu_otel_sidecar::telemetry::recorded::Recorded;
@@ -86,6 +96,18 @@ fn main() {
         let p = ExportPipeline::new(snapshot(n));
         let bytes = p.encode(&p.build()).len();
         println!("setup {n:>2} devices: one export encodes to {bytes} bytes of protobuf");
+    }
+    for &n in NODE_DEVICES {
+        let mut node = NodeFixture::new(n);
+        let p = ExportPipeline::node(node.annotated());
+        let request = p.build();
+        let bytes = p.encode(&request).len();
+        println!(
+            "setup node {n:>2}: {} devices, {} pods, one export encodes to {bytes} bytes in {} resources",
+            node.snapshot.devices.len(),
+            node.pods,
+            request.resource_metrics.len()
+        );
     }
     divan::main();
     // The copies stay mapped until exit; unlinking them now is fine.
@@ -170,6 +192,127 @@ fn export_total(bencher: Bencher, devices: usize) {
     bencher
         .counter(ItemsCount::new(p.snapshot.devices.len()))
         .bench_local(|| p.encode(&p.build()).len());
+}
+
+/// Node mode: 8 GPUs, or the 8 GPUs in MIG mode with their 56 MIG devices.
+const NODE_DEVICES: &[usize] = &[8, 56];
+
+/// One node-mode tick through the real NVML code path: as `sample`, with the MPS clients
+/// listed at every tick (`nvmlDeviceGetMPSComputeRunningProcesses_v3`).
+#[divan::bench(args = NODE_DEVICES)]
+fn node_sample(bencher: Bencher, devices: usize) {
+    let mut settings = setup(devices, false);
+    settings.mps_clients = true;
+    sampling::with_session(&settings, |sample| {
+        let n = sample().len();
+        bencher
+            .counter(ItemsCount::new(n))
+            .bench_local(|| sample().len());
+    })
+    .unwrap_or_else(|e| panic!("NVML init through the mock failed: {e}"));
+}
+
+/// The pod attribution of one snapshot (after the first: each process's cgroup file is
+/// read once), on the sampler thread.
+#[divan::bench(args = NODE_DEVICES)]
+fn node_attribute(bencher: Bencher, devices: usize) {
+    let mut node = NodeFixture::new(devices);
+    let _ = node.annotated();
+    let base = node.snapshot.clone();
+    bencher
+        .counter(ItemsCount::new(base.devices.len()))
+        .with_inputs(|| base.clone())
+        .bench_local_values(|mut s| {
+            node.attribution.annotate(&mut s, true);
+            s
+        });
+}
+
+/// One node-mode export, built and encoded: the devices on the node's resource, each pod's
+/// shares on its own.
+#[divan::bench(args = NODE_DEVICES)]
+fn node_export_total(bencher: Bencher, devices: usize) {
+    let mut node = NodeFixture::new(devices);
+    let p = ExportPipeline::node(node.annotated());
+    bencher
+        .counter(ItemsCount::new(p.snapshot.devices.len()))
+        .bench_local(|| p.encode(&p.build()).len());
+}
+
+/// A node's snapshot as node mode sees it: every device that lists processes given `k`
+/// processes of `k` pods (4 on a GPU, 2 on a MIG device), the kubelet's allocations of them
+/// as replicas, and a made-up proc root holding each one's cgroup file.
+struct NodeFixture {
+    snapshot: Snapshot,
+    attribution: NodeAttribution,
+    pods: usize,
+    _proc: tempfile::TempDir,
+}
+
+impl NodeFixture {
+    fn new(devices: usize) -> Self {
+        let mut snapshot = snapshot(devices);
+        let proc = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(proc.path().join("2")).unwrap();
+        std::fs::write(proc.path().join("2/comm"), "kthreadd\n").unwrap();
+        let mut allocations = Vec::new();
+        let mut pods = 0;
+        for (i, d) in snapshot.devices.iter_mut().enumerate() {
+            if d.processes.is_none() {
+                continue; // a GPU in MIG mode: its processes are on its MIG devices
+            }
+            let k = if d.info.mig.is_some() { 2 } else { 4 };
+            let mut list = Vec::new();
+            for j in 0..k {
+                let pid = 100_000 + 10 * i as u32 + j;
+                let uid = format!("{:08x}-0000-4000-8000-{:012x}", i, j);
+                let dir = proc.path().join(pid.to_string());
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(
+                    dir.join("cgroup"),
+                    format!(
+                        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{:064x}.scope\n",
+                        uid.replace('-', "_"),
+                        pid
+                    ),
+                )
+                .unwrap();
+                list.push(ProcessSample {
+                    pid,
+                    used_memory_bytes: Some((1 + u64::from(j)) << 30),
+                    executable_name: Some("python3".into()),
+                    utilization: Some(ProcessUtilization {
+                        sm_percent: 10.0 * f64::from(j + 1),
+                        ..ProcessUtilization::default()
+                    }),
+                });
+                allocations.push(Allocation {
+                    namespace: "ml".into(),
+                    pod: format!("infer-{i}-{j}"),
+                    container: "server".into(),
+                    id: DeviceId::Uuid(d.info.uuid.clone()),
+                    shared: true,
+                });
+                pods += 1;
+            }
+            d.processes = Some(list);
+        }
+        let view = Arc::new(KubeletView::default());
+        view.set(allocations);
+        Self {
+            attribution: NodeAttribution::new(proc.path(), view),
+            snapshot,
+            pods,
+            _proc: proc,
+        }
+    }
+
+    /// The snapshot with its shares (its processes' cgroup files read).
+    fn annotated(&mut self) -> Snapshot {
+        let mut s = self.snapshot.clone();
+        self.attribution.annotate(&mut s, true);
+        s
+    }
 }
 
 /// Run lengths (minutes) at which the rules' cost per tick is measured.
@@ -405,6 +548,16 @@ struct ExportPipeline {
 }
 
 impl ExportPipeline {
+    /// Node mode's pipeline: the node's resource (`K8S_NODE_NAME`), shares per pod.
+    fn node(snapshot: Snapshot) -> Self {
+        let (config, _) = Config::from_vars(
+            [("K8S_NODE_NAME", "gpu-node-7")].map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+        .and_then(Config::into_node)
+        .expect("bench configuration");
+        Self::with_config(&config, snapshot)
+    }
+
     fn new(snapshot: Snapshot) -> Self {
         let config = Config::from_vars(
             [
@@ -417,8 +570,12 @@ impl ExportPipeline {
             .map(|(k, v)| (k.to_string(), v.to_string())),
         )
         .expect("bench configuration");
+        Self::with_config(&config, snapshot)
+    }
+
+    fn with_config(config: &Config, snapshot: Snapshot) -> Self {
         let encoder = Encoder::new(
-            &attribution::resource(&config),
+            &attribution::resource(config),
             config.otlp.temporality,
             Duration::from_secs(3600),
             SystemTime::now(),

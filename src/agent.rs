@@ -125,11 +125,11 @@ pub fn run(config: Config) -> Result<(), StartError> {
             config.pod_resources_socket.clone(),
             view.clone(),
         ));
-        // The first answer, before the first sample (so that the first export already
-        // marks shared GPUs and names pods); a kubelet that does not answer soon is not
-        // waited for.
+        // The first answer (or failure), before the first sample, so that the first export
+        // already marks shared GPUs and names pods; a kubelet that does not answer soon is
+        // not waited for.
         let first = Instant::now() + kubelet::FIRST_ANSWER_WAIT;
-        while view.current(kubelet::MAX_AGE).is_none() && Instant::now() < first {
+        while !view.asked() && Instant::now() < first {
             std::thread::sleep(Duration::from_millis(10));
         }
         Box::new(NodeAttribution::new(&config.proc_root, view)) as Box<dyn Annotate>

@@ -895,6 +895,7 @@ fn node_mode_without_host_pids_or_kubelet_attributes_nothing() {
         )
         .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
         .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        .env("GPU_SIDECAR_REPORT_FILE", dir.path().join("report.json"))
         .spawn();
     assert!(
         rx.wait_until(Duration::from_secs(20), |r| r.metrics_requests().len() >= 2),
@@ -922,6 +923,20 @@ fn node_mode_without_host_pids_or_kubelet_attributes_nothing() {
     assert!(
         dump.contains("node mode: cannot connect to the kubelet pod-resources socket"),
         "{dump}"
+    );
+    // The run report covers the node's devices, one summary each.
+    let report = common::read_json(dir.path().join("report.json"));
+    let uuids: BTreeSet<&str> = report["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["uuid"].as_str().unwrap())
+        .collect();
+    assert_eq!(uuids.len(), 7, "{report:#}");
+    assert!(uuids.contains(node_gpu(2).as_str()) && uuids.contains(node_mig(1).as_str()));
+    assert!(
+        report["resource"].get("k8s.pod.name").is_none(),
+        "{report:#}"
     );
 }
 

@@ -73,9 +73,20 @@ pub fn allocations(pods: &[PodResources]) -> (Vec<Allocation>, Vec<String>) {
 #[derive(Debug, Default)]
 pub struct KubeletView {
     latest: Mutex<Option<(Instant, Arc<Vec<Allocation>>)>>,
+    /// The first question has been answered or has failed.
+    asked: std::sync::atomic::AtomicBool,
 }
 
 impl KubeletView {
+    /// Whether the first question has been answered or has failed.
+    pub fn asked(&self) -> bool {
+        self.asked.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set_asked(&self) {
+        self.asked.store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Records an answer received now.
     pub fn set(&self, allocations: Vec<Allocation>) {
         *self.latest.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -96,7 +107,8 @@ impl KubeletView {
 /// How often [`poll`] asks the kubelet.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(10);
 
-/// How long node mode waits at start for the kubelet's first answer before it samples.
+/// How long node mode waits at start for the kubelet's first answer (or failure) before it
+/// samples.
 pub const FIRST_ANSWER_WAIT: Duration = Duration::from_secs(2);
 
 /// Answers older than this are not used ([`KubeletView::current`]).
@@ -130,6 +142,7 @@ pub async fn poll(socket: PathBuf, view: Arc<KubeletView>) {
                 failures += 1;
             }
         }
+        view.set_asked();
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
@@ -179,16 +192,53 @@ impl Minors {
     }
 }
 
+/// The allocations of one answer, indexed for [`Index::holders`]: those by UUID (most) by
+/// UUID, the others (indices, minor numbers) to match against each device; each with its
+/// position in the answer.
+#[derive(Debug)]
+pub struct Index<'a> {
+    by_uuid: HashMap<&'a str, Vec<(usize, &'a Allocation)>>,
+    others: Vec<(usize, &'a Allocation)>,
+}
+
+impl<'a> Index<'a> {
+    /// Indexes `allocations`.
+    pub fn new(allocations: &'a [Allocation]) -> Self {
+        let mut by_uuid: HashMap<&str, Vec<(usize, &Allocation)>> = HashMap::new();
+        let mut others = Vec::new();
+        for (i, a) in allocations.iter().enumerate() {
+            match &a.id {
+                DeviceId::Uuid(u) => by_uuid.entry(u.as_str()).or_default().push((i, a)),
+                _ => others.push((i, a)),
+            }
+        }
+        Self { by_uuid, others }
+    }
+
+    /// The allocations naming device `info`, in the answer's order.
+    pub fn holders(&self, info: &DeviceInfo, minors: &mut Minors) -> Vec<&'a Allocation> {
+        let mut out: Vec<(usize, &Allocation)> = self
+            .by_uuid
+            .get(info.uuid.as_str())
+            .cloned()
+            .unwrap_or_default();
+        out.extend(
+            self.others
+                .iter()
+                .filter(|(_, a)| minors.matches(&a.id, info)),
+        );
+        out.sort_unstable_by_key(|(i, _)| *i);
+        out.into_iter().map(|(_, a)| a).collect()
+    }
+}
+
 /// The allocations naming device `info`.
 pub fn holders<'a>(
     allocations: &'a [Allocation],
     info: &DeviceInfo,
     minors: &mut Minors,
 ) -> Vec<&'a Allocation> {
-    allocations
-        .iter()
-        .filter(|a| minors.matches(&a.id, info))
-        .collect()
+    Index::new(allocations).holders(info, minors)
 }
 
 /// Whether the kubelet shares the device among pods: a replica, or more than one pod.

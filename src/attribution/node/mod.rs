@@ -89,9 +89,10 @@ impl Annotate for NodeAttribution {
         // 2. Names and sharing from the kubelet's allocations.
         let mut named = HashMap::new();
         if let Some(allocations) = self.kubelet.current(kubelet::MAX_AGE) {
+            let index = kubelet::Index::new(&allocations);
             let mut per_device = Vec::with_capacity(snapshot.devices.len());
             for d in &mut snapshot.devices {
-                let holders = kubelet::holders(&allocations, &d.info, &mut self.minors);
+                let holders = index.holders(&d.info, &mut self.minors);
                 if d.sharing.is_none() && kubelet::shared(&holders) {
                     d.sharing = Some(Sharing::TimeSlicing);
                 }

@@ -121,9 +121,16 @@ pub fn attribute(
     state: &mut ShareState,
 ) {
     let mut refs: BTreeMap<String, Arc<PodRef>> = BTreeMap::new();
+    // Each physical GPU's MIG devices, by the GPU's UUID.
+    let mut children: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (j, d) in snapshot.devices.iter().enumerate() {
+        if let Some(m) = &d.info.mig {
+            children.entry(m.parent_uuid.as_str()).or_default().push(j);
+        }
+    }
     // Per device: its processes.
     let mut per_device: Vec<Option<Vec<Proc>>> = Vec::with_capacity(snapshot.devices.len());
-    let scales = device_scales(&snapshot.devices);
+    let scales = device_scales(&snapshot.devices, &children);
     for (d, scale) in snapshot.devices.iter().zip(&scales) {
         per_device.push(d.processes.as_ref().map(|list| {
             list.iter()
@@ -195,15 +202,10 @@ pub fn attribute(
         let members: Vec<usize> = if per_device[i].is_some() {
             vec![i]
         } else {
-            (0..snapshot.devices.len())
-                .filter(|&j| {
-                    snapshot.devices[j]
-                        .info
-                        .mig
-                        .as_ref()
-                        .is_some_and(|m| m.parent_uuid == d.info.uuid)
-                })
-                .collect()
+            children
+                .get(d.info.uuid.as_str())
+                .cloned()
+                .unwrap_or_default()
         };
         let procs: Vec<&Proc> = members
             .iter()
@@ -341,28 +343,23 @@ fn weights(procs: &[&Proc], sm_weight: &HashMap<u32, f64>) -> (Vec<Option<String
 /// Each device's weight multiplier: 1 for a whole GPU; for the MIG devices of one GPU their
 /// compute slices ([`mig_slices`]) when every one's name tells, else their memory totals
 /// (GiB) when every one's is known, else 1.
-fn device_scales(devices: &[DeviceSample]) -> Vec<f64> {
-    let parent = |d: &DeviceSample| d.info.mig.as_ref().map(|m| m.parent_uuid.clone());
-    devices
-        .iter()
-        .map(|d| {
-            let Some(gpu) = parent(d) else {
-                return 1.0;
+fn device_scales(devices: &[DeviceSample], children: &HashMap<&str, Vec<usize>>) -> Vec<f64> {
+    let mut scales = vec![1.0; devices.len()];
+    let slices = |s: &DeviceSample| s.info.name.as_deref().and_then(mig_slices);
+    for siblings in children.values() {
+        let all = |f: &dyn Fn(&DeviceSample) -> bool| siblings.iter().all(|&j| f(&devices[j]));
+        for &j in siblings {
+            let d = &devices[j];
+            scales[j] = if all(&|s| slices(s).is_some()) {
+                f64::from(slices(d).unwrap_or(1))
+            } else if all(&|s| s.memory_total_bytes.is_some()) {
+                d.memory_total_bytes.unwrap_or(0) as f64 / (1u64 << 30) as f64
+            } else {
+                1.0
             };
-            let siblings: Vec<&DeviceSample> = devices
-                .iter()
-                .filter(|s| parent(s).as_ref() == Some(&gpu))
-                .collect();
-            let slices = |s: &DeviceSample| s.info.name.as_deref().and_then(mig_slices);
-            if siblings.iter().all(|s| slices(s).is_some()) {
-                return f64::from(slices(d).unwrap_or(1));
-            }
-            if siblings.iter().all(|s| s.memory_total_bytes.is_some()) {
-                return d.memory_total_bytes.unwrap_or(0) as f64 / (1u64 << 30) as f64;
-            }
-            1.0
-        })
-        .collect()
+        }
+    }
+    scales
 }
 
 #[cfg(test)]
