@@ -124,19 +124,18 @@ fn copies_dir() -> PathBuf {
 /// docs/benchmarks.md).
 #[divan::bench(args = DEVICES)]
 fn sample(bencher: Bencher, devices: usize) {
-    bench_sampling(bencher, devices, false);
+    bench_sampling(bencher, &setup(devices, false));
 }
 
 /// One tick with the recorded H200 latency of the slow calls, slept inside the mock: what a
 /// tick takes on the real driver (wall time; the sleep costs no CPU).
 #[divan::bench(args = DEVICES, sample_count = 20)]
 fn sample_with_h200_latency(bencher: Bencher, devices: usize) {
-    bench_sampling(bencher, devices, true);
+    bench_sampling(bencher, &setup(devices, true));
 }
 
-fn bench_sampling(bencher: Bencher, devices: usize, latency: bool) {
-    let settings = setup(devices, latency);
-    sampling::with_session(&settings, |sample| {
+fn bench_sampling(bencher: Bencher, settings: &SamplerSettings) {
+    sampling::with_session(settings, |sample| {
         let n = sample().len();
         bencher
             .counter(ItemsCount::new(n))
@@ -203,13 +202,7 @@ const NODE_DEVICES: &[usize] = &[8, 56];
 fn node_sample(bencher: Bencher, devices: usize) {
     let mut settings = setup(devices, false);
     settings.mps_clients = true;
-    sampling::with_session(&settings, |sample| {
-        let n = sample().len();
-        bencher
-            .counter(ItemsCount::new(n))
-            .bench_local(|| sample().len());
-    })
-    .unwrap_or_else(|e| panic!("NVML init through the mock failed: {e}"));
+    bench_sampling(bencher, &settings);
 }
 
 /// The pod attribution of one snapshot (after the first: each process's cgroup file is

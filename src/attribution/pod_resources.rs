@@ -213,34 +213,39 @@ pub fn parse_device_id(id: &str) -> Option<(DeviceId, bool)> {
     ))
 }
 
+/// Every device id of an NVIDIA GPU or MIG resource ([`is_nvidia_gpu_resource`]) allocated
+/// to a container of `pod`, in order, with its container.
+pub fn nvidia_device_ids(
+    pod: &PodResources,
+) -> impl Iterator<Item = (&ContainerResources, &String)> {
+    pod.containers.iter().flat_map(|c| {
+        c.devices
+            .iter()
+            .filter(|d| is_nvidia_gpu_resource(&d.resource_name))
+            .flat_map(move |d| d.device_ids.iter().map(move |id| (c, id)))
+    })
+}
+
 /// The NVIDIA devices allocated to any container of `pod`, in order, one entry per device
 /// (replicas of one GPU merged, shared if any is), and the device ids of NVIDIA resources
 /// no known plugin form matches ([`parse_device_id`]).
 pub fn gpu_devices(pod: &PodResources) -> (Vec<AllocatedDevice>, Vec<String>) {
     let mut out: Vec<AllocatedDevice> = Vec::new();
     let mut unknown = Vec::new();
-    for c in &pod.containers {
-        for d in c
-            .devices
-            .iter()
-            .filter(|d| is_nvidia_gpu_resource(&d.resource_name))
-        {
-            for plugin_id in &d.device_ids {
-                let Some((id, shared)) = parse_device_id(plugin_id) else {
-                    if !unknown.contains(plugin_id) {
-                        unknown.push(plugin_id.clone());
-                    }
-                    continue;
-                };
-                match out.iter_mut().find(|a| a.id == id) {
-                    Some(a) => a.shared |= shared,
-                    None => out.push(AllocatedDevice {
-                        id,
-                        plugin_id: plugin_id.clone(),
-                        shared,
-                    }),
-                }
+    for (_, plugin_id) in nvidia_device_ids(pod) {
+        let Some((id, shared)) = parse_device_id(plugin_id) else {
+            if !unknown.contains(plugin_id) {
+                unknown.push(plugin_id.clone());
             }
+            continue;
+        };
+        match out.iter_mut().find(|a| a.id == id) {
+            Some(a) => a.shared |= shared,
+            None => out.push(AllocatedDevice {
+                id,
+                plugin_id: plugin_id.clone(),
+                shared,
+            }),
         }
     }
     (out, unknown)

@@ -306,11 +306,7 @@ impl Config {
             .filter(|k| self.resource_attributes.remove(**k).is_some())
             .map(|k| (*k).to_string())
             .collect();
-        for (id, rule) in &mut self.rules.0 {
-            if *id == crate::rules::RuleId::UtilizationImbalance {
-                rule.enabled = false;
-            }
-        }
+        self.rules.for_node();
         Ok((self, dropped))
     }
 }

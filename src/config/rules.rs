@@ -43,6 +43,16 @@ impl RulesConfig {
     pub fn any_enabled(&self) -> bool {
         self.0.iter().any(|(_, s)| s.enabled)
     }
+
+    /// Node mode's rules: `utilization_imbalance` off (it compares one pod's GPUs; a node's
+    /// GPUs belong to different pods).
+    pub(super) fn for_node(&mut self) {
+        for (id, rule) in &mut self.0 {
+            if *id == RuleId::UtilizationImbalance {
+                rule.enabled = false;
+            }
+        }
+    }
 }
 
 pub(super) fn parse_rules<'a>(

@@ -18,9 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::procfs;
-use crate::attribution::pod_resources::{
-    self, is_nvidia_gpu_resource, parse_device_id, PodResources,
-};
+use crate::attribution::pod_resources::{self, nvidia_device_ids, parse_device_id, PodResources};
 use crate::config::DeviceId;
 use crate::sampling::DeviceInfo;
 
@@ -45,24 +43,16 @@ pub fn allocations(pods: &[PodResources]) -> (Vec<Allocation>, Vec<String>) {
     let mut out = Vec::new();
     let mut unknown = Vec::new();
     for pod in pods {
-        for c in &pod.containers {
-            for d in c
-                .devices
-                .iter()
-                .filter(|d| is_nvidia_gpu_resource(&d.resource_name))
-            {
-                for plugin_id in &d.device_ids {
-                    match parse_device_id(plugin_id) {
-                        Some((id, shared)) => out.push(Allocation {
-                            namespace: pod.namespace.clone(),
-                            pod: pod.name.clone(),
-                            container: c.name.clone(),
-                            id,
-                            shared,
-                        }),
-                        None => unknown.push(plugin_id.clone()),
-                    }
-                }
+        for (c, plugin_id) in nvidia_device_ids(pod) {
+            match parse_device_id(plugin_id) {
+                Some((id, shared)) => out.push(Allocation {
+                    namespace: pod.namespace.clone(),
+                    pod: pod.name.clone(),
+                    container: c.name.clone(),
+                    id,
+                    shared,
+                }),
+                None => unknown.push(plugin_id.clone()),
             }
         }
     }

@@ -1,8 +1,8 @@
 //! `docs/metrics.md`, generated from the tables ([`markdown`]).
 
 use super::{
-    AgentMetricDef, CATALOGUE, COMMON_ATTRIBUTES, POD_ATTRIBUTES, POD_CATALOGUE, RECORDED,
-    SELF_METRICS,
+    AgentMetricDef, MetricDef, CATALOGUE, COMMON_ATTRIBUTES, POD_ATTRIBUTES, POD_CATALOGUE,
+    RECORDED, SELF_METRICS,
 };
 use crate::sampling::bounds::{self, Reading};
 use crate::sampling::SampleGroup;
@@ -132,16 +132,7 @@ pub fn markdown() -> String {
     s.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
     let cell = |t: &str| t.replace('|', "\\|");
     for d in CATALOGUE {
-        s.push_str(&format!(
-            "| `{}` | {} | `{}` | {} | {} | {} | {} |\n",
-            d.name,
-            d.instrument.as_str(),
-            d.unit,
-            cell(d.attributes),
-            cell(d.source),
-            cell(age(d.group)),
-            cell(d.description)
-        ));
+        s.push_str(&metric_row(d));
     }
     s.push_str(
         "\n## Per pod (node mode)\n\n\
@@ -160,16 +151,7 @@ pub fn markdown() -> String {
     );
     s.push_str("| --- | --- | --- | --- | --- | --- | --- |\n");
     for d in POD_CATALOGUE {
-        s.push_str(&format!(
-            "| `{}` | {} | `{}` | {} | {} | {} | {} |\n",
-            d.name,
-            d.instrument.as_str(),
-            d.unit,
-            cell(d.attributes),
-            cell(d.source),
-            cell(age(d.group)),
-            cell(d.description)
-        ));
+        s.push_str(&metric_row(d));
     }
     s.push_str(
         "\n## Valid ranges\n\n\
@@ -217,6 +199,22 @@ pub fn markdown() -> String {
     );
     agent_table(&mut s, SELF_METRICS);
     s
+}
+
+/// One catalogue row of a metrics table: name, instrument, unit, attributes, source, age,
+/// description.
+fn metric_row<X>(d: &MetricDef<X>) -> String {
+    let cell = |t: &str| t.replace('|', "\\|");
+    format!(
+        "| `{}` | {} | `{}` | {} | {} | {} | {} |\n",
+        d.name,
+        d.instrument.as_str(),
+        d.unit,
+        cell(d.attributes),
+        cell(d.source),
+        cell(age(d.group)),
+        cell(d.description)
+    )
 }
 
 /// One table of agent metrics.

@@ -53,9 +53,10 @@ pub struct Point {
 /// Turns one device's sample into points; pushes nothing for a value NVML did not give.
 pub type Extract = fn(&DeviceSample, &mut Vec<Point>);
 
-/// One row of the catalogue.
+/// One row of the catalogue; `X` is how a value is taken ([`Extract`] from a device's
+/// sample; node mode's per-pod rows take it from one pod's share, [`PodExtract`]).
 #[derive(Debug, Clone, Copy)]
-pub struct MetricDef {
+pub struct MetricDef<X = Extract> {
     /// OTel metric name (semantic conventions where they exist, else `nvidia.gpu.*`).
     pub name: &'static str,
     /// Instrument kind.
@@ -74,7 +75,7 @@ pub struct MetricDef {
     /// NVML call(s) the value comes from, and the conversion.
     pub source: &'static str,
     /// The mapping.
-    pub extract: Extract,
+    pub extract: X,
 }
 
 /// Attributes on every GPU data point.
@@ -148,4 +149,6 @@ mod tests;
 pub use agent::*;
 pub use doc::{age, markdown, VALID_RANGES};
 pub use gpu::CATALOGUE;
-pub use pod::{PodMetricDef, ATTRIBUTION, NOT_ATTRIBUTED, POD_ATTRIBUTES, POD_CATALOGUE};
+pub use pod::{
+    PodExtract, PodMetricDef, ATTRIBUTION, NOT_ATTRIBUTED, POD_ATTRIBUTES, POD_CATALOGUE,
+};

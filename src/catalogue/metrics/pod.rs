@@ -10,7 +10,7 @@
 //! not-attributed share, each adds up to the device's figure (`hw.gpu.memory.usage`,
 //! `hw.power`, `hw.energy`), which stays on the node's resource once.
 
-use super::{Instrument, Number};
+use super::{Instrument, MetricDef, Number};
 use crate::sampling::{PodShare, SampleGroup};
 
 /// The attribute that marks the share of no known pod (on the node's resource):
@@ -23,32 +23,18 @@ pub const NOT_ATTRIBUTED: &str = "not_attributed";
 /// Attributes on every per-pod data point, and where the pod is.
 pub const POD_ATTRIBUTES: &str = "the device's attributes (`hw.id`, `hw.type`, `hw.vendor`, `hw.model`, `hw.parent` on a MIG device, `nvidia.gpu.sharing` where shared); the pod on the resource (`k8s.pod.uid`, and `k8s.pod.name`, `k8s.namespace.name` where the kubelet allocates one of its devices to it alone; the collector's `k8sattributes` processor adds the rest by UID); the share of no known pod on the node's resource with `nvidia.gpu.attribution` = `not_attributed`";
 
-/// One per-pod metric: the fields of [`super::MetricDef`], its value from one share.
-#[derive(Debug, Clone, Copy)]
-pub struct PodMetricDef {
-    /// OTel metric name (`nvidia.gpu.pod.*`: semconv has no per-pod GPU metric).
-    pub name: &'static str,
-    /// Instrument kind.
-    pub instrument: Instrument,
-    /// Point number type.
-    pub number: Number,
-    /// The group of NVML calls the value comes from ([`super::age`]).
-    pub group: SampleGroup,
-    /// UCUM unit.
-    pub unit: &'static str,
-    /// One-line description.
-    pub description: &'static str,
-    /// Attribute keys this metric adds to [`POD_ATTRIBUTES`].
-    pub attributes: &'static str,
-    /// The NVML calls and the method.
-    pub source: &'static str,
-    /// The value of one share in the metric's unit; `None` when not known at this tick.
-    pub extract: fn(&PodShare) -> Option<f64>,
-}
+/// How a per-pod metric takes its value from one share, in the metric's unit; `None` when
+/// not known at this tick.
+pub type PodExtract = fn(&PodShare) -> Option<f64>;
+
+/// One per-pod metric: a [`MetricDef`] row whose value comes from one share. Its name is
+/// `nvidia.gpu.pod.*` (semconv has no per-pod GPU metric); its attributes add to
+/// [`POD_ATTRIBUTES`].
+pub type PodMetricDef = MetricDef<PodExtract>;
 
 /// Every per-pod metric, in documentation order.
 pub static POD_CATALOGUE: &[PodMetricDef] = &[
-    PodMetricDef {
+    MetricDef {
         name: "nvidia.gpu.pod.memory.usage",
         instrument: Instrument::UpDownCounter,
         number: Number::Int,
@@ -59,7 +45,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         source: "`nvmlDeviceGetComputeRunningProcesses_v3` and `nvmlDeviceGetMPSComputeRunningProcesses_v3` (`usedGpuMemory`), every tick, each process's pod from `/proc/<pid>/cgroup`: the sum over the pod's processes. Not attributed: `nvmlDeviceGetMemoryInfo_v2.used` minus every pod's (processes in no pod, the driver's own; negative when NVML's per-process figures add up to more). Absent where NVML does not tell one process's memory. Pods and the not-attributed share add up to the device's `hw.gpu.memory.usage` exactly",
         extract: |s| s.memory_used_bytes.map(|b| b as f64),
     },
-    PodMetricDef {
+    MetricDef {
         name: "nvidia.gpu.pod.utilization",
         instrument: Instrument::Gauge,
         number: Number::F64,
@@ -70,7 +56,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         source: "`nvmlDeviceGetProcessUtilization` (`smUtil`), as `nvidia.gpu.process.utilization`, summed over the pod's processes (NVML's per-process measure, not `hw.gpu.utilization`'s); percent / 100. Not attributed: the processes in no pod",
         extract: |s| s.sm_ratio,
     },
-    PodMetricDef {
+    MetricDef {
         name: "nvidia.gpu.pod.power",
         instrument: Instrument::Gauge,
         number: Number::F64,
@@ -81,7 +67,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         source: "`nvmlDeviceGetPowerUsage` (mW) split in proportion to each pod's weight, in whole mW (largest remainder): its processes' SM shares from the latest `nvmlDeviceGetProcessUtilization` read (on a MIG device times its compute slices, the `<n>g` of its profile); when no process had an SM share, the memory they hold; when none holds any, all not attributed. On the physical GPU only; pods and the not-attributed share add up to `hw.power` exactly. See docs/kubernetes.md, One agent per node",
         extract: |s| s.power_milliwatts.map(|mw| mw as f64 / 1000.0),
     },
-    PodMetricDef {
+    MetricDef {
         name: "nvidia.gpu.pod.energy",
         instrument: Instrument::Counter,
         number: Number::F64,
@@ -92,7 +78,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         source: "`nvmlDeviceGetTotalEnergyConsumption`: each window between two readings (mJ) split by the weights of `nvidia.gpu.pod.power`, in whole mJ; the window's energy goes to the processes listed at its end; a window in which NVML's total went down is not split; / 1000. Start time: the start of the first window the pod was given a share of. On the physical GPU only; over any stretch, pods and the not-attributed share add up to `hw.energy`'s increase",
         extract: |s| s.energy_millijoules.map(|mj| mj as f64 / 1000.0),
     },
-    PodMetricDef {
+    MetricDef {
         name: "nvidia.gpu.pod.processes",
         instrument: Instrument::UpDownCounter,
         number: Number::Int,
