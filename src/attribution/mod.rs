@@ -184,6 +184,34 @@ mod tests {
     }
 
     #[test]
+    fn node_mode_is_the_node_and_names_no_pod() {
+        let (c, dropped) = Config::from_vars(
+            [
+                ("K8S_NODE_NAME", "gpu-node-7"),
+                ("K8S_POD_NAME", "gpu-otel-sidecar-node-x7k2p"),
+                ("K8S_NAMESPACE_NAME", "monitoring"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+        .unwrap()
+        .into_node()
+        .unwrap();
+        assert_eq!(dropped, ["k8s.pod.name", "k8s.namespace.name"]);
+        let r = resource(&c);
+        let get = |k: &'static str| {
+            r.get(&opentelemetry::Key::from_static_str(k))
+                .map(|v| v.to_string())
+        };
+        assert_eq!(get(SERVICE_INSTANCE_ID).as_deref(), Some("gpu-node-7"));
+        assert_eq!(get("k8s.node.name").as_deref(), Some("gpu-node-7"));
+        assert_eq!(get("k8s.pod.name"), None);
+        assert_eq!(
+            node_instance_id(&Default::default(), Some("host-a")),
+            "host-a"
+        );
+    }
+
+    #[test]
     fn outside_kubernetes_each_start_gets_a_random_uuid() {
         let (a, b) = (instance_id(&[]), instance_id(&[]));
         let parsed = uuid::Uuid::parse_str(&a).expect("a UUID");

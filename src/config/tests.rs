@@ -621,4 +621,27 @@ fn otel_variables_doc_matches_the_table() {
     );
 }
 
+#[test]
+fn proc_root_and_node_mode() {
+    let c = cfg(&[]).unwrap();
+    assert_eq!(c.proc_root, PathBuf::from("/proc"));
+    assert!(!c.node);
+    let c = cfg(&[("GPU_SIDECAR_PROC_ROOT", "/host/proc")]).unwrap();
+    assert_eq!(c.proc_root, PathBuf::from("/host/proc"));
+    let (node, dropped) = c.into_node().unwrap();
+    assert!(node.node && dropped.is_empty());
+    assert!(!node.rules.get(RuleId::UtilizationImbalance).enabled);
+    assert!(node.rules.get(RuleId::InputStarvation).enabled);
+    let e = cfg(&[
+        ("GPU_SIDECAR_DEVICES", "pod-resources"),
+        ("K8S_POD_NAME", "p"),
+        ("K8S_NAMESPACE_NAME", "n"),
+    ])
+    .unwrap()
+    .into_node()
+    .unwrap_err();
+    assert_eq!(e.var, "GPU_SIDECAR_DEVICES");
+    assert!(e.expected.contains("node mode"), "{e}");
+}
+
 mod names;

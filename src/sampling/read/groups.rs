@@ -155,6 +155,15 @@ pub(super) fn sharing(sel: &mut Selected<'_>) -> Option<Sharing> {
     } else {
         return None;
     };
+    if !sel.sharing_said && sel.mps_every_tick {
+        // Node mode: the readings are on the node's resource, each pod's share on its own.
+        sel.sharing_said = true;
+        tracing::info!(
+            gpu = sel.info.index,
+            uuid = %sel.info.uuid,
+            "MPS clients run on this GPU: it is marked nvidia.gpu.sharing=mps, and each client's pod gets its share"
+        );
+    }
     if !sel.sharing_said {
         sel.sharing_said = true;
         let why = match mode {

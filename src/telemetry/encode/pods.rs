@@ -182,3 +182,137 @@ fn pod_resource(node: &ProtoResource, pod: &PodRef) -> ProtoResource {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant, UNIX_EPOCH};
+
+    use opentelemetry::KeyValue;
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point;
+
+    use super::super::super::recorded::Recorded;
+    use super::super::super::self_metrics::OwnValues;
+    use super::super::super::series::Stamp;
+    use super::super::Encoder;
+    use crate::config::TemporalityPreference;
+    use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, PodRef, PodShare, Snapshot};
+
+    fn text(attrs: &[super::ProtoKeyValue], key: &str) -> Option<String> {
+        attrs.iter().find(|kv| kv.key == key).map(|kv| {
+            match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                Some(super::any_value::Value::StringValue(s)) => s.clone(),
+                other => format!("{other:?}"),
+            }
+        })
+    }
+
+    /// A pod's share on a resource of its own (the node's, with its UID and the suffixed
+    /// instance id), the rest on the node's marked not attributed; the pod's energy counts
+    /// from its share's start.
+    #[test]
+    fn each_pod_on_its_own_resource_and_energy_from_its_start() {
+        let resource = opentelemetry_sdk::Resource::builder_empty()
+            .with_attributes([
+                KeyValue::new("service.instance.id", "gpu-node-7"),
+                KeyValue::new("k8s.node.name", "gpu-node-7"),
+            ])
+            .build();
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut enc = Encoder::new(
+            &resource,
+            TemporalityPreference::Cumulative,
+            Duration::from_secs(3600),
+            t0,
+        );
+        let info = std::sync::Arc::new(DeviceInfo {
+            uuid: "GPU-a".into(),
+            ..DeviceInfo::default()
+        });
+        let mut d = DeviceSample::empty(info, DeviceState::Ok);
+        let pod = std::sync::Arc::new(PodRef {
+            uid: "0f3c1d2e-aaaa-4bbb-8ccc-123456789abc".into(),
+            name: Some("infer-0".into()),
+            namespace: Some("ml".into()),
+        });
+        let mut mine = PodShare::new(Some(pod));
+        mine.memory_used_bytes = Some(1 << 30);
+        mine.energy_millijoules = Some(5_000);
+        mine.energy_since = Some(t0 - Duration::from_secs(10));
+        let mut rest = PodShare::new(None);
+        rest.memory_used_bytes = Some(2 << 30);
+        d.pods = Some(vec![mine, rest]);
+        let snap = Snapshot {
+            taken_at: t0,
+            taken_instant: Instant::now(),
+            seq: 1,
+            export: true,
+            devices: vec![d],
+        };
+        let batch = enc.encode(
+            Some(&snap),
+            &Recorded::new(),
+            &OwnValues::default(),
+            Stamp::now(),
+        );
+        let rms = &batch.request.resource_metrics;
+        assert_eq!(rms.len(), 2, "the node's and the pod's");
+        let pod_attrs = &rms[1].resource.as_ref().unwrap().attributes;
+        assert_eq!(
+            text(pod_attrs, "service.instance.id").as_deref(),
+            Some("gpu-node-7.0f3c1d2e-aaaa-4bbb-8ccc-123456789abc")
+        );
+        assert_eq!(text(pod_attrs, "k8s.pod.name").as_deref(), Some("infer-0"));
+        assert_eq!(
+            text(pod_attrs, "k8s.node.name").as_deref(),
+            Some("gpu-node-7")
+        );
+        let node_attrs = &rms[0].resource.as_ref().unwrap().attributes;
+        assert_eq!(text(node_attrs, "k8s.pod.uid"), None);
+        let metric = |rm: usize, name: &str| {
+            rms[rm].scope_metrics[0]
+                .metrics
+                .iter()
+                .find(|m| m.name == name)
+                .cloned()
+                .unwrap_or_else(|| panic!("{name} in resource {rm}"))
+        };
+        let Some(Data::Sum(energy)) = metric(1, "nvidia.gpu.pod.energy").data else {
+            panic!("a sum")
+        };
+        let p = &energy.data_points[0];
+        let since = (t0 - Duration::from_secs(10))
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        assert_eq!(p.start_time_unix_nano, since);
+        assert_eq!(p.value, Some(number_data_point::Value::AsDouble(5.0)));
+        let Some(Data::Sum(memory)) = metric(0, "nvidia.gpu.pod.memory.usage").data else {
+            panic!("a sum")
+        };
+        let p = &memory.data_points[0];
+        assert_eq!(
+            text(&p.attributes, "nvidia.gpu.attribution").as_deref(),
+            Some("not_attributed")
+        );
+        assert_eq!(p.value, Some(number_data_point::Value::AsInt(2 << 30)));
+        assert!(
+            metric(1, "nvidia.gpu.pod.memory.usage").data.is_some(),
+            "the pod's memory on its resource"
+        );
+        // Every resource's points are counted.
+        let points: usize = rms
+            .iter()
+            .flat_map(|rm| &rm.scope_metrics)
+            .flat_map(|sm| &sm.metrics)
+            .map(|m| match &m.data {
+                Some(Data::Gauge(g)) => g.data_points.len(),
+                Some(Data::Sum(s)) => s.data_points.len(),
+                Some(Data::Histogram(h)) => h.data_points.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(batch.points, points);
+        assert!(points >= 3, "{points}");
+    }
+}
