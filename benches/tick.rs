@@ -343,6 +343,7 @@ fn setup(devices: usize, latency: bool) -> SamplerSettings {
         } else {
             DeviceSelection::All
         },
+        library_advice: Default::default(),
     };
     if !copies.contains(&copy) {
         std::fs::create_dir_all(&dir).unwrap();

@@ -64,7 +64,8 @@ pub enum StartError {
 /// microseconds each; 1024 absorbs an XID storm while the thread is descheduled.
 const DEVICE_EVENTS_QUEUE: usize = 1024;
 
-/// Runs the agent until SIGTERM or SIGINT (or the end of `GPU_SIDECAR_EXIT_WITH_PROCESS`).
+/// Runs the agent until SIGTERM or SIGINT (or the end of what `GPU_SIDECAR_EXIT_WITH_CONTAINERS`
+/// or `GPU_SIDECAR_EXIT_WITH_PROCESS` follows).
 ///
 /// # Errors
 /// [`StartError`] when a part of the flow cannot start; nothing is left running then.
@@ -92,11 +93,19 @@ pub fn run(config: Config) -> Result<(), StartError> {
         hub.clone(),
         probes::Limits::new(&config, &timing),
     ));
-    if let Some(addr) = config.health_addr {
+    if let Some(addr) = &config.health_addr {
         let bound = probes::start(&runtime, addr, checks.clone()).map_err(StartError::Probes)?;
-        tracing::info!("health endpoint listening on http://{bound} (/healthz, /readyz)");
+        tracing::info!("health endpoint listening on {bound} (/healthz, /readyz)");
     }
     runtime.spawn(probes::watchdog(hub.clone(), timing.watchdog));
+    let follow = match (&config.exit_with_process, config.exit_with_containers) {
+        (Some(name), _) => Some(process_watch::Follow::Process(name.clone())),
+        (None, true) => Some(process_watch::Follow::Containers),
+        (None, false) => None,
+    };
+    if let Some(follow) = follow {
+        signals.follow(follow, config.in_kubernetes);
+    }
 
     let mut settings = SamplerSettings::from(&config);
     if let DeviceSelection::PodResources = config.devices {
@@ -128,15 +137,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     checks.exports_started(telemetry.status.clone());
     let flow = Flow::start(&config, &hub, settings, events, telemetry);
 
-    let signal = runtime.block_on(async {
-        match &config.exit_with_process {
-            None => signals.recv().await,
-            Some(name) => tokio::select! {
-                s = signals.recv() => s,
-                () = process_watch::wait_until_gone(name) => "the watched process ended",
-            },
-        }
-    });
+    let signal = runtime.block_on(signals.recv());
     tracing::info!(signal, "shutting down: final sample and export");
     flow.stop(&config, &hub, &resource);
     runtime.shutdown_background();
@@ -322,10 +323,13 @@ fn pod_gpus(
 }
 
 /// SIGTERM and SIGINT handlers, installed first thing so that a signal during start-up is
-/// a clean shutdown, not the default kill.
+/// a clean shutdown, not the default kill; and the end of the trainer a classic sidecar
+/// follows (`GPU_SIDECAR_EXIT_WITH_CONTAINERS`, `_EXIT_WITH_PROCESS`), watched from the start
+/// too, so that a sidecar still waiting for the kubelet also ends with it.
 struct Signals {
     term: Option<tokio::signal::unix::Signal>,
     int: Option<tokio::signal::unix::Signal>,
+    trainer: Option<tokio::sync::oneshot::Receiver<process_watch::End>>,
 }
 
 impl Signals {
@@ -342,11 +346,44 @@ impl Signals {
         Self {
             term: term.ok(),
             int: int.ok(),
+            trainer: None,
         }
     }
 
-    /// Resolves with the name of the first signal received.
+    /// Also ends on `follow`'s end (see [`process_watch`]).
+    fn follow(&mut self, follow: process_watch::Follow, in_kubernetes: bool) {
+        self.trainer = Some(process_watch::start(
+            follow,
+            in_kubernetes,
+            std::path::PathBuf::from("/proc"),
+        ));
+    }
+
+    /// Resolves with the name of the first signal received, or why the trainer's end ends
+    /// the agent.
     async fn recv(&mut self) -> &'static str {
+        async fn trainer(
+            rx: &mut Option<tokio::sync::oneshot::Receiver<process_watch::End>>,
+        ) -> &'static str {
+            match rx.as_mut() {
+                Some(r) => match r.await {
+                    Ok(end) => end.as_str(),
+                    // The watch thread is gone without a word: nothing more to wait for.
+                    Err(_) => std::future::pending().await,
+                },
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            s = Self::signal(&mut self.term, &mut self.int) => s,
+            why = trainer(&mut self.trainer) => why,
+        }
+    }
+
+    async fn signal(
+        term: &mut Option<tokio::signal::unix::Signal>,
+        int: &mut Option<tokio::signal::unix::Signal>,
+    ) -> &'static str {
         async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
             match s {
                 Some(s) => {
@@ -356,8 +393,8 @@ impl Signals {
             }
         }
         tokio::select! {
-            () = next(&mut self.term) => "SIGTERM",
-            () = next(&mut self.int) => "SIGINT",
+            () = next(term) => "SIGTERM",
+            () = next(int) => "SIGINT",
         }
     }
 }

@@ -6,8 +6,10 @@
 //! (one line on stderr naming the variable), 1 if the exporter cannot be set up or the
 //! health port cannot be bound.
 //!
-//! `gpu-otel-sidecar health` asks the local agent's `/readyz` (for a Docker `HEALTHCHECK`
-//! in an image without curl): exit 0 when ready, 1 otherwise.
+//! `gpu-otel-sidecar health` asks the local agent's `/readyz` (`--liveness`: `/healthz`) at
+//! `GPU_SIDECAR_HEALTH_ADDR`, a TCP address or a Unix socket (for a Docker `HEALTHCHECK` in
+//! an image without curl, and the `exec` probes of a `hostNetwork` pod's sidecar): exit 0
+//! when it answers 200, 1 otherwise.
 //!
 //! `gpu-otel-sidecar webhook` serves the admission webhook ([`gpu_otel_sidecar::webhook`]).
 //!
@@ -26,8 +28,10 @@ gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metric
 over OTLP.
 
 Usage: gpu-otel-sidecar           run the agent until SIGTERM or SIGINT
-       gpu-otel-sidecar health    ask the running agent's /readyz (GPU_SIDECAR_HEALTH_ADDR);
-                                  exit 0 if ready, 1 if not
+       gpu-otel-sidecar health [--liveness]
+                                  ask the running agent's /readyz (--liveness: /healthz) at
+                                  GPU_SIDECAR_HEALTH_ADDR (an address or unix:<path>);
+                                  exit 0 if it answers 200, 1 if not
        gpu-otel-sidecar webhook   serve the admission webhook that injects the sidecar into
                                   GPU pods (GPU_SIDECAR_WEBHOOK_*; installed by the Helm chart)
        gpu-otel-sidecar check-config
@@ -138,12 +142,21 @@ fn config_summary(config: &Config) -> serde_json::Value {
         "export_interval_ms": config.export_interval.as_millis() as u64,
         "sample_interval_ms": config.sample_interval.as_millis() as u64,
         "devices": devices,
-        "health_addr": config.health_addr.map(|a| a.to_string()),
+        "health_addr": config.health_addr.as_ref().map(|a| a.to_string()),
     })
 }
 
-/// `gpu-otel-sidecar health`: prints the `/readyz` body; exit 0 when ready.
+/// `gpu-otel-sidecar health [--liveness]`: prints the `/readyz` (or `/healthz`) body; exit 0
+/// when it answers 200.
 fn health_command() -> ExitCode {
+    let path = match std::env::args().nth(2).as_deref() {
+        None => "/readyz",
+        Some("--liveness") => "/healthz",
+        Some(other) => {
+            eprintln!("gpu-otel-sidecar health: unknown argument {other:?} (expected --liveness or nothing)");
+            return ExitCode::from(2);
+        }
+    };
     let config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -157,7 +170,7 @@ fn health_command() -> ExitCode {
         );
         return ExitCode::FAILURE;
     };
-    match probes::probe(addr, Duration::from_secs(3)) {
+    match probes::probe(&addr, path, Duration::from_secs(3)) {
         Ok((status, body)) => {
             println!("{body}");
             if status == 200 {

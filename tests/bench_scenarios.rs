@@ -40,6 +40,7 @@ fn sample_once(name: &str, selection: DeviceSelection) -> Vec<DeviceSample> {
         interval: std::time::Duration::from_secs(1),
         export_interval: std::time::Duration::from_secs(1),
         devices: selection,
+        library_advice: Default::default(),
     };
     let samples =
         sampling::with_session(&settings, |sample| sample()).expect("init through the mock");

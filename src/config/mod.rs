@@ -201,6 +201,16 @@ pub struct Config {
     /// and is gone, `GPU_SIDECAR_EXIT_WITH_PROCESS`: for classic (non-native) sidecars that
     /// share the pod's process namespace, so a Job completes. Default: unset.
     pub exit_with_process: Option<String>,
+    /// Exit (as on SIGTERM) once no process of the pod's other containers is left,
+    /// `GPU_SIDECAR_EXIT_WITH_CONTAINERS=true`: for classic sidecars whatever the trainer's
+    /// process is called (see [`crate::process_watch`]). Default: false.
+    pub exit_with_containers: bool,
+    /// Whether the agent runs in a Kubernetes pod: `KUBERNETES_SERVICE_HOST` (set by the
+    /// kubelet in every container) or `K8S_POD_NAME` (the chart's Downward API) is set.
+    pub in_kubernetes: bool,
+    /// `NVIDIA_VISIBLE_DEVICES` and `NVIDIA_DRIVER_CAPABILITIES` as set (the NVIDIA
+    /// Container Toolkit's variables): what the advice for a missing NVML library says.
+    pub toolkit: ToolkitEnv,
     /// Whether `NVIDIA_VISIBLE_DEVICES=all` (the container sees every GPU of the node): with
     /// `GPU_SIDECAR_DEVICES=all` in a pod, the agent then warns that it reports them all.
     pub sees_all_node_gpus: bool,
@@ -222,7 +232,7 @@ pub struct Config {
     pub otlp: OtlpConfig,
     /// Health endpoint (`/healthz`, `/readyz`), `GPU_SIDECAR_HEALTH_ADDR`; default
     /// `0.0.0.0:13134`; `None` when `off`.
-    pub health_addr: Option<SocketAddr>,
+    pub health_addr: Option<HealthAddr>,
     /// A sampler tick running longer than this is reported stuck (readiness false, one log
     /// line), `GPU_SIDECAR_WATCHDOG_TIMEOUT`; default three sample intervals, at least 10 s.
     pub watchdog_timeout: Duration,
@@ -300,6 +310,50 @@ pub struct SampleLogConfig {
     pub sample_interval: Duration,
 }
 
+/// Where the health endpoint listens (`GPU_SIDECAR_HEALTH_ADDR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthAddr {
+    /// A TCP address and port, such as `0.0.0.0:13134`.
+    Tcp(SocketAddr),
+    /// A Unix socket file, written `unix:/run/gpu-otel-sidecar/health.sock`: no port at all
+    /// (a `hostNetwork` pod's sidecar, whose ports would be the node's).
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for HealthAddr {
+    /// As written in `GPU_SIDECAR_HEALTH_ADDR`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HealthAddr::Tcp(a) => write!(f, "{a}"),
+            HealthAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// The NVIDIA Container Toolkit's variables as the container has them (unset or empty:
+/// `None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolkitEnv {
+    /// `NVIDIA_VISIBLE_DEVICES`.
+    pub visible_devices: Option<String>,
+    /// `NVIDIA_DRIVER_CAPABILITIES`.
+    pub driver_capabilities: Option<String>,
+}
+
+/// Unix socket paths are at most 107 bytes (`sun_path`).
+const UNIX_PATH_MAX: usize = 107;
+
+fn parse_health_addr(v: &str) -> Result<HealthAddr, ConfigError> {
+    let bad = || ConfigError::new(S::HEALTH_ADDR.name, v, S::HEALTH_ADDR.accepts);
+    match v.strip_prefix("unix:") {
+        Some(path) if path.starts_with('/') && path.len() <= UNIX_PATH_MAX => {
+            Ok(HealthAddr::Unix(PathBuf::from(path)))
+        }
+        Some(_) => Err(bad()),
+        None => v.parse().map(HealthAddr::Tcp).map_err(|_| bad()),
+    }
+}
+
 /// Downward API variables and the resource attribute each one sets.
 pub const DOWNWARD_API: &[(&str, &str)] = &[
     ("K8S_POD_NAME", "k8s.pod.name"),
@@ -363,6 +417,20 @@ impl Config {
                     S::EXIT_WITH_PROCESS.accepts,
                 ));
             }
+        }
+        let exit_with_containers = match get(S::EXIT_WITH_CONTAINERS.name) {
+            None => false,
+            Some(v) => parse_bool(S::EXIT_WITH_CONTAINERS.name, v)?,
+        };
+        if let (true, Some(name)) = (exit_with_containers, &exit_with_process) {
+            return Err(ConfigError::new(
+                S::EXIT_WITH_CONTAINERS.name,
+                "true",
+                format!(
+                    "false while {}={name} is set: the agent follows either the pod's other containers or one process name",
+                    S::EXIT_WITH_PROCESS.name
+                ),
+            ));
         }
         let nvml_library = PathBuf::from(env.value(&S::NVML_LIBRARY));
         let log_format = match env.value(&S::LOG_FORMAT) {
@@ -429,12 +497,7 @@ impl Config {
             .collect();
         let health_addr = match env.trimmed(&S::HEALTH_ADDR) {
             Some("off") => None,
-            v => {
-                let v = v.unwrap_or_default();
-                Some(v.parse::<SocketAddr>().map_err(|_| {
-                    ConfigError::new(S::HEALTH_ADDR.name, v, S::HEALTH_ADDR.accepts)
-                })?)
-            }
+            v => Some(parse_health_addr(v.unwrap_or_default())?),
         };
         let price_per_gpu_hour = match env.trimmed(&S::PRICE_PER_GPU_HOUR) {
             None => None,
@@ -481,6 +544,13 @@ impl Config {
             devices,
             pod_resources_socket,
             exit_with_process,
+            exit_with_containers,
+            in_kubernetes: get("KUBERNETES_SERVICE_HOST").is_some()
+                || get("K8S_POD_NAME").is_some(),
+            toolkit: ToolkitEnv {
+                visible_devices: get("NVIDIA_VISIBLE_DEVICES").map(str::to_string),
+                driver_capabilities: get("NVIDIA_DRIVER_CAPABILITIES").map(str::to_string),
+            },
             sees_all_node_gpus: get("NVIDIA_VISIBLE_DEVICES") == Some("all"),
             nvml_library,
             log_format,

@@ -160,6 +160,13 @@ pub const EXIT_WITH_PROCESS: Setting = agent(
     "a process name as in /proc/<pid>/comm (at most 15 characters, no '/'), e.g. python",
     "a process name (`/proc/<pid>/comm`, e.g. `python`): once seen and then gone, the agent shuts down as on SIGTERM (classic sidecars with `shareProcessNamespace`)",
 );
+/// `GPU_SIDECAR_EXIT_WITH_CONTAINERS`.
+pub const EXIT_WITH_CONTAINERS: Setting = agent(
+    "GPU_SIDECAR_EXIT_WITH_CONTAINERS",
+    Unset::Default("false"),
+    "true or false",
+    "`true`: once no process of the pod's other containers is left (the pod's process namespace shared, `shareProcessNamespace`; the infra container's `pause` and the agent's own container aside), whatever the trainer runs (`python3`, `torchrun`, a shell script), the agent shuts down as on SIGTERM, at once if they ended before it started; a classic sidecar's Job then completes (see [Kubernetes](kubernetes.md#classic-sidecars-that-end-with-the-trainer)). Not with `GPU_SIDECAR_EXIT_WITH_PROCESS`",
+);
 /// `GPU_SIDECAR_NVML_LIBRARY`.
 pub const NVML_LIBRARY: Setting = agent(
     "GPU_SIDECAR_NVML_LIBRARY",
@@ -228,8 +235,8 @@ pub const SAMPLE_LOG_MAX_BYTES: Setting = agent(
 pub const HEALTH_ADDR: Setting = agent(
     "GPU_SIDECAR_HEALTH_ADDR",
     Unset::Default("0.0.0.0:13134"),
-    "an IP address and port such as 0.0.0.0:13134, or off",
-    "address of the health endpoint (`/healthz`, `/readyz`), or `off`",
+    "an IP address and port such as 0.0.0.0:13134, unix: and an absolute path of at most 107 bytes such as unix:/run/gpu-otel-sidecar/health.sock, or off",
+    "address of the health endpoint (`/healthz`, `/readyz`): an IP address and port, `unix:<path>` for a Unix socket (no port: what the chart gives `hostNetwork` pods, probed with `gpu-otel-sidecar health`), or `off`",
 );
 /// `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
 pub const WATCHDOG_TIMEOUT: Setting = agent(
@@ -274,6 +281,13 @@ pub const WEBHOOK_SHUTDOWN_DELAY: Setting = webhook(
     DURATION,
     "after SIGTERM it goes on answering this long (`/readyz` says 503) while Kubernetes takes it out of its Service, then finishes the requests in flight (5 s at most) and exits 0",
 );
+/// `GPU_SIDECAR_WEBHOOK_REINVOCATION_POLICY`: whether a call may be followed by another.
+pub const WEBHOOK_REINVOCATION_POLICY: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_REINVOCATION_POLICY",
+    Unset::Default("IfNeeded"),
+    "IfNeeded or Never (the webhook entries' reinvocationPolicy)",
+    "the `reinvocationPolicy` of the webhook's entries (the chart passes `webhook.reinvocationPolicy`): with `IfNeeded` a pod left without the sidecar gets no `kubectl` warning, since a later webhook's change calls the webhook again and may still get it injected; with `Never` a pod that asked for the sidecar is warned (not a pod without GPUs that only its namespace label asked for). The reason is logged and counted either way",
+);
 
 /// Every setting of the agent and of the webhook command, in `docs/settings.md`'s order.
 pub static SETTINGS: &[Setting] = &[
@@ -285,6 +299,7 @@ pub static SETTINGS: &[Setting] = &[
     DEVICES,
     POD_RESOURCES_SOCKET,
     EXIT_WITH_PROCESS,
+    EXIT_WITH_CONTAINERS,
     NVML_LIBRARY,
     LOG_FORMAT,
     LOG_LEVEL,
@@ -301,4 +316,5 @@ pub static SETTINGS: &[Setting] = &[
     WEBHOOK_TLS_KEY,
     WEBHOOK_SIDECAR,
     WEBHOOK_SHUTDOWN_DELAY,
+    WEBHOOK_REINVOCATION_POLICY,
 ];

@@ -9,7 +9,8 @@
 //! - [`server`]: HTTPS (axum, tokio-rustls), with [`certs`] re-reading the serving
 //!   certificate when its files change;
 //! - [`review`]: AdmissionReview in (kube-core, k8s-openapi), answer out;
-//! - [`inject`]: the decision for one pod and its JSON patch (json-patch);
+//! - [`inject`]: the decision for one pod and its JSON patch (json-patch), with [`gpu`]
+//!   (which containers use GPUs) and [`template`] (the sidecar as the chart renders it);
 //! - [`metrics`]: `gpu_sidecar.webhook.admissions`, exported with the agent's OTLP/console
 //!   exporter settings.
 //!
@@ -17,11 +18,13 @@
 //! variable), 1 if the address cannot be bound or the exporter cannot be built.
 
 pub mod certs;
+pub mod gpu;
 pub mod inject;
 pub mod metrics;
 pub mod review;
 pub mod server;
 pub mod settings;
+pub mod template;
 
 #[cfg(test)]
 mod tests;
@@ -67,7 +70,7 @@ pub fn command() -> ExitCode {
         config.log_format == crate::config::LogFormat::Json,
     );
     let injector = match SidecarTemplate::load(&settings.sidecar) {
-        Ok(t) => Injector::new(t),
+        Ok(t) => Injector::new(t).with_reinvocation(settings.reinvocation),
         Err(e) => {
             eprintln!(
                 "gpu-otel-sidecar webhook: invalid {}: {e}",
@@ -159,10 +162,10 @@ async fn run(
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         sidecar = template.container_name(),
-        placement = if template.init_containers.is_empty() {
-            "classic (containers)"
-        } else {
+        placement = if template.pod_network.is_native() {
             "native (initContainers)"
+        } else {
+            "classic (containers)"
         },
         gpu_visibility = ?template.gpu_visibility,
         "admission webhook listening on https://{} (POST /mutate, /mutate/namespace)",

@@ -12,9 +12,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::inject::Reinvocation;
 pub use crate::config::settings::{
-    Setting, WEBHOOK_ADDR as ADDR, WEBHOOK_SHUTDOWN_DELAY as SHUTDOWN_DELAY,
-    WEBHOOK_SIDECAR as SIDECAR, WEBHOOK_TLS_CERT as TLS_CERT, WEBHOOK_TLS_KEY as TLS_KEY,
+    Setting, WEBHOOK_ADDR as ADDR, WEBHOOK_REINVOCATION_POLICY as REINVOCATION_POLICY,
+    WEBHOOK_SHUTDOWN_DELAY as SHUTDOWN_DELAY, WEBHOOK_SIDECAR as SIDECAR,
+    WEBHOOK_TLS_CERT as TLS_CERT, WEBHOOK_TLS_KEY as TLS_KEY,
 };
 use crate::config::{parse_duration, ConfigError};
 
@@ -31,6 +33,8 @@ pub struct WebhookSettings {
     pub sidecar: PathBuf,
     /// [`SHUTDOWN_DELAY`].
     pub shutdown_delay: Duration,
+    /// [`REINVOCATION_POLICY`].
+    pub reinvocation: Reinvocation,
 }
 
 impl WebhookSettings {
@@ -63,8 +67,20 @@ impl WebhookSettings {
             SHUTDOWN_DELAY.name,
             get(&SHUTDOWN_DELAY).unwrap_or_default(),
         )?;
+        let reinvocation = match get(&REINVOCATION_POLICY).unwrap_or_default() {
+            "IfNeeded" => Reinvocation::IfNeeded,
+            "Never" => Reinvocation::Never,
+            other => {
+                return Err(ConfigError {
+                    var: REINVOCATION_POLICY.name.to_string(),
+                    value: other.to_string(),
+                    expected: REINVOCATION_POLICY.accepts.to_string(),
+                })
+            }
+        };
         Ok(Self {
             addr,
+            reinvocation,
             tls_cert: required(&TLS_CERT)?,
             tls_key: required(&TLS_KEY)?,
             sidecar: required(&SIDECAR)?,
@@ -95,6 +111,7 @@ mod tests {
         let s = WebhookSettings::from_vars(&vars(&FILES)).unwrap();
         assert_eq!(s.addr, "0.0.0.0:8443".parse().unwrap());
         assert_eq!(s.shutdown_delay, Duration::from_secs(5));
+        assert_eq!(s.reinvocation, Reinvocation::IfNeeded);
         assert_eq!(s.tls_cert, PathBuf::from("/tls/tls.crt"));
         assert_eq!(s.sidecar, PathBuf::from("/etc/webhook/sidecar.json"));
         for missing in FILES.map(|(k, _)| k) {
@@ -123,8 +140,16 @@ mod tests {
         let mut v = vars(&FILES);
         v.insert(ADDR.name.into(), "127.0.0.1:0".into());
         v.insert(SHUTDOWN_DELAY.name.into(), "100ms".into());
+        v.insert(REINVOCATION_POLICY.name.into(), "Never".into());
         let s = WebhookSettings::from_vars(&v).unwrap();
+        assert_eq!(s.reinvocation, Reinvocation::Never);
         assert_eq!(s.addr, "127.0.0.1:0".parse().unwrap());
+        let mut v = vars(&FILES);
+        v.insert(REINVOCATION_POLICY.name.into(), "ifneeded".into());
+        assert_eq!(
+            WebhookSettings::from_vars(&v).unwrap_err().to_string(),
+            "invalid GPU_SIDECAR_WEBHOOK_REINVOCATION_POLICY=\"ifneeded\": expected IfNeeded or Never (the webhook entries' reinvocationPolicy)"
+        );
         assert_eq!(s.shutdown_delay, Duration::from_millis(100));
     }
 }
