@@ -256,16 +256,51 @@ pub const WEBHOOK_ADDR: Setting = webhook(
 /// `GPU_SIDECAR_WEBHOOK_TLS_CERT`: the serving certificate chain.
 pub const WEBHOOK_TLS_CERT: Setting = webhook(
     "GPU_SIDECAR_WEBHOOK_TLS_CERT",
-    Unset::Required,
+    Unset::Means("required, unless `GPU_SIDECAR_WEBHOOK_TLS_SECRET` is set"),
     "a readable PEM file with the serving certificate first, then its chain",
     "PEM file of the serving certificate (then its chain); re-read when it changes: a renewed certificate is served from the next TLS handshake on, without a restart",
 );
 /// `GPU_SIDECAR_WEBHOOK_TLS_KEY`: the serving certificate's private key.
 pub const WEBHOOK_TLS_KEY: Setting = webhook(
     "GPU_SIDECAR_WEBHOOK_TLS_KEY",
-    Unset::Required,
+    Unset::Means("required, unless `GPU_SIDECAR_WEBHOOK_TLS_SECRET` is set"),
     "a readable PEM file with one private key (PKCS#8, PKCS#1 or SEC1) matching the certificate",
     "PEM file of its private key (PKCS#8, PKCS#1 or SEC1); re-read with it (a pair that does not match is logged and the previous one served)",
+);
+/// `GPU_SIDECAR_WEBHOOK_TLS_SECRET`: the Secret the webhook keeps its own CA and certificate in.
+pub const WEBHOOK_TLS_SECRET: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_TLS_SECRET",
+    Unset::Means("unset (the files of `GPU_SIDECAR_WEBHOOK_TLS_CERT` and `_KEY`)"),
+    "a Secret name (lower-case letters, digits, '-' and '.')",
+    "a Secret of the webhook's own namespace where it keeps its CA and serving certificate: made once by the first replica if it does not exist (for the Service of `GPU_SIDECAR_WEBHOOK_CONFIGURATION`), then served by every replica, re-read every `GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL` (delete it to renew); the CA is written into that configuration's `caBundle` by the webhook, so rendered manifests carry no key material and every `helm template` renders the same (Argo CD, Flux). Talks to the API server with the pod's service account (`KUBERNETES_SERVICE_HOST`, `_PORT`)",
+);
+/// `GPU_SIDECAR_WEBHOOK_CONFIGURATION`: whose `caBundle` the webhook keeps.
+pub const WEBHOOK_CONFIGURATION: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_CONFIGURATION",
+    Unset::Means("required with `GPU_SIDECAR_WEBHOOK_TLS_SECRET`"),
+    "a MutatingWebhookConfiguration name",
+    "the `MutatingWebhookConfiguration` whose entries' `caBundle` the webhook sets to the CA of `GPU_SIDECAR_WEBHOOK_TLS_SECRET` (again whenever it differs, as after a `kubectl replace`); its Service reference names the certificate's DNS names",
+);
+/// `GPU_SIDECAR_WEBHOOK_SERVICE_ACCOUNT_DIR`: the service account's token, CA and namespace.
+pub const WEBHOOK_SERVICE_ACCOUNT_DIR: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_SERVICE_ACCOUNT_DIR",
+    Unset::Default("/var/run/secrets/kubernetes.io/serviceaccount"),
+    "a directory holding token, ca.crt and namespace",
+    "the pod's service account files (`token`, re-read at each request as the kubelet rotates it; `ca.crt`, the API server's CA; `namespace`), with `GPU_SIDECAR_WEBHOOK_TLS_SECRET`",
+);
+/// `GPU_SIDECAR_WEBHOOK_CERT_VALIDITY`: how long a certificate the webhook makes is valid.
+pub const WEBHOOK_CERT_VALIDITY: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_CERT_VALIDITY",
+    Unset::Default("3650d"),
+    DURATION,
+    "validity of the CA and serving certificate the webhook makes (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`)",
+);
+/// `GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL`: how often the Secret and the configuration are read.
+pub const WEBHOOK_RESYNC_INTERVAL: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL",
+    Unset::Default("1m"),
+    DURATION,
+    "how often the webhook reads its Secret (a changed one is served from the next TLS handshake, a deleted one made anew) and the configuration's `caBundle` (set again when it differs), with `GPU_SIDECAR_WEBHOOK_TLS_SECRET`; after a failure it tries again sooner (2 s, doubling)",
 );
 /// `GPU_SIDECAR_WEBHOOK_SIDECAR`: what is injected, as the chart renders it.
 pub const WEBHOOK_SIDECAR: Setting = webhook(
@@ -314,6 +349,11 @@ pub static SETTINGS: &[Setting] = &[
     WEBHOOK_ADDR,
     WEBHOOK_TLS_CERT,
     WEBHOOK_TLS_KEY,
+    WEBHOOK_TLS_SECRET,
+    WEBHOOK_CONFIGURATION,
+    WEBHOOK_SERVICE_ACCOUNT_DIR,
+    WEBHOOK_CERT_VALIDITY,
+    WEBHOOK_RESYNC_INTERVAL,
     WEBHOOK_SIDECAR,
     WEBHOOK_SHUTDOWN_DELAY,
     WEBHOOK_REINVOCATION_POLICY,

@@ -34,7 +34,7 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 
-from conftest import ROOT, render
+from conftest import ROOT, helm_template, render
 from test_helm_chart import notes
 from test_settings_documented import unknown
 
@@ -50,6 +50,8 @@ VARIANTS = {
     "native-dra": (["gpuVisibility.mode=dra"], ["1.33"]),
     "classic-dra": (["mode=classic", "gpuVisibility.mode=dra"], ["1.33"]),
     "native-uuids": (["gpuVisibility.mode=uuids", UUIDS], ["1.29", "1.33"]),
+    "native-pod-resources-host-network": (["hostNetwork=true", "health.readinessProbe.enabled=true"], ["1.29", "1.33"]),
+    "classic-uuids-host-network": (["mode=classic", "hostNetwork=true", "gpuVisibility.mode=uuids", UUIDS], ["1.29", "1.33"]),
     "native-all-gateway-headers": (
         ["gpuVisibility.mode=all", "collector.mode=service", "collector.protocol=http/protobuf",
          "collector.headers.secretName=otlp-auth", "health.readinessProbe.enabled=true"],
@@ -58,8 +60,11 @@ VARIANTS = {
 }
 
 
-def rendered(helm, *sets, kube_version="1.33.0"):
-    return render(helm, *WEBHOOK, *sets, kube_version=kube_version, extra_args=["--namespace", NAMESPACE])
+def rendered(helm, *sets, kube_version="1.33.0", cert_mode="helm"):
+    """The chart with the webhook; its certificate made by Helm (files the binary reads here)
+    unless `cert_mode` says otherwise (None: the chart's default)."""
+    cert = [f"webhook.certificate.mode={cert_mode}"] if cert_mode else []
+    return render(helm, *WEBHOOK, *cert, *sets, kube_version=kube_version, extra_args=["--namespace", NAMESPACE])
 
 
 def by_name(r, kind, suffix="-webhook"):
@@ -121,23 +126,38 @@ def test_webhook_configuration(helm):
 
 
 def test_webhook_deployment_service_and_disruption_budget(helm):
-    r = rendered(helm)
+    r = rendered(helm, cert_mode=None)
     d = by_name(r, "Deployment")
     assert d["spec"]["replicas"] == 2
     pod = d["spec"]["template"]["spec"]
-    assert pod["automountServiceAccountToken"] is False
+    # By default it keeps its own certificate: a service account that may do just that.
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["serviceAccountName"] == by_name(r, "ServiceAccount")["metadata"]["name"]
     [c] = pod["containers"]
     assert c["args"] == ["webhook"]
     assert c["image"] == "gpu-otel-sidecar:0.1.0"
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["GPU_SIDECAR_WEBHOOK_ADDR"] == "0.0.0.0:8443"
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert env["GPU_SIDECAR_WEBHOOK_TLS_CERT"] == mounts["tls"] + "/tls.crt"
-    assert env["GPU_SIDECAR_WEBHOOK_TLS_KEY"] == mounts["tls"] + "/tls.key"
+    mwc = r.one("MutatingWebhookConfiguration")
+    assert env["GPU_SIDECAR_WEBHOOK_TLS_SECRET"] == "demo-gpu-otel-sidecar-webhook-tls"
+    assert env["GPU_SIDECAR_WEBHOOK_CONFIGURATION"] == mwc["metadata"]["name"]
+    assert env["GPU_SIDECAR_WEBHOOK_CERT_VALIDITY"] == "3650d"
+    assert env["GPU_SIDECAR_WEBHOOK_REINVOCATION_POLICY"] == "IfNeeded"
+    assert "GPU_SIDECAR_WEBHOOK_TLS_CERT" not in env and "tls" not in mounts
     assert env["GPU_SIDECAR_WEBHOOK_SIDECAR"] == mounts["sidecar"] + "/sidecar.json"
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["tls"]["secret"]["secretName"] == by_name(r, "Secret", "-webhook-tls")["metadata"]["name"]
     assert volumes["sidecar"]["configMap"]["name"] == by_name(r, "ConfigMap")["metadata"]["name"]
+    # With Helm's certificate: files from the Secret it renders, and no API access.
+    helm_made = by_name(rendered(helm), "Deployment")["spec"]["template"]["spec"]
+    assert helm_made["automountServiceAccountToken"] is False and "serviceAccountName" not in helm_made
+    [hc] = helm_made["containers"]
+    henv = {e["name"]: e.get("value") for e in hc["env"]}
+    hmounts = {m["name"]: m["mountPath"] for m in hc["volumeMounts"]}
+    assert henv["GPU_SIDECAR_WEBHOOK_TLS_CERT"] == hmounts["tls"] + "/tls.crt"
+    assert henv["GPU_SIDECAR_WEBHOOK_TLS_KEY"] == hmounts["tls"] + "/tls.key"
+    hvolumes = {v["name"]: v for v in helm_made["volumes"]}
+    assert hvolumes["tls"]["secret"]["secretName"] == by_name(rendered(helm), "Secret", "-webhook-tls")["metadata"]["name"]
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         assert c[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
     sc = c["securityContext"]
@@ -157,8 +177,38 @@ def test_webhook_deployment_service_and_disruption_budget(helm):
     assert d["spec"]["template"]["metadata"]["annotations"][key] != other["spec"]["template"]["metadata"]["annotations"][key]
 
 
+def test_by_default_the_webhook_keeps_its_certificate_and_may_do_only_that(helm):
+    """GitOps: nothing in the rendering changes from one `helm template` to the next."""
+    r = rendered(helm, cert_mode=None)
+    assert not r.of_kind("Secret"), "no key material in the rendering"
+    mwc = r.one("MutatingWebhookConfiguration")
+    assert all("caBundle" not in h["clientConfig"] for h in mwc["webhooks"])
+    name = mwc["metadata"]["name"]
+    [role] = r.of_kind("Role")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{name}-tls"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
+    [cluster_role] = r.of_kind("ClusterRole")
+    assert cluster_role["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
+                                      "resources": ["mutatingwebhookconfigurations"],
+                                      "resourceNames": [name], "verbs": ["get", "patch"]}]
+    sa = by_name(r, "ServiceAccount")["metadata"]["name"]
+    for binding, kind in ((r.one("RoleBinding"), "Role"), (r.one("ClusterRoleBinding"), "ClusterRole")):
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    # A certificate of your own.
+    r = rendered(helm, "webhook.certificate.secretName=corp-tls", "webhook.certificate.caBundle=Q0E=", cert_mode="secret")
+    assert not r.of_kind("Secret") and not r.of_kind("Role")
+    assert all(h["clientConfig"]["caBundle"] == "Q0E=" for h in r.one("MutatingWebhookConfiguration")["webhooks"])
+    volumes = {v["name"]: v for v in by_name(r, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "corp-tls"
+    proc = helm_template(helm, "--set", "webhook.enabled=true", "--set", "webhook.certificate.mode=secret", check=False)
+    assert proc.returncode != 0 and "needs webhook.certificate.secretName" in proc.stderr
+
+
 def test_cert_manager_issues_the_certificate_instead_of_helm(helm):
-    r = rendered(helm, "webhook.certManager.enabled=true")
+    r = rendered(helm, "webhook.certificate.mode=cert-manager")
     assert not [s for s in r.of_kind("Secret") if s["metadata"]["name"].endswith("-webhook-tls")]
     mwc = r.one("MutatingWebhookConfiguration")
     certs = {c["metadata"]["name"]: c for c in r.of_kind("Certificate")}
@@ -175,7 +225,7 @@ def test_cert_manager_issues_the_certificate_instead_of_helm(helm):
     assert issuers[serving["spec"]["issuerRef"]["name"]] == {"ca": {"secretName": ca["spec"]["secretName"]}}
     assert issuers[ca["spec"]["issuerRef"]["name"]] == {"selfSigned": {}}
     # An issuer of your own.
-    r = rendered(helm, "webhook.certManager.enabled=true", "webhook.certManager.issuerRef.name=corp-ca",
+    r = rendered(helm, "webhook.certificate.mode=cert-manager", "webhook.certManager.issuerRef.name=corp-ca",
                  "webhook.certManager.issuerRef.kind=ClusterIssuer")
     assert not r.of_kind("Issuer")
     [serving] = r.of_kind("Certificate")
@@ -192,8 +242,8 @@ def test_notes_say_how_to_ask(helm, tmp_path):
 
 @pytest.mark.parametrize("kube", ["1.29", "1.33"])
 def test_rendered_webhook_objects_are_valid(helm, kube):
-    for sets in ([], ["mode=classic"], ["webhook.certManager.enabled=true"]):
-        r = rendered(helm, *sets, kube_version=f"{kube}.0")
+    for cert_mode, sets in ((None, []), ("helm", ["mode=classic"]), ("cert-manager", []), ("helm", ["hostNetwork=true"])):
+        r = rendered(helm, *sets, kube_version=f"{kube}.0", cert_mode=cert_mode)
         for doc in r.docs:
             if doc["apiVersion"].startswith("cert-manager.io/"):
                 continue  # a CRD without a schema in kubernetes-validate
@@ -382,6 +432,9 @@ FIXTURE_OUTCOMES = {
     "review-dra.json": ("pod", "injected", ["1.33"]),  # in dra mode
     "review-already-injected.json": ("pod", "already_injected", ["1.29", "1.33"]),
     "review-no-gpu.json": ("pod", "no_gpu", ["1.29", "1.33"]),
+    "review-trainer-and-zero-gpu-tensorboard.json": ("pod", "injected", ["1.29", "1.33"]),
+    "review-cpu-zero-gpu.json": ("namespace", "no_gpu", ["1.29", "1.33"]),
+    "review-host-network-mpi-worker.json": ("pod", "injected", ["1.29", "1.33"]),
     "review-opted-out.json": ("namespace", "opted_out", ["1.29", "1.33"]),
 }
 
