@@ -1008,7 +1008,7 @@ fn classic_sidecar_ends_with_the_trainer_whatever_its_launcher() {
         let p = common::pod::Pod::new(name);
         let mut trainer = p.start("trainer", &trainer);
         // A shell someone opened in the sidecar's container.
-        let _exec = p.start("gpu-otel-sidecar", &["sleep", "60"]);
+        let mut exec = p.start("gpu-otel-sidecar", &["sleep", "60"]);
         let mut agent = sidecar_of_pod(&p);
         assert!(
             agent.wait_for_stderr("watching the pod's other containers", WAIT),
@@ -1038,6 +1038,8 @@ fn classic_sidecar_ends_with_the_trainer_whatever_its_launcher() {
             p.running("gpu-otel-sidecar"),
             "the exec'd shell is still there"
         );
+        let _ = exec.kill();
+        let _ = exec.wait();
     }
     // A trainer done in under a second, before the sidecar's first look.
     let p = common::pod::Pod::new("short");
