@@ -65,7 +65,8 @@ impl Me {
 pub struct Scan {
     /// Live processes of the other containers.
     pub others: usize,
-    /// Live processes named as [`Follow::Process`] says (any container but the agent's).
+    /// Live processes named as [`Follow::Process`] says (in any container, the agent's
+    /// included: outside a pod every process shares its cgroup).
     pub named: usize,
 }
 
@@ -98,16 +99,15 @@ pub fn scan(proc_root: &Path, me: &Me, name: Option<&str>) -> Scan {
         if !alive(&dir) {
             continue;
         }
-        let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok();
-        if me.cgroup.is_some() && cgroup == me.cgroup {
-            continue;
-        }
-        out.others += 1;
         if let Some(name) = name {
             let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
             if comm.trim_end_matches('\n') == name {
                 out.named += 1;
             }
+        }
+        let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok();
+        if me.cgroup.is_none() || cgroup != me.cgroup {
+            out.others += 1;
         }
     }
     out
@@ -130,7 +130,7 @@ impl End {
         match self {
             End::ContainersEnded => "the pod's other containers ended",
             End::EndedBeforeStart => "the pod's other containers ended before the agent started",
-            End::ProcessEnded => "the watched process ended",
+            End::ProcessEnded => "the training process ended",
         }
     }
 }
@@ -289,12 +289,13 @@ mod tests {
             (12, "python3", "Z", "/../trainer"),
             (20, "gpu-otel-sidecar", "S", "/"),
             (31, "gpu-otel-sideca", "S", "/"),
+            (33, "python3", "S", "/"),
         ]);
         assert_eq!(
             scan(&root, &me(20), Some("python3")),
             Scan {
                 others: 2,
-                named: 1
+                named: 2
             }
         );
         // Outside Kubernetes PID 1 is a container's process (compose: the trainer).
@@ -303,12 +304,13 @@ mod tests {
             ..me(20)
         };
         assert_eq!(scan(&root, &compose, None).others, 3);
+        assert_eq!(scan(&root, &compose, Some("pause")).named, 1);
         // Without its own cgroup, only the agent's PID is its own.
         let unknown = Me {
             cgroup: None,
             ..me(20)
         };
-        assert_eq!(scan(&root, &unknown, None).others, 3);
+        assert_eq!(scan(&root, &unknown, None).others, 4);
         std::fs::remove_dir_all(&root).unwrap();
     }
 

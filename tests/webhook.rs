@@ -1058,3 +1058,312 @@ fn classic_sidecar_ends_with_the_trainer_whatever_its_launcher() {
     drop(p);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// A certificate the webhook keeps itself (GPU_SIDECAR_WEBHOOK_TLS_SECRET), against a fake API
+// server: the Secret and the MutatingWebhookConfiguration as objects, JSON patches applied.
+
+/// The API server's part: objects by path, every call recorded.
+#[derive(Default)]
+struct FakeApi {
+    objects: std::sync::Mutex<std::collections::BTreeMap<String, Value>>,
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+const TOKEN: &str = "service-account-token";
+const MWC_PATH: &str =
+    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpu-otel-sidecar-webhook";
+const SECRET_PATH: &str =
+    "/api/v1/namespaces/gpu-otel-sidecar/secrets/gpu-otel-sidecar-webhook-tls";
+
+impl FakeApi {
+    fn get(&self, path: &str) -> Option<Value> {
+        self.objects.lock().unwrap().get(path).cloned()
+    }
+
+    fn put(&self, path: &str, v: Value) {
+        self.objects.lock().unwrap().insert(path.to_string(), v);
+    }
+
+    fn calls(&self, prefix: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .count()
+    }
+
+    /// The configuration as a chart rendering applies it: no `caBundle`.
+    fn rendered_configuration() -> Value {
+        let entry = |name: &str, path: &str| {
+            json!({"name": name, "clientConfig": {"service": {"name": "gpu-otel-sidecar-webhook",
+                   "namespace": "gpu-otel-sidecar", "path": path, "port": 443}},
+                   "admissionReviewVersions": ["v1"], "sideEffects": "None"})
+        };
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+               "metadata": {"name": "gpu-otel-sidecar-webhook"},
+               "webhooks": [entry("namespace.inject.gpu-otel-sidecar.io", "/mutate/namespace"),
+                            entry("pod.inject.gpu-otel-sidecar.io", "/mutate")]})
+    }
+
+    fn ca_bundle(&self) -> Option<Vec<String>> {
+        let mwc = self.get(MWC_PATH)?;
+        mwc["webhooks"]
+            .as_array()?
+            .iter()
+            .map(|w| w["clientConfig"]["caBundle"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+async fn fake_api(
+    axum::extract::State(api): axum::extract::State<Arc<FakeApi>>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+    let path = uri.path().to_string();
+    api.calls.lock().unwrap().push(format!("{method} {path}"));
+    let status = |code: u16, message: &str| {
+        (
+            StatusCode::from_u16(code).unwrap(),
+            json!({"kind": "Status", "code": code, "message": message}).to_string(),
+        )
+    };
+    if headers.get("authorization").and_then(|v| v.to_str().ok())
+        != Some(format!("Bearer {TOKEN}").as_str())
+    {
+        return status(401, "Unauthorized");
+    }
+    match method.as_str() {
+        "GET" => match api.get(&path) {
+            Some(v) => (StatusCode::OK, v.to_string()),
+            None => status(404, "not found"),
+        },
+        "POST" => {
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            let at = format!("{path}/{}", v["metadata"]["name"].as_str().unwrap());
+            if api.get(&at).is_some() {
+                return status(409, "already exists");
+            }
+            api.put(&at, v.clone());
+            (StatusCode::CREATED, v.to_string())
+        }
+        "PATCH" => {
+            assert_eq!(
+                headers.get("content-type").unwrap(),
+                "application/json-patch+json"
+            );
+            let Some(mut v) = api.get(&path) else {
+                return status(404, "not found");
+            };
+            let patch: json_patch::Patch = serde_json::from_slice(&body).unwrap();
+            if json_patch::patch(&mut v, &patch).is_err() {
+                return status(422, "the patch does not apply");
+            }
+            api.put(&path, v.clone());
+            (StatusCode::OK, v.to_string())
+        }
+        _ => status(405, "method not allowed"),
+    }
+}
+
+/// Serves `api` over TLS on 127.0.0.1; returns the port and the CA's PEM.
+fn serve_fake_api(api: Arc<FakeApi>, rt: &tokio::runtime::Runtime) -> (u16, String) {
+    use rustls::pki_types::pem::PemObject;
+    let ca = common::pki::Ca::new("fake API server CA");
+    let (cert, key) = ca.issue(&["127.0.0.1"], rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+    let chain = rustls::pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .unwrap();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let router = axum::Router::new().fallback(fake_api).with_state(api);
+    let tcp = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    rt.spawn(gpu_otel_sidecar::webhook::server::serve(
+        tcp,
+        Arc::new(tls),
+        router,
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    (port, ca.cert.pem())
+}
+
+/// Whether a TLS handshake with `client`'s trust succeeds at `addr` (no panic: the webhook may
+/// not serve the expected certificate yet).
+fn handshakes(client: &Arc<rustls::ClientConfig>, addr: &str) -> bool {
+    let Ok(mut tcp) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(5)));
+    let name = ServerName::try_from("gpu-otel-sidecar-webhook.gpu-otel-sidecar.svc").unwrap();
+    let mut conn = rustls::ClientConnection::new(client.clone(), name).unwrap();
+    while conn.is_handshaking() {
+        if conn.complete_io(&mut tcp).is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// A client that trusts the `caBundle` the configuration holds now.
+fn trusting(ca_bundle: &str) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(ca_bundle)
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+/// GitOps: the rendered manifests carry no certificate (the chart's default), so each sync
+/// applies the same configuration, without `caBundle`. The webhook makes its CA and
+/// certificate once (a Secret), writes the CA into the configuration, and sets it again when a
+/// sync replaced the configuration; a second replica serves the same Secret; a deleted Secret
+/// is made anew and the new CA written. A client that trusts the configuration's `caBundle`,
+/// as the API server does, is served at every step.
+#[test]
+fn webhook_keeps_its_own_certificate_and_the_configurations_ca_bundle() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let api = Arc::new(FakeApi::default());
+    api.put(MWC_PATH, FakeApi::rendered_configuration());
+    let (port, api_ca) = serve_fake_api(api.clone(), &rt);
+    let dir = tempfile::tempdir().unwrap();
+    let sa = dir.path().join("serviceaccount");
+    std::fs::create_dir(&sa).unwrap();
+    std::fs::write(sa.join("token"), format!("{TOKEN}\n")).unwrap();
+    std::fs::write(sa.join("ca.crt"), &api_ca).unwrap();
+    std::fs::write(sa.join("namespace"), "gpu-otel-sidecar").unwrap();
+    let replica = || {
+        Agent::builder()
+            .arg("webhook")
+            .env("GPU_SIDECAR_WEBHOOK_ADDR", "127.0.0.1:0")
+            .env(
+                "GPU_SIDECAR_WEBHOOK_TLS_SECRET",
+                "gpu-otel-sidecar-webhook-tls",
+            )
+            .env(
+                "GPU_SIDECAR_WEBHOOK_CONFIGURATION",
+                "gpu-otel-sidecar-webhook",
+            )
+            .env("GPU_SIDECAR_WEBHOOK_SERVICE_ACCOUNT_DIR", &sa)
+            .env("GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL", "300ms")
+            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", port.to_string())
+            .env(
+                "GPU_SIDECAR_WEBHOOK_SIDECAR",
+                fixture("sidecar-native-pod-resources.json"),
+            )
+            .env("GPU_SIDECAR_WEBHOOK_SHUTDOWN_DELAY", "100ms")
+            .env("OTEL_METRICS_EXPORTER", "none")
+            .env("GPU_SIDECAR_LOG_FORMAT", "json")
+            .spawn()
+    };
+    let mut first = replica();
+    let addr = address(&first);
+    let bundle = |api: &FakeApi| -> Option<String> {
+        let all = api.ca_bundle()?;
+        (all.len() == 2 && all[0] == all[1]).then(|| all[0].clone())
+    };
+    assert!(
+        common::wait_until(WAIT, || bundle(&api).is_some()),
+        "no caBundle set: {:?}\n{}",
+        api.calls.lock().unwrap(),
+        first.dump()
+    );
+    let ca = bundle(&api).unwrap();
+    let secret = api.get(SECRET_PATH).expect("the Secret is made");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    assert_eq!(secret["data"]["ca.crt"].as_str().unwrap(), ca);
+    assert!(
+        secret["data"].get("ca.key").is_none(),
+        "the CA's key is not kept"
+    );
+    // The API server, trusting the caBundle, is served.
+    let served_once = {
+        let client = trusting(&ca);
+        assert!(common::wait_until(WAIT, || handshakes(&client, &addr)));
+        let (response, _) = admit(&client, &addr, "/mutate", "review-tfjob-worker.json");
+        assert_eq!(response["auditAnnotations"]["outcome"], "injected");
+        https(&client, &addr, "GET", "/healthz", b"").1
+    };
+
+    // The next sync applies the same rendering again, by replacing (no caBundle in it).
+    api.put(MWC_PATH, FakeApi::rendered_configuration());
+    assert!(
+        common::wait_until(WAIT, || bundle(&api).as_deref() == Some(ca.as_str())),
+        "{}",
+        first.dump()
+    );
+    assert_eq!(
+        api.calls(&format!("PATCH {MWC_PATH}")),
+        2,
+        "set once, and again after the replace"
+    );
+    // A second replica serves the same certificate; the Secret is made once.
+    let mut second = replica();
+    let addr2 = address(&second);
+    let client = trusting(&ca);
+    assert!(common::wait_until(WAIT, || handshakes(&client, &addr2)));
+    assert_eq!(
+        https(&client, &addr2, "GET", "/healthz", b"").1,
+        served_once
+    );
+    assert_eq!(
+        api.calls("POST /api/v1/namespaces/gpu-otel-sidecar/secrets"),
+        1
+    );
+
+    // Renewal: delete the Secret. A new CA and certificate, the new CA in the caBundle, and
+    // both replicas serving it.
+    api.objects.lock().unwrap().remove(SECRET_PATH);
+    assert!(
+        common::wait_until(WAIT, || bundle(&api).is_some_and(|b| b != ca)),
+        "{}",
+        first.dump()
+    );
+    let renewed = trusting(&bundle(&api).unwrap());
+    for a in [&addr, &addr2] {
+        assert!(
+            common::wait_until(WAIT, || handshakes(&renewed, a)),
+            "{a} does not serve the renewed certificate"
+        );
+    }
+    for agent in [&mut first, &mut second] {
+        agent.sigterm();
+        assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+    }
+    assert!(first
+        .dump()
+        .contains("made the webhook's CA and serving certificate"));
+}
