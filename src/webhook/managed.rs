@@ -295,19 +295,30 @@ impl Keeper {
         )
     }
 
-    /// The DNS names of the Service the configuration's entries call.
-    async fn service_names(&self) -> Result<Vec<String>, String> {
-        let what = format!(
+    fn configuration_name(&self) -> String {
+        format!(
             "MutatingWebhookConfiguration {}",
             self.settings.configuration
-        );
+        )
+    }
+
+    /// The configuration as the API server has it now.
+    async fn configuration(&self) -> Result<Value, String> {
         let (status, body) = self
             .kube
             .call(reqwest::Method::GET, &self.configuration_path(), None)
             .await?;
         if status != 200 {
-            return Err(refused(&format!("reading {what}"), status, &body));
+            let what = format!("reading {}", self.configuration_name());
+            return Err(refused(&what, status, &body));
         }
+        Ok(body)
+    }
+
+    /// The DNS names of the Service the configuration's entries call.
+    async fn service_names(&self) -> Result<Vec<String>, String> {
+        let what = self.configuration_name();
+        let body = self.configuration().await?;
         let service = body["webhooks"]
             .as_array()
             .into_iter()
@@ -380,17 +391,8 @@ impl Keeper {
 
     /// Step 2: every entry's `caBundle` set to `ca`; returns how many were changed.
     async fn ca_bundle(&self, ca: &str) -> Result<usize, String> {
-        let what = format!(
-            "MutatingWebhookConfiguration {}",
-            self.settings.configuration
-        );
-        let (status, body) = self
-            .kube
-            .call(reqwest::Method::GET, &self.configuration_path(), None)
-            .await?;
-        if status != 200 {
-            return Err(refused(&format!("reading {what}"), status, &body));
-        }
+        let what = self.configuration_name();
+        let body = self.configuration().await?;
         let bundle = base64::engine::general_purpose::STANDARD.encode(ca);
         let mut ops = Vec::new();
         for (i, w) in body["webhooks"]

@@ -106,7 +106,8 @@ struct PlacementShape {
     volumes: Vec<Named>,
 }
 
-/// The file's shape, for parsing.
+/// The file's shape, for parsing: the pod-network placement's fields at the top level, as
+/// [`PlacementShape`]'s (serde cannot `flatten` under `deny_unknown_fields`).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Shape {
