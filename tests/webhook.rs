@@ -918,20 +918,32 @@ fn two_host_network_gpu_pods_on_one_node_both_have_a_healthy_sidecar() {
         assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
     }
 
-    // What the pod-network placement would do there: one port for the node, the second exits 1.
-    let on_port = |name: &str| {
+    // What the pod-network placement would do there: one port for the node, the second exits 1
+    // (the node: a network namespace of its own, so that nothing else on this machine counts).
+    let mut node: Option<u32> = None;
+    let mut on_port = |name: &str| {
         let pod_network = rendered_sidecar("sidecar-native-pod-resources.json");
         let env: Vec<_> = kubelet_env(&pod_network, name)
             .into_iter()
             .filter(|(k, _)| k == "GPU_SIDECAR_HEALTH_ADDR")
             .collect();
         assert_eq!(env[0].1, "0.0.0.0:13134");
-        Agent::builder()
+        let b = match node {
+            None => Agent::builder().program("unshare").args(["--net", bin]),
+            Some(pid) => {
+                Agent::builder()
+                    .program("nsenter")
+                    .args(["-t", &pid.to_string(), "-n", "--", bin])
+            }
+        };
+        let agent = b
             .envs(env)
             .env("OTEL_METRICS_EXPORTER", "none")
             .env("OTEL_LOGS_EXPORTER", "none")
             .env_mock("h200-under-load.json")
-            .spawn()
+            .spawn();
+        node.get_or_insert(agent.pid());
+        agent
     };
     let mut first = on_port("a");
     assert!(
@@ -1032,6 +1044,14 @@ fn classic_sidecar_ends_with_the_trainer_whatever_its_launcher() {
         assert!(
             agent.dump().contains("the pod's other containers ended"),
             "{name}: {}",
+            agent.dump()
+        );
+        // No kubelet socket here (a node with another kubelet root): said, and not waited on.
+        assert!(
+            agent.dump().contains(
+                "does not exist: this node's kubelet keeps its pod-resources socket elsewhere"
+            ),
+            "{}",
             agent.dump()
         );
         assert!(

@@ -1,8 +1,9 @@
 //! A pod's shared process namespace on this machine (`shareProcessNamespace: true`), for the
-//! classic sidecar's tests: `unshare --pid --fork --mount-proc` makes a PID namespace whose
-//! PID 1 stands for the infra container's `pause`, and each "container" is a cgroup of its
-//! own (as every container runtime gives), its processes entering the namespace with
-//! `nsenter`. Needs root (cgroups, namespaces), as CI and these machines run.
+//! classic sidecar's tests: `unshare --pid --fork --mount-proc --net` makes a PID namespace
+//! whose PID 1 stands for the infra container's `pause`, and a network namespace of the pod's
+//! own (its ports are not this machine's); each "container" is a cgroup of its own (as every
+//! container runtime gives), its processes entering the namespaces with `nsenter`. Needs
+//! root (cgroups, namespaces), as CI and these machines run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -49,7 +50,7 @@ impl Pod {
         let pause = Command::new("sh")
             .args([
                 "-c",
-                r#"echo $$ > "$1/cgroup.procs" && exec unshare --pid --fork --mount-proc sleep infinity"#,
+                r#"echo $$ > "$1/cgroup.procs" && exec unshare --pid --fork --mount-proc --net sleep infinity"#,
                 "sh",
             ])
             .arg(&pause_cg)
@@ -83,11 +84,11 @@ impl Pod {
     }
 
     /// (`program`, `args`) that run `command` as a process of container `container`: in its
-    /// cgroup, in the pod's PID and mount namespaces (its own `/proc`).
+    /// cgroup, in the pod's PID, mount (its own `/proc`) and network namespaces.
     pub fn exec(&self, container: &str, command: &[&str]) -> (String, Vec<String>) {
         let mut args = vec![
             "-c".to_string(),
-            r#"cg="$1"; pid1="$2"; shift 2; echo $$ > "$cg/cgroup.procs" && exec nsenter -t "$pid1" -p -m -- "$@""#
+            r#"cg="$1"; pid1="$2"; shift 2; echo $$ > "$cg/cgroup.procs" && exec nsenter -t "$pid1" -p -m -n -- "$@""#
                 .to_string(),
             "sh".to_string(),
             self.cgroup(container).display().to_string(),
