@@ -10,6 +10,7 @@ use opentelemetry_sdk::Resource;
 use serde::Serialize;
 
 use super::efficiency::{Efficiency, MemoryPattern};
+use super::timeline::RunEvent;
 use crate::config::OutputTarget;
 use crate::telemetry::events::{Event, Events};
 
@@ -109,6 +110,9 @@ pub struct GpuSummary {
     /// How its memory was used: `preallocated`, `growing` or `steady`; `null` when memory
     /// was never read.
     pub memory_pattern: Option<MemoryPattern>,
+    /// `preallocated`: the level of the framework's pool, bytes used when it was recognized
+    /// (`memory_preallocated`); `null` for the other patterns.
+    pub memory_pool_bytes: Option<u64>,
     /// The numbers.
     #[serde(flatten)]
     pub summary: Summary,
@@ -140,6 +144,11 @@ pub struct RunReport {
     pub pod: Summary,
     /// One per GPU, in NVML index order of first appearance.
     pub gpus: Vec<GpuSummary>,
+    /// The events emitted during the run (alerts, XIDs, ECC errors), in order, at most
+    /// [`RUN_EVENTS_KEPT`](super::timeline::RUN_EVENTS_KEPT) ([`super::timeline`]).
+    pub events: Vec<RunEvent>,
+    /// Events emitted past that bound (counted, not kept).
+    pub events_dropped: u64,
 }
 
 impl RunReport {
@@ -215,6 +224,24 @@ impl RunReport {
             energy_j = p.energy_j,
             "run report"
         );
+    }
+}
+
+impl RunReport {
+    /// Writes the report's HTML page to `path` (`GPU_SIDECAR_REPORT_HTML`), with `curves`
+    /// from the agent's samples. A write error is logged; it never stops the shutdown.
+    pub fn write_page(&self, path: &std::path::Path, curves: Option<&super::page::Curves>) {
+        let json = serde_json::to_value(self).unwrap_or_default();
+        let source = match curves {
+            Some(_) => super::page::CurvesSource::Agent,
+            None => super::page::CurvesSource::None,
+        };
+        match super::page::write(path, &json, curves, &source) {
+            Ok(()) => tracing::info!(path = %path.display(), "run report page written"),
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "cannot write the run report page (GPU_SIDECAR_REPORT_HTML)")
+            }
+        }
     }
 }
 
