@@ -176,7 +176,9 @@ impl Comparison {
             String::new(),
         ]];
         for r in &self.figures {
-            let flag = match (r.regression, r.worse) {
+            // "worse" only where the change shows at the table's precision.
+            let shows = r.change.is_some_and(|c| (c * 10.0).round() != 0.0);
+            let flag = match (r.regression, r.worse && shows) {
                 (true, _) => "WORSE",
                 (false, true) => "worse",
                 _ if r.base.is_none() || r.new.is_none() => "absent",

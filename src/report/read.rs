@@ -41,7 +41,10 @@ pub fn load_report(path: &Path) -> Result<Value, InputError> {
         Ok(v) => v,
         Err(e) => {
             let prefix = format!("{{\"event.name\":\"{EVENT_NAME}\"");
-            let line = text.lines().find(|l| l.trim_start().starts_with(&prefix));
+            let line = text
+                .lines()
+                .find(|l| l.trim_start().starts_with(&prefix))
+                .filter(|l| l.trim() != text.trim());
             match line.map(serde_json::from_str::<Value>) {
                 Some(Ok(v)) => v,
                 Some(Err(e)) => {

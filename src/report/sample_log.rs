@@ -134,8 +134,8 @@ impl<'a> Row<'a> {
     }
 }
 
-/// A GPM reading of `s`, percent held to 0..100, to 0.01.
-fn gpm_percent(s: &DeviceSample, field: fn(&GpmMetrics) -> Option<f64>) -> Option<f64> {
+/// A GPM reading of `s`, percent held to 0..100, to 0.01 (the sample log's and the page's).
+pub(crate) fn gpm_percent(s: &DeviceSample, field: fn(&GpmMetrics) -> Option<f64>) -> Option<f64> {
     percent(s.gpm.as_ref().and_then(field)).map(|p| (p * 100.0).round() / 100.0)
 }
 

@@ -81,18 +81,24 @@ pub struct Span {
     pub title: String,
 }
 
-/// An event's marker.
+/// The marker of one event, or of events too close together to tell apart (within
+/// [`MARKER_MERGE_PX`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Marker {
-    /// x, px.
+    /// x, px (the first event's).
     pub x: f64,
-    /// Its number in the page's events table.
-    pub n: usize,
-    /// CSS class (its severity).
+    /// Their numbers in the page's events table, `1` or `1,2`.
+    pub label: String,
+    /// How many events it marks.
+    pub events: usize,
+    /// CSS class (the most severe one's severity).
     pub class: &'static str,
-    /// Tooltip: time, name, state, body.
+    /// Tooltip: time, name, state, body of each, one per line.
     pub title: String,
 }
+
+/// Events whose markers would be closer than this (px) share one.
+pub const MARKER_MERGE_PX: f64 = 8.0;
 
 /// The whole chart of one GPU.
 #[derive(Debug, Clone, PartialEq)]
@@ -404,10 +410,21 @@ fn held_back(buckets: &[Bucket], width: f64, offset: f64, axis: &Axis) -> Vec<Sp
             .iter()
             .map(|r| crate::catalogue::clocks_event_reasons::bit(r))
             .fold(0, |a, b| a | b);
-        let on: Vec<bool> = buckets
-            .iter()
-            .map(|b| b.reasons.is_some_and(|r| r & mask != 0))
-            .collect();
+        // A bucket with no reading keeps the previous one's state for up to two buckets
+        // (a sample holds until the next, as in the report): a tick that fell into the
+        // bucket before does not cut the lane.
+        let mut on = Vec::with_capacity(buckets.len());
+        let mut last: Option<(usize, bool)> = None;
+        for (k, b) in buckets.iter().enumerate() {
+            let state = match b.reasons {
+                Some(r) => r & mask != 0,
+                None => last.is_some_and(|(at, s)| s && k - at <= 2),
+            };
+            if b.reasons.is_some() {
+                last = Some((k, state));
+            }
+            on.push(state);
+        }
         let mut k = 0;
         while k < on.len() {
             if !on[k] {
@@ -455,9 +472,15 @@ pub fn severity_class(severity: &str) -> &'static str {
     }
 }
 
-/// Markers of the events about this GPU (its `hw.id`) or about no single GPU.
+/// Markers of the events about this GPU (its `hw.id`) or about no single GPU, in time
+/// order; events closer than [`MARKER_MERGE_PX`] share a marker.
 fn markers(uuid: &str, events: &[Value], axis: &Axis) -> Vec<Marker> {
-    events
+    let rank = |c: &str| {
+        ["sev-info", "sev-warn", "sev-error"]
+            .iter()
+            .position(|s| *s == c)
+    };
+    let mut marks: Vec<(f64, usize, &'static str, String)> = events
         .iter()
         .enumerate()
         .filter(|(_, e)| e["hw.id"].as_str().is_none_or(|h| h == uuid))
@@ -468,19 +491,38 @@ fn markers(uuid: &str, events: &[Value], axis: &Axis) -> Vec<Marker> {
                 .as_str()
                 .map(|s| format!(" ({s})"))
                 .unwrap_or_default();
-            Some(Marker {
-                x: axis.x_of(t),
-                n: i + 1,
-                class: severity_class(e["severity"].as_str().unwrap_or_default()),
-                title: format!(
-                    "#{} {} {name}{state}: {}",
-                    i + 1,
-                    e["time"].as_str().unwrap_or_default(),
-                    e["body"].as_str().unwrap_or_default()
-                ),
-            })
+            let class = severity_class(e["severity"].as_str().unwrap_or_default());
+            let title = format!(
+                "#{} {} {name}{state}: {}",
+                i + 1,
+                e["time"].as_str().unwrap_or_default(),
+                e["body"].as_str().unwrap_or_default()
+            );
+            Some((axis.x_of(t), i + 1, class, title))
         })
-        .collect()
+        .collect();
+    marks.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out: Vec<Marker> = Vec::new();
+    for (x, n, class, title) in marks {
+        match out.last_mut() {
+            Some(m) if x - m.x < MARKER_MERGE_PX => {
+                m.label = format!("{},{n}", m.label);
+                m.events += 1;
+                m.title = format!("{}\n{title}", m.title);
+                if rank(class) > rank(m.class) {
+                    m.class = class;
+                }
+            }
+            _ => out.push(Marker {
+                x,
+                label: n.to_string(),
+                events: 1,
+                class,
+                title,
+            }),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -511,8 +553,8 @@ mod tests {
     }
 
     /// Two points 1 s apart, then a 10 s gap (nothing read), then two more: two subpaths;
-    /// the held-back lane covers the power-capped buckets; an event of another GPU is not
-    /// marked.
+    /// the held-back lane covers the power-capped buckets (and holds two more into the
+    /// gap); an event of another GPU is not marked, two close together share a marker.
     #[test]
     fn a_gap_in_the_readings_is_a_gap_in_the_line() {
         let start = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
@@ -527,6 +569,7 @@ mod tests {
         let events = [
             json!({"time": "2027-01-15T08:00:05.000Z", "event.name": "nvidia.gpu.xid", "severity": "ERROR", "hw.id": "GPU-0", "body": "XID 79"}),
             json!({"time": "2027-01-15T08:00:06.000Z", "event.name": "nvidia.gpu.xid", "severity": "ERROR", "hw.id": "GPU-1", "body": "XID 79"}),
+            json!({"time": "2027-01-15T08:00:05.050Z", "event.name": "nvidia.gpu.alert.xid", "severity": "WARN", "state": "firing", "body": "XID 79 seen"}),
         ];
         let axis = Axis {
             start,
@@ -541,9 +584,21 @@ mod tests {
         assert_eq!(c.panels[0].missing.len(), 2);
         assert_eq!(c.held_back.len(), 1);
         assert_eq!(c.held_back[0].class, "hb0");
-        assert!((c.held_back[0].w - 2.0 / 14.0 * PLOT_W).abs() < 1e-6);
+        // Capped at 0 s and 1 s, each holding until the next reading, at most two buckets
+        // into the gap that follows.
+        assert!((c.held_back[0].w - 4.0 / 14.0 * PLOT_W).abs() < 1e-6);
+        // The XID and the alert 50 ms later share one marker, the more severe colour.
         assert_eq!(c.markers.len(), 1);
-        assert_eq!((c.markers[0].n, c.markers[0].class), (1, "sev-error"));
+        let m = &c.markers[0];
+        assert_eq!(
+            (m.label.as_str(), m.events, m.class),
+            ("1,3", 2, "sev-error")
+        );
+        assert!(
+            m.title.contains("#1 ") && m.title.contains("\n#3 "),
+            "{}",
+            m.title
+        );
         assert!((c.markers[0].x - (LEFT + 5.0 / 14.0 * PLOT_W)).abs() < 1e-6);
     }
 }

@@ -15,6 +15,7 @@
 use std::time::SystemTime;
 
 use crate::catalogue::clocks_event_reasons;
+use crate::report::sample_log::gpm_percent;
 use crate::sampling::DeviceSample;
 
 /// Buckets per GPU at most: about one per pixel column of a chart (its plot is 880 px
@@ -107,16 +108,14 @@ pub struct Point {
 }
 
 impl Point {
-    /// The readings of one sample (memory in MiB, rounded down as the sample log writes it).
+    /// The readings of one sample, as the sample log writes them (memory in MiB rounded
+    /// down, GPM percent to 0.01), so that a page from the agent and one from its log agree.
     pub fn of_sample(s: &DeviceSample) -> Self {
-        let gpm = |f: fn(&crate::sampling::GpmMetrics) -> Option<f64>| {
-            crate::rules::profiling::percent(s.gpm.as_ref().and_then(f))
-        };
         Self {
             values: [
                 s.utilization_gpu_percent.map(f64::from),
-                gpm(|g| g.sm_util),
-                gpm(|g| g.any_tensor_util),
+                gpm_percent(s, |g| g.sm_util),
+                gpm_percent(s, |g| g.any_tensor_util),
                 s.memory_used_mib().map(|m| m as f64),
                 s.memory_total_mib().map(|m| m as f64),
                 s.power_watts(),
