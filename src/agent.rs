@@ -250,7 +250,7 @@ impl Flow {
         (report.events, report.events_dropped) = timeline.take();
         report.publish(&events, config.report_file.as_ref());
         if let Some(path) = &config.report_html {
-            report.write_page(path, curves.as_ref());
+            crate::report::page::write_report(path, &report, curves.as_ref());
         }
         // Events get half of what is left, so a slow collector cannot starve the final
         // export of the metrics.

@@ -227,24 +227,6 @@ impl RunReport {
     }
 }
 
-impl RunReport {
-    /// Writes the report's HTML page to `path` (`GPU_SIDECAR_REPORT_HTML`), with `curves`
-    /// from the agent's samples. A write error is logged; it never stops the shutdown.
-    pub fn write_page(&self, path: &std::path::Path, curves: Option<&super::page::Curves>) {
-        let json = serde_json::to_value(self).unwrap_or_default();
-        let source = match curves {
-            Some(_) => super::page::CurvesSource::Agent,
-            None => super::page::CurvesSource::None,
-        };
-        match super::page::write(path, &json, curves, &source) {
-            Ok(()) => tracing::info!(path = %path.display(), "run report page written"),
-            Err(e) => {
-                tracing::error!(path = %path.display(), error = %e, "cannot write the run report page (GPU_SIDECAR_REPORT_HTML)")
-            }
-        }
-    }
-}
-
 /// The resource's attributes as strings.
 pub fn resource_map(resource: &Resource) -> BTreeMap<String, String> {
     resource

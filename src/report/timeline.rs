@@ -5,13 +5,13 @@
 //! configured (`OTEL_LOGS_EXPORTER=none` included).
 //!
 //! Bounded: the first [`RUN_EVENTS_KEPT`] events are kept, later ones only counted
-//! (`events_dropped`), so an XID storm neither grows memory nor the report's size.
+//! (`events_dropped`), so an XID storm neither grows memory nor the report's size. The
+//! shutdown takes them before the report's own event is emitted.
 
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use super::summary::EVENT_NAME;
 #[cfg(doc)]
 use crate::telemetry::events::Events;
 use crate::telemetry::events::{Event, Tap};
@@ -81,12 +81,8 @@ impl EventTimeline {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keeps `event` (or counts it once [`RUN_EVENTS_KEPT`] are kept). The run report's own
-    /// event is not part of the run's events.
+    /// Keeps `event` (or counts it once [`RUN_EVENTS_KEPT`] are kept).
     pub fn record(&self, event: &Event) {
-        if event.name == EVENT_NAME {
-            return;
-        }
         let mut kept = self.kept();
         if kept.events.len() < RUN_EVENTS_KEPT {
             kept.events.push(RunEvent::of(event));
@@ -138,13 +134,6 @@ mod tests {
         for i in 0..RUN_EVENTS_KEPT as u64 + 3 {
             tap(&alert(i));
         }
-        tap(&Event {
-            name: EVENT_NAME,
-            severity: Severity::Info,
-            body: "{}".into(),
-            attributes: Vec::new(),
-            time: None,
-        });
         let (events, dropped) = t.take();
         assert_eq!((events.len(), dropped), (RUN_EVENTS_KEPT, 3));
         assert_eq!(

@@ -23,6 +23,18 @@ fn cli<S: AsRef<OsStr>>(args: &[S]) -> Output {
         .expect("the binary runs")
 }
 
+/// `gpu-otel-sidecar report REPORT --samples LOG --html PAGE`.
+fn render(report: &Path, log: &Path, page: &Path) -> Output {
+    cli(&[
+        OsStr::new("report"),
+        report.as_os_str(),
+        OsStr::new("--samples"),
+        log.as_os_str(),
+        OsStr::new("--html"),
+        page.as_os_str(),
+    ])
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -254,14 +266,7 @@ fn page_of_the_h200_replay_from_its_report_and_sample_log() {
     assert!(num(&run.report["pod"], "thermal_slowdown_s") > 0.0);
 
     let page = run.dir.path().join("page.html");
-    let out = cli(&[
-        OsStr::new("report"),
-        run.report_path.as_os_str(),
-        OsStr::new("--samples"),
-        run.log_path.as_os_str(),
-        OsStr::new("--html"),
-        page.as_os_str(),
-    ]);
+    let out = render(&run.report_path, &run.log_path, &page);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let rows = read_text(&run.log_path).lines().count() - 1;
     assert!(
@@ -334,14 +339,7 @@ fn a_three_day_sample_log_renders_within_its_bound() {
     let report_path = dir.path().join("report.json");
     std::fs::write(&report_path, report.to_string()).unwrap();
     let page = dir.path().join("page.html");
-    let out = cli(&[
-        OsStr::new("report"),
-        report_path.as_os_str(),
-        OsStr::new("--samples"),
-        log.as_os_str(),
-        OsStr::new("--html"),
-        page.as_os_str(),
-    ]);
+    let out = render(&report_path, &log, &page);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).contains("103682 rows of samples.csv"),
@@ -536,14 +534,7 @@ fn report_page_in_chromium() {
     // At the recording's own pace (31 s), so that the screenshot's figures read as a run's.
     let run = replay(&h200(true, None), 31, true);
     let page = run.dir.path().join("page.html");
-    let out = cli(&[
-        OsStr::new("report"),
-        run.report_path.as_os_str(),
-        OsStr::new("--samples"),
-        run.log_path.as_os_str(),
-        OsStr::new("--html"),
-        page.as_os_str(),
-    ]);
+    let out = render(&run.report_path, &run.log_path, &page);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let shots = workspace_root().join("target").join("report-page");
     let check = Command::new("node")

@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use super::figures::{Figure, FIGURES};
 use super::read::time;
+use super::summary::RunReport;
 use chart::{Axis, ChartView, HELD_BACK_LABELS, WIDTH};
 pub use curves::Curves;
 
@@ -320,6 +321,22 @@ pub fn render(report: &Value, curves: Option<&Curves>, source: &CurvesSource) ->
     };
     // Rendering writes into a String and every value is Display: it cannot fail.
     page.render().unwrap_or_default()
+}
+
+/// Writes the page of `report` to `path` (`GPU_SIDECAR_REPORT_HTML`, at shutdown), with
+/// `curves` from the agent's samples. A write error is logged; it never stops the shutdown.
+pub fn write_report(path: &Path, report: &RunReport, curves: Option<&Curves>) {
+    let json = serde_json::to_value(report).unwrap_or_default();
+    let source = match curves {
+        Some(_) => CurvesSource::Agent,
+        None => CurvesSource::None,
+    };
+    match write(path, &json, curves, &source) {
+        Ok(()) => tracing::info!(path = %path.display(), "run report page written"),
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "cannot write the run report page (GPU_SIDECAR_REPORT_HTML)")
+        }
+    }
 }
 
 /// Renders and writes the page to `path` (replaced).
