@@ -200,7 +200,7 @@ pub const REPORT_HTML: Setting = agent(
     "GPU_SIDECAR_REPORT_HTML",
     Unset::Means("none"),
     "a file path (not -)",
-    "at shutdown, also write the run report as one self-contained HTML page to this path (replaced): every GPU's curves from all the samples taken, the summary, the events (see [the page](run-report.md#the-page))",
+    "at shutdown, also write the run report as one self-contained HTML page to this path (replaced): every GPU's curves from all the samples taken, the summary, the events (see [the page](run-report.md#the-page)); the curves take about 100 KiB of memory per GPU, whatever the run's length",
 );
 /// `GPU_SIDECAR_PRICE_PER_GPU_HOUR`.
 pub const PRICE_PER_GPU_HOUR: Setting = agent(

@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use super::curves::{Bucket, Curves, Panel, SERIES};
+use super::curves::{Bucket, Curves, Extremes, Panel, SERIES};
 use crate::report::run_report::HELD_BACK;
 
 /// The SVG's width, px (its `viewBox`; the page scales it to the window).
@@ -265,10 +265,12 @@ fn y_range(panel: Panel, lo: f64, hi: f64) -> (f64, f64) {
 fn points(buckets: &[Bucket], i: usize, scale: f64) -> Vec<(f64, f64)> {
     let mut out = Vec::new();
     for e in buckets.iter().filter_map(|b| b.series[i]) {
-        let (a, b) = if e.min_at <= e.max_at {
-            ((e.min_at, e.min), (e.max_at, e.max))
+        let min = (f64::from(e.min_at), Extremes::value(e.min));
+        let max = (f64::from(e.max_at), Extremes::value(e.max));
+        let (a, b) = if min.0 <= max.0 {
+            (min, max)
         } else {
-            ((e.max_at, e.max), (e.min_at, e.min))
+            (max, min)
         };
         out.push((a.0, a.1 * scale));
         if b != a {

@@ -162,6 +162,7 @@ fn read_csv(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::page::curves::Extremes;
     use std::time::Duration;
 
     const HEADER_V1: &str = "timestamp,gpu_index,gpu_uuid,utilization_gpu_percent,memory_used_mib,memory_total_mib,temperature_gpu_c,power_w,clock_sm_mhz,clocks_event_reasons";
@@ -209,7 +210,7 @@ mod tests {
         read_samples(&jsonl, &mut from_json, &["GPU-a"], Some(start), end).unwrap();
         let j = from_json.gpu("GPU-a").unwrap();
         assert_eq!(j[0].series[0], b[0].series[0]);
-        assert_eq!(j[0].series[1].unwrap().max, 95.57);
+        assert_eq!(Extremes::value(j[0].series[1].unwrap().max), 95.57);
         assert_eq!(j[0].series[6].unwrap().max, 700.0);
     }
 
