@@ -23,7 +23,8 @@
 //! shutdown: the export clock pauses first (the final sample then goes out once, in the final
 //! export, after the rules and the run report have recorded into it), the sampler takes its
 //! final sample, the subscriptions end, the consumers drain in reverse order of their start,
-//! the run report is published, and the events and the metrics are flushed last.
+//! the run report is published (with the events emitted during the run, and its HTML page
+//! when `GPU_SIDECAR_REPORT_HTML` is set), and the events and the metrics are flushed last.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +35,7 @@ use crate::attribution::{self, pod_resources};
 use crate::config::{Config, DeviceSelection, ExporterKind};
 use crate::probes;
 use crate::process_watch;
+use crate::report::timeline::EventTimeline;
 use crate::report::{RunAccumulator, RunReporter, SampleLogger};
 use crate::rules::Rules;
 use crate::sampling::cadence::Timing;
@@ -127,15 +129,18 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let resource = attribution::resource(&config);
 
     // Everything that can fail to start is started before the sampler: past this point the
-    // only way out is the shutdown sequence.
+    // only way out is the shutdown sequence. Every event emitted is also kept for the report.
+    let timeline = EventTimeline::new();
     let (events, telemetry) = {
         let _guard = runtime.enter();
-        let events = Events::start(&config, resource.clone()).map_err(TelemetryError::from)?;
+        let events = Events::start(&config, resource.clone())
+            .map_err(TelemetryError::from)?
+            .with_tap(timeline.tap());
         let telemetry = Telemetry::start(&config, &timing, resource.clone(), hub.clone())?;
         (events, telemetry)
     };
     checks.exports_started(telemetry.status.clone());
-    let flow = Flow::start(&config, &hub, settings, events, telemetry);
+    let flow = Flow::start(&config, &hub, settings, events, telemetry, timeline);
 
     let signal = runtime.block_on(signals.recv());
     tracing::info!(signal, "shutting down: final sample and export");
@@ -148,6 +153,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
 /// The running flow, from the export clock to the sampler, in start order.
 struct Flow {
     events: Events,
+    timeline: Arc<EventTimeline>,
     telemetry: Telemetry,
     device_events: ConsumerThread,
     rules: Rules,
@@ -164,6 +170,7 @@ impl Flow {
         settings: SamplerSettings,
         events: Events,
         telemetry: Telemetry,
+        timeline: Arc<EventTimeline>,
     ) -> Self {
         let device_events = ConsumerThread::start(
             "device-events",
@@ -172,13 +179,17 @@ impl Flow {
             Recorder::new(&telemetry.recorded(), events.emitter()),
         );
         let rules = Rules::start(&config.rules, hub, events.clone(), &telemetry.recorded());
+        let acc = RunAccumulator::new(config.sample_interval)
+            .with_price_per_gpu_hour(config.price_per_gpu_hour)
+            .with_pool_params(crate::rules::pool_params(
+                config.rules.get(crate::rules::RuleId::MemoryPreallocated),
+            ));
         let run_report = RunReporter::start_with(
             hub,
-            RunAccumulator::new(config.sample_interval)
-                .with_price_per_gpu_hour(config.price_per_gpu_hour)
-                .with_pool_params(crate::rules::pool_params(
-                    config.rules.get(crate::rules::RuleId::MemoryPreallocated),
-                )),
+            match config.report_html {
+                Some(_) => acc.with_curves(),
+                None => acc,
+            },
         );
         let sample_log = config
             .sample_log
@@ -187,6 +198,7 @@ impl Flow {
         let sampler = Sampler::start(settings, hub.clone());
         Self {
             events,
+            timeline,
             telemetry,
             device_events,
             rules,
@@ -201,6 +213,7 @@ impl Flow {
     fn stop(self, config: &Config, hub: &Hub, resource: &Resource) {
         let Flow {
             events,
+            timeline,
             telemetry,
             device_events,
             rules,
@@ -226,7 +239,7 @@ impl Flow {
                 tracing::warn!("the sample log is stuck writing; exiting without its last rows");
             }
         }
-        let report = run_report.finish(left(), resource);
+        let (mut report, curves) = run_report.finish(left(), resource);
         if !rules.stop(left()) {
             tracing::warn!(
                 "the rules did not finish judging the last samples before the shutdown bound"
@@ -235,7 +248,11 @@ impl Flow {
         if !device_events.stop(left()) {
             tracing::warn!("device events were still being recorded at the shutdown bound");
         }
+        (report.events, report.events_dropped) = timeline.take();
         report.publish(&events, config.report_file.as_ref());
+        if let Some(path) = &config.report_html {
+            crate::report::page::write_report(path, &report, curves.as_ref());
+        }
         // Events get half of what is left, so a slow collector cannot starve the final
         // export of the metrics.
         if !events.shutdown(left() / 2) {

@@ -13,6 +13,9 @@
 //!
 //! `gpu-otel-sidecar webhook` serves the admission webhook ([`gpu_otel_sidecar::webhook`]).
 //!
+//! `gpu-otel-sidecar report` and `compare` read run reports back: the HTML page, and a
+//! regression check between two runs ([`gpu_otel_sidecar::report::cli`]).
+//!
 //! `gpu-otel-sidecar check-config` reads the settings as the agent would and prints what it
 //! understood (one JSON object), without loading NVML or connecting anywhere: exit 0, or 2
 //! with the line the agent would print for a bad setting.
@@ -21,7 +24,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use gpu_otel_sidecar::config::{Config, DeviceSelection, LogFormat};
-use gpu_otel_sidecar::{agent, attribution, logging, probes};
+use gpu_otel_sidecar::{agent, attribution, logging, probes, report};
 
 const USAGE: &str = "\
 gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metrics and events
@@ -39,6 +42,11 @@ Usage: gpu-otel-sidecar           run the agent until SIGTERM or SIGINT
                                   would and print what it understood as one JSON object
                                   (resource attributes decoded); exit 0, or 2 naming the
                                   bad setting. Loads no NVML, connects nowhere.
+       gpu-otel-sidecar report REPORT.json [--samples SAMPLE_LOG]... --html OUT.html
+                                  the run report as one self-contained HTML page
+       gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--json]
+                                  the figures of two runs side by side; exit 1 when one
+                                  got worse by more than PCT (default 10), 2 for bad input
        gpu-otel-sidecar --help | --version
 
 Exit codes: 0 stopped cleanly; 1 could not start (OTLP exporter set-up, health port in use);
@@ -59,6 +67,8 @@ fn main() -> ExitCode {
         Some("health") => return health_command(),
         Some("webhook") => return gpu_otel_sidecar::webhook::command(),
         Some("check-config") => return check_config_command(),
+        Some("report") => return report::cli::report_command(std::env::args_os().skip(2)),
+        Some("compare") => return report::cli::compare_command(std::env::args_os().skip(2)),
         Some("--help" | "-h") => {
             print!("{}", help());
             return ExitCode::SUCCESS;

@@ -246,6 +246,8 @@ pub struct Config {
     /// Where the run report goes besides the `gpu.run.report` event,
     /// `GPU_SIDECAR_REPORT_FILE` (a path, or `-` for one JSON line on stdout); default none.
     pub report_file: Option<OutputTarget>,
+    /// `GPU_SIDECAR_REPORT_HTML`: where the run report's HTML page is written at shutdown.
+    pub report_html: Option<PathBuf>,
     /// The local sample log, `GPU_SIDECAR_SAMPLE_LOG` (+ `_FORMAT`, `_MAX_BYTES`); default off.
     pub sample_log: Option<SampleLogConfig>,
     /// Alert rules, `GPU_SIDECAR_RULE_<NAME>_*`; defaults in `src/rules/catalogue.rs`.
@@ -385,6 +387,16 @@ impl Config {
         let get = |name: &str| env.get(name);
 
         let report_file = get(S::REPORT_FILE.name).map(output_target);
+        let report_html = match get(S::REPORT_HTML.name) {
+            Some("-") => {
+                return Err(ConfigError::new(
+                    S::REPORT_HTML.name,
+                    "-",
+                    S::REPORT_HTML.accepts,
+                ))
+            }
+            v => v.map(PathBuf::from),
+        };
         let sample_interval =
             parse_duration(S::SAMPLE_INTERVAL.name, env.value(&S::SAMPLE_INTERVAL))?;
         let sample_log = parse_sample_log(&env, sample_interval)?;
@@ -564,6 +576,7 @@ impl Config {
             service_name: service_name.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string()),
             resource_attributes,
             report_file,
+            report_html,
             sample_log,
             rules: parse_rules(&get)?,
             metric_export_timeout,

@@ -202,6 +202,13 @@ pub const REPORT_FILE: Setting = agent(
     "a path, or - for standard output",
     "where the run report goes besides the `gpu.run.report` event: a path (replaced at each shutdown) or `-` for one JSON line on stdout (see [the run report](run-report.md))",
 );
+/// `GPU_SIDECAR_REPORT_HTML`.
+pub const REPORT_HTML: Setting = agent(
+    "GPU_SIDECAR_REPORT_HTML",
+    Unset::Means("none"),
+    "a file path (not -)",
+    "at shutdown, also write the run report as one self-contained HTML page to this path (replaced): every GPU's curves from all the samples taken, the summary, the events (see [the page](run-report.md#the-page)); the curves take about 100 KiB of memory per GPU, whatever the run's length",
+);
 /// `GPU_SIDECAR_PRICE_PER_GPU_HOUR`.
 pub const PRICE_PER_GPU_HOUR: Setting = agent(
     "GPU_SIDECAR_PRICE_PER_GPU_HOUR",
@@ -340,6 +347,7 @@ pub static SETTINGS: &[Setting] = &[
     LOG_LEVEL,
     SHUTDOWN_TIMEOUT,
     REPORT_FILE,
+    REPORT_HTML,
     PRICE_PER_GPU_HOUR,
     SAMPLE_LOG,
     SAMPLE_LOG_FORMAT,

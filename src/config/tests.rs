@@ -179,7 +179,19 @@ fn console_metrics_bring_console_events_unless_told_otherwise() {
 #[test]
 fn report_and_sample_log_settings() {
     let c = cfg(&[]).unwrap();
-    assert_eq!((c.report_file, c.sample_log), (None, None));
+    assert_eq!(
+        (c.report_file, c.sample_log, c.report_html),
+        (None, None, None)
+    );
+    let c = cfg(&[("GPU_SIDECAR_REPORT_HTML", "/out/run.html")]).unwrap();
+    assert_eq!(c.report_html, Some("/out/run.html".into()));
+    let e = cfg(&[("GPU_SIDECAR_REPORT_HTML", "-")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("GPU_SIDECAR_REPORT_HTML") && e.contains("a file path (not -)"),
+        "{e}"
+    );
     let c = cfg(&[
         ("GPU_SIDECAR_REPORT_FILE", "-"),
         ("GPU_SIDECAR_SAMPLE_LOG", "/var/log/gpu.csv"),
