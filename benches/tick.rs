@@ -479,6 +479,7 @@ fn setup(devices: usize, latency: bool) -> SamplerSettings {
         } else {
             DeviceSelection::All
         },
+        library_advice: Default::default(),
         proc_root: "/proc".into(),
         mps_clients: false,
     };

@@ -238,7 +238,10 @@ SCENARIOS=(
   "native-dra-v1|1.34|--set gpuVisibility.mode=dra --api-versions resource.k8s.io/v1/ResourceClaimTemplate"
   "native-webhook|1.29 1.33|--set webhook.enabled=true"
   "classic-webhook-gateway|1.25 1.29 1.33|--set webhook.enabled=true --set mode=classic --set collector.mode=service --set webhook.failurePolicy=Fail"
-  "native-dra-webhook-cert-manager|1.33|--set webhook.enabled=true --set gpuVisibility.mode=dra --set webhook.certManager.enabled=true"
+  "native-dra-webhook-cert-manager|1.33|--set webhook.enabled=true --set gpuVisibility.mode=dra --set webhook.certificate.mode=cert-manager"
+  "native-webhook-helm-certificate|1.29 1.33|--set webhook.enabled=true --set webhook.certificate.mode=helm"
+  "native-host-network-kubelet-root|1.29 1.33|--set hostNetwork=true --set kubeletRoot=/var/lib/k0s/kubelet --set health.readinessProbe.enabled=true"
+  "classic-host-network-exit-with-process|1.25 1.29 1.33|--set mode=classic --set hostNetwork=true --set classic.exitWithProcess=python3"
   "node-beside-injection|1.29 1.33|--set node.enabled=true --set webhook.enabled=true"
   "node-instead-of-injection|1.25 1.29 1.33|--set node.enabled=true --set example.enabled=false --set node.podResources.runAsRoot=false --set node.runtimeClassName=nvidia --set collector.mode=service"
 )

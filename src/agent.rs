@@ -23,7 +23,8 @@
 //! shutdown: the export clock pauses first (the final sample then goes out once, in the final
 //! export, after the rules and the run report have recorded into it), the sampler takes its
 //! final sample, the subscriptions end, the consumers drain in reverse order of their start,
-//! the run report is published, and the events and the metrics are flushed last.
+//! the run report is published (with the events emitted during the run, and its HTML page
+//! when `GPU_SIDECAR_REPORT_HTML` is set), and the events and the metrics are flushed last.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +36,7 @@ use crate::attribution::{self, pod_resources};
 use crate::config::{Config, DeviceSelection, ExporterKind};
 use crate::probes;
 use crate::process_watch;
+use crate::report::timeline::EventTimeline;
 use crate::report::{RunAccumulator, RunReporter, SampleLogger};
 use crate::rules::Rules;
 use crate::sampling::cadence::Timing;
@@ -65,7 +67,8 @@ pub enum StartError {
 /// microseconds each; 1024 absorbs an XID storm while the thread is descheduled.
 const DEVICE_EVENTS_QUEUE: usize = 1024;
 
-/// Runs the agent until SIGTERM or SIGINT (or the end of `GPU_SIDECAR_EXIT_WITH_PROCESS`).
+/// Runs the agent until SIGTERM or SIGINT (or the end of what `GPU_SIDECAR_EXIT_WITH_CONTAINERS`
+/// or `GPU_SIDECAR_EXIT_WITH_PROCESS` follows).
 ///
 /// # Errors
 /// [`StartError`] when a part of the flow cannot start; nothing is left running then.
@@ -93,11 +96,19 @@ pub fn run(config: Config) -> Result<(), StartError> {
         hub.clone(),
         probes::Limits::new(&config, &timing),
     ));
-    if let Some(addr) = config.health_addr {
+    if let Some(addr) = &config.health_addr {
         let bound = probes::start(&runtime, addr, checks.clone()).map_err(StartError::Probes)?;
-        tracing::info!("health endpoint listening on http://{bound} (/healthz, /readyz)");
+        tracing::info!("health endpoint listening on {bound} (/healthz, /readyz)");
     }
     runtime.spawn(probes::watchdog(hub.clone(), timing.watchdog));
+    let follow = match (&config.exit_with_process, config.exit_with_containers) {
+        (Some(name), _) => Some(process_watch::Follow::Process(name.clone())),
+        (None, true) => Some(process_watch::Follow::Containers),
+        (None, false) => None,
+    };
+    if let Some(follow) = follow {
+        signals.follow(follow, config.in_kubernetes, config.proc_root.clone());
+    }
 
     let mut settings = SamplerSettings::from(&config);
     if let DeviceSelection::PodResources = config.devices {
@@ -136,25 +147,22 @@ pub fn run(config: Config) -> Result<(), StartError> {
     });
 
     // Everything that can fail to start is started before the sampler: past this point the
-    // only way out is the shutdown sequence.
+    // only way out is the shutdown sequence. Every event emitted is also kept for the report.
+    let timeline = EventTimeline::new();
     let (events, telemetry) = {
         let _guard = runtime.enter();
-        let events = Events::start(&config, resource.clone()).map_err(TelemetryError::from)?;
+        let events = Events::start(&config, resource.clone())
+            .map_err(TelemetryError::from)?
+            .with_tap(timeline.tap());
         let telemetry = Telemetry::start(&config, &timing, resource.clone(), hub.clone())?;
         (events, telemetry)
     };
     checks.exports_started(telemetry.status.clone());
-    let flow = Flow::start(&config, &hub, settings, events, telemetry, annotate);
+    let flow = Flow::start(
+        &config, &hub, settings, events, telemetry, timeline, annotate,
+    );
 
-    let signal = runtime.block_on(async {
-        match &config.exit_with_process {
-            None => signals.recv().await,
-            Some(name) => tokio::select! {
-                s = signals.recv() => s,
-                () = process_watch::wait_until_gone(&config.proc_root, name) => "the watched process ended",
-            },
-        }
-    });
+    let signal = runtime.block_on(signals.recv());
     tracing::info!(signal, "shutting down: final sample and export");
     flow.stop(&config, &hub, &resource);
     runtime.shutdown_background();
@@ -165,6 +173,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
 /// The running flow, from the export clock to the sampler, in start order.
 struct Flow {
     events: Events,
+    timeline: Arc<EventTimeline>,
     telemetry: Telemetry,
     device_events: ConsumerThread,
     rules: Rules,
@@ -181,6 +190,7 @@ impl Flow {
         settings: SamplerSettings,
         events: Events,
         telemetry: Telemetry,
+        timeline: Arc<EventTimeline>,
         annotate: Option<Box<dyn Annotate>>,
     ) -> Self {
         let device_events = ConsumerThread::start(
@@ -190,13 +200,17 @@ impl Flow {
             Recorder::new(&telemetry.recorded(), events.emitter()),
         );
         let rules = Rules::start(&config.rules, hub, events.clone(), &telemetry.recorded());
+        let acc = RunAccumulator::new(config.sample_interval)
+            .with_price_per_gpu_hour(config.price_per_gpu_hour)
+            .with_pool_params(crate::rules::pool_params(
+                config.rules.get(crate::rules::RuleId::MemoryPreallocated),
+            ));
         let run_report = RunReporter::start_with(
             hub,
-            RunAccumulator::new(config.sample_interval)
-                .with_price_per_gpu_hour(config.price_per_gpu_hour)
-                .with_pool_params(crate::rules::pool_params(
-                    config.rules.get(crate::rules::RuleId::MemoryPreallocated),
-                )),
+            match config.report_html {
+                Some(_) => acc.with_curves(),
+                None => acc,
+            },
         );
         let sample_log = config
             .sample_log
@@ -205,6 +219,7 @@ impl Flow {
         let sampler = Sampler::start(settings, hub.clone(), annotate);
         Self {
             events,
+            timeline,
             telemetry,
             device_events,
             rules,
@@ -219,6 +234,7 @@ impl Flow {
     fn stop(self, config: &Config, hub: &Hub, resource: &Resource) {
         let Flow {
             events,
+            timeline,
             telemetry,
             device_events,
             rules,
@@ -244,7 +260,7 @@ impl Flow {
                 tracing::warn!("the sample log is stuck writing; exiting without its last rows");
             }
         }
-        let report = run_report.finish(left(), resource);
+        let (mut report, curves) = run_report.finish(left(), resource);
         if !rules.stop(left()) {
             tracing::warn!(
                 "the rules did not finish judging the last samples before the shutdown bound"
@@ -253,7 +269,11 @@ impl Flow {
         if !device_events.stop(left()) {
             tracing::warn!("device events were still being recorded at the shutdown bound");
         }
+        (report.events, report.events_dropped) = timeline.take();
         report.publish(&events, config.report_file.as_ref());
+        if let Some(path) = &config.report_html {
+            crate::report::page::write_report(path, &report, curves.as_ref());
+        }
         // Events get half of what is left, so a slow collector cannot starve the final
         // export of the metrics.
         if !events.shutdown(left() / 2) {
@@ -342,10 +362,13 @@ fn pod_gpus(
 }
 
 /// SIGTERM and SIGINT handlers, installed first thing so that a signal during start-up is
-/// a clean shutdown, not the default kill.
+/// a clean shutdown, not the default kill; and the end of the trainer a classic sidecar
+/// follows (`GPU_SIDECAR_EXIT_WITH_CONTAINERS`, `_EXIT_WITH_PROCESS`), watched from the start
+/// too, so that a sidecar still waiting for the kubelet also ends with it.
 struct Signals {
     term: Option<tokio::signal::unix::Signal>,
     int: Option<tokio::signal::unix::Signal>,
+    trainer: Option<tokio::sync::oneshot::Receiver<process_watch::End>>,
 }
 
 impl Signals {
@@ -362,11 +385,45 @@ impl Signals {
         Self {
             term: term.ok(),
             int: int.ok(),
+            trainer: None,
         }
     }
 
-    /// Resolves with the name of the first signal received.
+    /// Also ends on `follow`'s end (see [`process_watch`]).
+    fn follow(
+        &mut self,
+        follow: process_watch::Follow,
+        in_kubernetes: bool,
+        proc_root: std::path::PathBuf,
+    ) {
+        self.trainer = Some(process_watch::start(follow, in_kubernetes, proc_root));
+    }
+
+    /// Resolves with the name of the first signal received, or why the trainer's end ends
+    /// the agent.
     async fn recv(&mut self) -> &'static str {
+        async fn trainer(
+            rx: &mut Option<tokio::sync::oneshot::Receiver<process_watch::End>>,
+        ) -> &'static str {
+            match rx.as_mut() {
+                Some(r) => match r.await {
+                    Ok(end) => end.as_str(),
+                    // The watch thread is gone without a word: nothing more to wait for.
+                    Err(_) => std::future::pending().await,
+                },
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            s = Self::signal(&mut self.term, &mut self.int) => s,
+            why = trainer(&mut self.trainer) => why,
+        }
+    }
+
+    async fn signal(
+        term: &mut Option<tokio::signal::unix::Signal>,
+        int: &mut Option<tokio::signal::unix::Signal>,
+    ) -> &'static str {
         async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
             match s {
                 Some(s) => {
@@ -376,8 +433,8 @@ impl Signals {
             }
         }
         tokio::select! {
-            () = next(&mut self.term) => "SIGTERM",
-            () = next(&mut self.int) => "SIGINT",
+            () = next(term) => "SIGTERM",
+            () = next(int) => "SIGINT",
         }
     }
 }

@@ -9,10 +9,15 @@
 //! `gpu-otel-sidecar node` runs the same agent as the one agent of a node (every GPU, each
 //! pod's share: [`gpu_otel_sidecar::attribution::node`]).
 //!
-//! `gpu-otel-sidecar health` asks the local agent's `/readyz` (for a Docker `HEALTHCHECK`
-//! in an image without curl): exit 0 when ready, 1 otherwise.
+//! `gpu-otel-sidecar health` asks the local agent's `/readyz` (`--liveness`: `/healthz`) at
+//! `GPU_SIDECAR_HEALTH_ADDR`, a TCP address or a Unix socket (for a Docker `HEALTHCHECK` in
+//! an image without curl, and the `exec` probes of a `hostNetwork` pod's sidecar): exit 0
+//! when it answers 200, 1 otherwise.
 //!
 //! `gpu-otel-sidecar webhook` serves the admission webhook ([`gpu_otel_sidecar::webhook`]).
+//!
+//! `gpu-otel-sidecar report` and `compare` read run reports back: the HTML page, and a
+//! regression check between two runs ([`gpu_otel_sidecar::report::cli`]).
 //!
 //! `gpu-otel-sidecar check-config` reads the settings as the agent would and prints what it
 //! understood (one JSON object), without loading NVML or connecting anywhere: exit 0, or 2
@@ -22,7 +27,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use gpu_otel_sidecar::config::{Config, DeviceSelection, LogFormat};
-use gpu_otel_sidecar::{agent, attribution, logging, probes};
+use gpu_otel_sidecar::{agent, attribution, logging, probes, report};
 
 const USAGE: &str = "\
 gpu-otel-sidecar: reads NVIDIA GPUs through NVML and pushes OpenTelemetry metrics and events
@@ -32,8 +37,10 @@ Usage: gpu-otel-sidecar           run the agent until SIGTERM or SIGINT
        gpu-otel-sidecar node      run it as the one agent of a node (a DaemonSet with hostPID):
                                   every GPU on the node's resource, each pod's share of each
                                   device on the pod's (docs/kubernetes.md, One agent per node)
-       gpu-otel-sidecar health    ask the running agent's /readyz (GPU_SIDECAR_HEALTH_ADDR);
-                                  exit 0 if ready, 1 if not
+       gpu-otel-sidecar health [--liveness]
+                                  ask the running agent's /readyz (--liveness: /healthz) at
+                                  GPU_SIDECAR_HEALTH_ADDR (an address or unix:<path>);
+                                  exit 0 if it answers 200, 1 if not
        gpu-otel-sidecar webhook   serve the admission webhook that injects the sidecar into
                                   GPU pods (GPU_SIDECAR_WEBHOOK_*; installed by the Helm chart)
        gpu-otel-sidecar check-config
@@ -41,6 +48,11 @@ Usage: gpu-otel-sidecar           run the agent until SIGTERM or SIGINT
                                   would and print what it understood as one JSON object
                                   (resource attributes decoded); exit 0, or 2 naming the
                                   bad setting. Loads no NVML, connects nowhere.
+       gpu-otel-sidecar report REPORT.json [--samples SAMPLE_LOG]... --html OUT.html
+                                  the run report as one self-contained HTML page
+       gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--json]
+                                  the figures of two runs side by side; exit 1 when one
+                                  got worse by more than PCT (default 10), 2 for bad input
        gpu-otel-sidecar --help | --version
 
 Exit codes: 0 stopped cleanly; 1 could not start (OTLP exporter set-up, health port in use);
@@ -62,6 +74,8 @@ fn main() -> ExitCode {
         Some("health") => return health_command(),
         Some("webhook") => return gpu_otel_sidecar::webhook::command(),
         Some("check-config") => return check_config_command(),
+        Some("report") => return report::cli::report_command(std::env::args_os().skip(2)),
+        Some("compare") => return report::cli::compare_command(std::env::args_os().skip(2)),
         Some("--help" | "-h") => {
             print!("{}", help());
             return ExitCode::SUCCESS;
@@ -151,12 +165,21 @@ fn config_summary(config: &Config) -> serde_json::Value {
         "export_interval_ms": config.export_interval.as_millis() as u64,
         "sample_interval_ms": config.sample_interval.as_millis() as u64,
         "devices": devices,
-        "health_addr": config.health_addr.map(|a| a.to_string()),
+        "health_addr": config.health_addr.as_ref().map(|a| a.to_string()),
     })
 }
 
-/// `gpu-otel-sidecar health`: prints the `/readyz` body; exit 0 when ready.
+/// `gpu-otel-sidecar health [--liveness]`: prints the `/readyz` (or `/healthz`) body; exit 0
+/// when it answers 200.
 fn health_command() -> ExitCode {
+    let path = match std::env::args().nth(2).as_deref() {
+        None => "/readyz",
+        Some("--liveness") => "/healthz",
+        Some(other) => {
+            eprintln!("gpu-otel-sidecar health: unknown argument {other:?} (expected --liveness or nothing)");
+            return ExitCode::from(2);
+        }
+    };
     let config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -170,7 +193,7 @@ fn health_command() -> ExitCode {
         );
         return ExitCode::FAILURE;
     };
-    match probes::probe(addr, Duration::from_secs(3)) {
+    match probes::probe(&addr, path, Duration::from_secs(3)) {
         Ok((status, body)) => {
             println!("{body}");
             if status == 200 {

@@ -1,65 +1,356 @@
-//! `GPU_SIDECAR_EXIT_WITH_PROCESS`: lets a classic (non-native) sidecar end with the
-//! training process, so a Kubernetes Job completes. Needs `shareProcessNamespace: true`
-//! (the training container's processes visible in `/proc`).
+//! A classic (non-native) sidecar that ends with the trainer, so that a Kubernetes Job
+//! completes: `GPU_SIDECAR_EXIT_WITH_CONTAINERS=true` or `GPU_SIDECAR_EXIT_WITH_PROCESS=<name>`.
+//! Both need the pod's process namespace shared (`shareProcessNamespace: true`: the other
+//! containers' processes are visible in `/proc`).
+//!
+//! [`Follow::Containers`] follows the pod's other containers, whatever their processes are
+//! called (`python3`, `torchrun`, `accelerate`, `deepspeed`, `mpirun`, a shell script): a
+//! process belongs to another container when its `/proc/<pid>/cgroup` differs from the
+//! agent's own (every container has a cgroup of its own; the agent's `exec` probes and a
+//! `kubectl exec` into its container share its cgroup); in Kubernetes PID 1 is the pod's
+//! infra process (`pause`), which lives as long as the pod, and does not count; zombies do not
+//! count. The agent ends once none is left. The kubelet starts a pod's containers one after
+//! the other in their order, so the GPU container, before the sidecar (the webhook appends
+//! it), has started before the agent: none at the first scan means the trainer has already
+//! ended (a run shorter than the agent's start), and the agent ends at once.
+//!
+//! [`Follow::Process`] follows a process name (`/proc/<pid>/comm`): the agent ends once a
+//! process of that name, seen once, is gone; in a Kubernetes pod also once no process of the
+//! other containers is left (the trainer ended before it was seen, or never had that name).
+//!
+//! Without a shared process namespace (the agent is PID 1 of its own) nothing of the other
+//! containers can be seen: the agent says so once and does not end by itself.
+//!
+//! The scan runs on its own thread (`exit-watch`), once per [`POLL`].
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How often `/proc` is scanned.
-pub const POLL: Duration = Duration::from_secs(1);
+pub const POLL: Duration = Duration::from_millis(500);
 
-/// Whether a process whose `/proc/<pid>/comm` equals `name` exists under `proc_root`.
-pub fn is_running(proc_root: &std::path::Path, name: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir(proc_root) else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        let is_pid = e
-            .file_name()
-            .to_str()
-            .is_some_and(|f| f.bytes().all(|b| b.is_ascii_digit()));
-        is_pid
-            && std::fs::read_to_string(e.path().join("comm"))
-                .is_ok_and(|c| c.trim_end_matches('\n') == name)
-    })
+/// What the agent ends with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Follow {
+    /// The pod's other containers (`GPU_SIDECAR_EXIT_WITH_CONTAINERS=true`).
+    Containers,
+    /// A process name (`GPU_SIDECAR_EXIT_WITH_PROCESS`).
+    Process(String),
 }
 
-/// Resolves once a process named `name` has been seen under `proc_root`
-/// (`GPU_SIDECAR_PROC_ROOT`) and then is gone. Logs when it is first seen and when it ends.
-pub async fn wait_until_gone(proc_root: &std::path::Path, name: &str) {
-    let mut seen = false;
-    loop {
-        let running = is_running(proc_root, name);
-        if running && !seen {
-            tracing::info!(
-                process = name,
-                "watching the training process; the agent exits when it ends"
-            );
-            seen = true;
-        } else if !running && seen {
-            tracing::info!(process = name, "the training process ended");
-            return;
+/// The agent itself, as the scan tells its processes from the other containers'.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Me {
+    /// The agent's PID (in the namespace `/proc` shows).
+    pub pid: u32,
+    /// Its `/proc/self/cgroup` (`None`: unreadable; then only its PID is its own).
+    pub cgroup: Option<String>,
+    /// Whether PID 1 is the pod's infra process (in a Kubernetes pod), not a container's.
+    pub pid1_is_infra: bool,
+}
+
+impl Me {
+    /// The running agent: `/proc/self`, and whether it runs in Kubernetes.
+    pub fn current(proc_root: &Path, in_kubernetes: bool) -> Self {
+        Self {
+            pid: std::process::id(),
+            cgroup: std::fs::read_to_string(proc_root.join("self/cgroup")).ok(),
+            pid1_is_infra: in_kubernetes,
         }
-        tokio::time::sleep(POLL).await;
     }
+}
+
+/// One scan of `/proc`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Live processes of the other containers.
+    pub others: usize,
+    /// Live processes named as [`Follow::Process`] says (in any container, the agent's
+    /// included: outside a pod every process shares its cgroup).
+    pub named: usize,
+}
+
+/// Whether a process is alive: not a zombie (`Z`) nor dead (`X`), per `/proc/<pid>/stat`.
+fn alive(dir: &Path) -> bool {
+    let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+        return false;
+    };
+    // `pid (comm) state …`: comm may hold spaces and parentheses; the state follows the last `)`.
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    !matches!(state, Some("Z" | "X" | "x") | None)
+}
+
+/// Scans `proc_root` for the processes of the other containers, and those named `name`.
+pub fn scan(proc_root: &Path, me: &Me, name: Option<&str>) -> Scan {
+    let mut out = Scan::default();
+    let Ok(entries) = std::fs::read_dir(proc_root) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|f| f.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me.pid || (pid == 1 && me.pid1_is_infra) {
+            continue;
+        }
+        let dir = e.path();
+        if !alive(&dir) {
+            continue;
+        }
+        if let Some(name) = name {
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if comm.trim_end_matches('\n') == name {
+                out.named += 1;
+            }
+        }
+        let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok();
+        if me.cgroup.is_none() || cgroup != me.cgroup {
+            out.others += 1;
+        }
+    }
+    out
+}
+
+/// Why the agent ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The other containers' processes, seen, are gone.
+    ContainersEnded,
+    /// None was there at the first scan: they ended before the agent started.
+    EndedBeforeStart,
+    /// The named process, seen once, is gone.
+    ProcessEnded,
+}
+
+impl End {
+    /// The shutdown reason as logged.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            End::ContainersEnded => "the pod's other containers ended",
+            End::EndedBeforeStart => "the pod's other containers ended before the agent started",
+            End::ProcessEnded => "the training process ended",
+        }
+    }
+}
+
+/// The decision over successive scans.
+#[derive(Debug, Clone)]
+pub struct Watch {
+    follow: Follow,
+    /// Whether, in a pod, no process of the other containers ends the watch.
+    in_pod: bool,
+    scans: u64,
+    seen_named: bool,
+}
+
+impl Watch {
+    /// A watch of `follow`; `in_pod`: the agent is in a Kubernetes pod with a shared process
+    /// namespace.
+    pub fn new(follow: Follow, in_pod: bool) -> Self {
+        Self {
+            follow,
+            in_pod,
+            scans: 0,
+            seen_named: false,
+        }
+    }
+
+    /// The process name to count, if any.
+    pub fn name(&self) -> Option<&str> {
+        match &self.follow {
+            Follow::Process(n) => Some(n),
+            Follow::Containers => None,
+        }
+    }
+
+    /// Takes one scan; `Some` when the agent is to end.
+    pub fn observe(&mut self, s: Scan) -> Option<End> {
+        let first = self.scans == 0;
+        self.scans += 1;
+        let none_left = s.others == 0;
+        match &self.follow {
+            Follow::Containers if none_left && first => Some(End::EndedBeforeStart),
+            Follow::Containers if none_left => Some(End::ContainersEnded),
+            Follow::Containers => None,
+            Follow::Process(name) => {
+                if s.named > 0 && !self.seen_named {
+                    tracing::info!(
+                        process = %name,
+                        "watching the training process; the agent exits when it ends"
+                    );
+                    self.seen_named = true;
+                }
+                if self.seen_named && s.named == 0 {
+                    Some(End::ProcessEnded)
+                } else if self.in_pod && none_left {
+                    Some(if first {
+                        End::EndedBeforeStart
+                    } else {
+                        End::ContainersEnded
+                    })
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// Starts the thread `exit-watch` scanning `proc_root` for `follow`; the returned receiver
+/// gets the reason once the agent is to end. Without a shared process namespace (the agent
+/// is PID 1) it logs why and never sends.
+///
+/// # Panics
+/// If the OS refuses to create a thread.
+pub fn start(
+    follow: Follow,
+    in_kubernetes: bool,
+    proc_root: PathBuf,
+) -> tokio::sync::oneshot::Receiver<End> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let me = Me::current(&proc_root, in_kubernetes);
+    let setting = match &follow {
+        Follow::Containers => "GPU_SIDECAR_EXIT_WITH_CONTAINERS",
+        Follow::Process(_) => "GPU_SIDECAR_EXIT_WITH_PROCESS",
+    };
+    if me.pid == 1 {
+        tracing::error!(
+            "{setting}: the agent is PID 1, alone in its process namespace, so the trainer's processes cannot be seen and the agent does not end by itself: the pod needs shareProcessNamespace: true (the chart's classic mode sets it)"
+        );
+        // Keep the sender: a dropped one would read as "ended".
+        std::mem::forget(tx);
+        return rx;
+    }
+    let mut watch = Watch::new(follow.clone(), in_kubernetes);
+    std::thread::Builder::new()
+        .name("exit-watch".into())
+        .spawn(move || {
+            let first = scan(&proc_root, &me, watch.name());
+            if follow == Follow::Containers && first.others > 0 {
+                tracing::info!(
+                    processes = first.others,
+                    "watching the pod's other containers; the agent exits when none of their processes is left"
+                );
+            }
+            let mut s = first;
+            loop {
+                if let Some(end) = watch.observe(s) {
+                    tracing::info!(reason = end.as_str(), "{}", end.as_str());
+                    let _ = tx.send(end);
+                    return;
+                }
+                std::thread::sleep(POLL);
+                s = scan(&proc_root, &me, watch.name());
+            }
+        })
+        .expect("spawn exit-watch thread");
+    rx
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn finds_a_process_by_comm() {
-        let root = std::env::temp_dir().join(format!("proc-watch-{}", std::process::id()));
-        std::fs::create_dir_all(root.join("42")).unwrap();
+    /// A fake `/proc`: (pid, comm, state, cgroup).
+    fn fake(procs: &[(u32, &str, &str, &str)]) -> PathBuf {
+        let root = std::env::temp_dir().join(format!(
+            "proc-watch-{}-{}",
+            std::process::id(),
+            procs.len() * 7 + procs.first().map_or(0, |p| p.0 as usize)
+        ));
+        let _ = std::fs::remove_dir_all(&root);
+        for (pid, comm, state, cgroup) in procs {
+            let dir = root.join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+            std::fs::write(dir.join("stat"), format!("{pid} ({comm}) {state} 0 0 0")).unwrap();
+            std::fs::write(dir.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
+        }
         std::fs::create_dir_all(root.join("self")).unwrap();
-        std::fs::write(root.join("42/comm"), "python\n").unwrap();
-        std::fs::write(root.join("self/comm"), "trainer\n").unwrap();
-        assert!(is_running(&root, "python"));
-        assert!(
-            !is_running(&root, "trainer"),
-            "non-numeric entries are not processes"
+        root
+    }
+
+    fn me(pid: u32) -> Me {
+        Me {
+            pid,
+            cgroup: Some("0::/\n".into()),
+            pid1_is_infra: true,
+        }
+    }
+
+    #[test]
+    fn other_containers_are_told_by_their_cgroup() {
+        let root = fake(&[
+            (1, "pause", "S", "/../sandbox"),
+            (7, "torchrun", "S", "/../trainer"),
+            (9, "python3", "R", "/../trainer"),
+            (12, "python3", "Z", "/../trainer"),
+            (20, "gpu-otel-sidecar", "S", "/"),
+            (31, "gpu-otel-sideca", "S", "/"),
+            (33, "python3", "S", "/"),
+        ]);
+        assert_eq!(
+            scan(&root, &me(20), Some("python3")),
+            Scan {
+                others: 2,
+                named: 2
+            }
         );
-        assert!(!is_running(&root, "pytho"));
+        // Outside Kubernetes PID 1 is a container's process (compose: the trainer).
+        let compose = Me {
+            pid1_is_infra: false,
+            ..me(20)
+        };
+        assert_eq!(scan(&root, &compose, None).others, 3);
+        assert_eq!(scan(&root, &compose, Some("pause")).named, 1);
+        // Without its own cgroup, only the agent's PID is its own.
+        let unknown = Me {
+            cgroup: None,
+            ..me(20)
+        };
+        assert_eq!(scan(&root, &unknown, None).others, 4);
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn containers_end_when_none_is_left_or_at_once_when_none_was_there() {
+        let some = Scan {
+            others: 2,
+            named: 0,
+        };
+        let none = Scan::default();
+        let mut w = Watch::new(Follow::Containers, true);
+        assert_eq!(w.observe(some), None);
+        assert_eq!(w.observe(some), None);
+        assert_eq!(w.observe(none), Some(End::ContainersEnded));
+        let mut w = Watch::new(Follow::Containers, true);
+        assert_eq!(w.observe(none), Some(End::EndedBeforeStart));
+    }
+
+    #[test]
+    fn a_name_is_followed_once_seen_and_in_a_pod_with_the_containers() {
+        let running = Scan {
+            others: 3,
+            named: 1,
+        };
+        let launcher_only = Scan {
+            others: 1,
+            named: 0,
+        };
+        let mut w = Watch::new(Follow::Process("python".into()), false);
+        assert_eq!(w.observe(launcher_only), None, "not seen yet");
+        assert_eq!(w.observe(running), None);
+        assert_eq!(w.observe(launcher_only), Some(End::ProcessEnded));
+        // Outside a pod, nothing else ends it.
+        let mut w = Watch::new(Follow::Process("python".into()), false);
+        assert_eq!(w.observe(Scan::default()), None);
+        // In a pod, the trainer's container gone ends it, seen or not.
+        let mut w = Watch::new(Follow::Process("python".into()), true);
+        assert_eq!(w.observe(Scan::default()), Some(End::EndedBeforeStart));
+        let mut w = Watch::new(Follow::Process("python".into()), true);
+        assert_eq!(w.observe(launcher_only), None);
+        assert_eq!(w.observe(Scan::default()), Some(End::ContainersEnded));
     }
 }

@@ -40,6 +40,7 @@ fn sample_once(name: &str, selection: DeviceSelection) -> Vec<DeviceSample> {
         interval: std::time::Duration::from_secs(1),
         export_interval: std::time::Duration::from_secs(1),
         devices: selection,
+        library_advice: Default::default(),
         proc_root: "/proc".into(),
         mps_clients: false,
     };

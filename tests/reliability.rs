@@ -121,6 +121,73 @@ fn nvml_errors(rx: &Receiver, call: &str, code: &str) -> Option<f64> {
 // ---------------------------------------------------------------------------------------------
 // NVML lifecycle
 
+/// Without `libnvidia-ml.so.1` inside a Kubernetes pod whose NVIDIA Container Toolkit
+/// variables are already set (the Helm chart sets both; the image sets
+/// `NVIDIA_DRIVER_CAPABILITIES=utility`), asking for `utility` helps nobody: the line and
+/// `/readyz` name the causes that remain there (the node's toolkit ignoring the variable in
+/// unprivileged containers, the runtime class, CDI) and the chart's README; without
+/// `NVIDIA_VISIBLE_DEVICES` they say that is missing instead.
+#[test]
+fn nvml_missing_in_a_pod_names_what_remains() {
+    let pod = |visible: Option<&str>| {
+        let b = Agent::builder()
+            .env("GPU_SIDECAR_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")
+            .env("OTEL_METRICS_EXPORTER", "none")
+            .env("OTEL_LOGS_EXPORTER", "none")
+            .env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+            .env("K8S_POD_NAME", "resnet-train-0")
+            .env("K8S_NAMESPACE_NAME", "ml")
+            .env("NVIDIA_DRIVER_CAPABILITIES", "utility");
+        match visible {
+            Some(v) => b.env("NVIDIA_VISIBLE_DEVICES", v),
+            None => b,
+        }
+        .spawn()
+    };
+    let line_of = |agent: &Agent| {
+        assert!(
+            agent.wait_for_stderr("NVML library not found", WAIT),
+            "{}",
+            agent.dump()
+        );
+        agent
+            .stderr_lines()
+            .into_iter()
+            .find(|l| l.contains("NVML library not found"))
+            .unwrap()
+    };
+    let mut both = pod(Some("all"));
+    let line = line_of(&both);
+    for words in [
+        "NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=utility are set",
+        "accept-nvidia-visible-devices-envvar-when-unprivileged",
+        "runtimeClassName",
+        "CDI",
+        "README",
+    ] {
+        assert!(line.contains(words), "{words:?} not in {line}");
+    }
+    assert!(
+        !line.contains(
+            "run with the NVIDIA Container Toolkit and NVIDIA_DRIVER_CAPABILITIES=utility"
+        ),
+        "{line}"
+    );
+    let body = wait_ready(&both, 503, WAIT);
+    let detail = body["checks"]["nvml"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("accept-nvidia-visible-devices-envvar-when-unprivileged"),
+        "{body:#}"
+    );
+    let mut none = pod(None);
+    let line = line_of(&none);
+    assert!(line.contains("NVIDIA_VISIBLE_DEVICES is not set"), "{line}");
+    for agent in [&mut both, &mut none] {
+        agent.sigterm();
+        assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+    }
+}
+
 /// Each init failure: one line naming the cause and the usual fix (once, though init is
 /// retried), `/readyz` 503 saying the same, retries with backoff counted in
 /// `gpu_sidecar.nvml.errors{nvidia.nvml.call=nvmlInit_v2}`, and the agent keeps running.

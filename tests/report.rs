@@ -2,6 +2,9 @@
 //! recording replayed for a known span and the report checked against numbers computed here
 //! from `series-under-load.jsonl`; a gap in NVML's answers reported as missed samples; CSV
 //! and JSONL logs read back with standard readers; write errors that leave export running.
+//! Then what is made from them (`report/page.rs`): the HTML page (`report --html`,
+//! `GPU_SIDECAR_REPORT_HTML`), a three-day log under its size bound, `compare`, and the
+//! page in a real browser (ignored here; `scripts/check-report-page.sh` runs it).
 
 mod common;
 
@@ -16,7 +19,7 @@ use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-const COLUMNS: [&str; 10] = [
+const COLUMNS: [&str; 13] = [
     "timestamp",
     "gpu_index",
     "gpu_uuid",
@@ -27,6 +30,9 @@ const COLUMNS: [&str; 10] = [
     "power_w",
     "clock_sm_mhz",
     "clocks_event_reasons",
+    "power_limit_w",
+    "sm_activity_percent",
+    "tensor_activity_percent",
 ];
 
 fn num(v: &Value, key: &str) -> f64 {
@@ -702,3 +708,7 @@ fn report_profiling_figures_match_the_scenario() {
     );
     assert_eq!(report["price_per_gpu_hour"], 3.6);
 }
+
+/// The page, `compare`, the browser check.
+#[path = "report/page.rs"]
+mod page;

@@ -345,14 +345,57 @@ fn fixtures_through_the_binary_over_tls() {
             assert!(message.contains(reason), "{file}: {message}");
         }
     }
+    // reinvocationPolicy IfNeeded (the chart's default): a later webhook may still add the
+    // GPU and the second call inject, so no warning speaks of an outcome that may not stand.
     let (response, _) = admit(&client, &addr, "/mutate", "review-no-gpu.json");
-    assert!(
-        response["warnings"][0]
-            .as_str()
-            .unwrap()
-            .contains("not injected: no container requests a GPU"),
+    assert!(response.get("warnings").is_none(), "{response}");
+
+    // A count of zero is no GPU: the trainer next to a `nvidia.com/gpu: 0` TensorBoard gets
+    // the sidecar; a CPU pod whose chart writes 0 gets none (and no hostPath, no root).
+    let file = "review-trainer-and-zero-gpu-tensorboard.json";
+    let (response, pod) = admit(&client, &addr, "/mutate", file);
+    assert_eq!(
+        response["auditAnnotations"]["outcome"], "injected",
         "{response}"
     );
+    assert_eq!(
+        pod["spec"]["initContainers"],
+        json!([expected_sidecar(sidecar, "trainer")])
+    );
+    let file = "review-cpu-zero-gpu.json";
+    let (response, pod) = admit(&client, &addr, "/mutate/namespace", file);
+    assert_eq!(
+        response["auditAnnotations"]["outcome"], "no_gpu",
+        "{response}"
+    );
+    assert_eq!(pod, read_json(&fixture(file))["request"]["object"]);
+    // A count that is not a quantity: left alone, with the reason.
+    let mut bad = read_json(&fixture("review-tfjob-worker.json"));
+    bad["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
+        json!("one");
+    let (r, _) = https(
+        &client,
+        &addr,
+        "POST",
+        "/mutate",
+        &serde_json::to_vec(&bad).unwrap(),
+    );
+    let response = &serde_json::from_slice::<Value>(&r.body).unwrap()["response"];
+    assert_eq!(response["auditAnnotations"]["outcome"], "invalid_quantity");
+    assert!(response["status"]["message"].as_str().unwrap().contains(
+        "resources.limits[\"nvidia.com/gpu\"] = \"one\", which is not a Kubernetes quantity"
+    ));
+    // A dry run (kubectl apply --dry-run=server, a GitOps diff) is counted apart.
+    let mut dry = read_json(&fixture("review-tfjob-worker.json"));
+    dry["request"]["dryRun"] = json!(true);
+    let (r, _) = https(
+        &client,
+        &addr,
+        "POST",
+        "/mutate",
+        &serde_json::to_vec(&dry).unwrap(),
+    );
+    assert_eq!(r.status, 200);
 
     // Malformed bodies: 400 with a message, and the server goes on.
     let tfjob = read_json(&fixture("review-tfjob-worker.json"));
@@ -394,21 +437,25 @@ fn fixtures_through_the_binary_over_tls() {
         );
     }
 
-    // The admissions counter, by outcome, on the webhook's own resource.
+    // The admissions counter, by outcome and dry run, on the webhook's own resource.
     let want = [
-        ("injected", 2.0),
-        ("visibility_mismatch", 1.0),
-        ("already_injected", 1.0),
-        ("no_gpu", 2.0),
-        ("opted_out", 1.0),
-        ("invalid", 5.0),
+        ("injected", Some("false"), 3.0),
+        ("injected", Some("true"), 1.0),
+        ("visibility_mismatch", Some("false"), 1.0),
+        ("already_injected", Some("false"), 1.0),
+        ("no_gpu", Some("false"), 3.0),
+        ("invalid_quantity", Some("false"), 1.0),
+        ("opted_out", Some("false"), 1.0),
+        ("invalid", None, 5.0),
     ];
     let counted = || {
         let points = rx.last_points("gpu_sidecar.webhook.admissions");
-        want.iter().all(|(outcome, n)| {
-            points
-                .iter()
-                .any(|p| p.attr("gpu_sidecar.webhook.outcome") == Some(outcome) && p.value == *n)
+        want.iter().all(|(outcome, dry_run, n)| {
+            points.iter().any(|p| {
+                p.attr("gpu_sidecar.webhook.outcome") == Some(outcome)
+                    && p.attr("gpu_sidecar.webhook.dry_run") == *dry_run
+                    && p.value == *n
+            })
         })
     };
     assert!(
@@ -490,13 +537,19 @@ fn classic_sidecar_is_a_container_with_a_shared_process_namespace() {
         pod["spec"]["containers"][1],
         expected_sidecar("sidecar-classic-pod-resources.json", "tensorflow")
     );
+    // It follows the pod's other containers, whatever the trainer's process is called.
     assert_eq!(
         env_of(
             &pod["spec"]["containers"][1],
-            "GPU_SIDECAR_EXIT_WITH_PROCESS"
+            "GPU_SIDECAR_EXIT_WITH_CONTAINERS"
         ),
-        Some(json!({"name": "GPU_SIDECAR_EXIT_WITH_PROCESS", "value": "python"}))
+        Some(json!({"name": "GPU_SIDECAR_EXIT_WITH_CONTAINERS", "value": "true"}))
     );
+    assert!(env_of(
+        &pod["spec"]["containers"][1],
+        "GPU_SIDECAR_EXIT_WITH_PROCESS"
+    )
+    .is_none());
     assert_eq!(pod["spec"]["shareProcessNamespace"], true);
     assert!(pod["spec"].get("initContainers").is_none());
     agent.sigterm();
@@ -649,11 +702,13 @@ fn settings_are_in_the_settings_doc_and_the_command_in_help() {
         .iter()
         .filter(|s| s.component == Component::Webhook)
         .collect();
-    assert_eq!(webhook.len(), 5);
+    assert_eq!(webhook.len(), 11);
     for s in &webhook {
-        let default = s
-            .default_value()
-            .map_or("required".to_string(), |d| format!("`{d}`"));
+        let default = match s.unset {
+            gpu_otel_sidecar::config::settings::Unset::Default(d) => format!("`{d}`"),
+            gpu_otel_sidecar::config::settings::Unset::Means(m) => m.to_string(),
+            gpu_otel_sidecar::config::settings::Unset::Required => "required".to_string(),
+        };
         let row = format!("| `{}` | {default} |", s.name);
         assert!(doc.contains(&row), "docs/settings.md lacks {row}");
     }
@@ -671,4 +726,664 @@ fn settings_are_in_the_settings_doc_and_the_command_in_help() {
     for s in &webhook {
         assert!(help.contains(s.name), "--help lacks {}: {help}", s.name);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The injected sidecar at work: the settings of a patch, run as the kubelet would run them.
+
+/// Downward API values of the pods below, as the kubelet fills them.
+const FIELDS: &[(&str, &str)] = &[
+    ("metadata.name", "nccl-allreduce-worker-1"),
+    ("metadata.uid", "6a1d2c3b-0000-4000-8000-000000000021"),
+    ("metadata.namespace", "hpc"),
+    ("spec.nodeName", "gpu-node-3"),
+    ("status.hostIP", "127.0.0.1"),
+];
+
+/// The environment the kubelet gives `container`: `fieldRef`s from `fields` (the pod's name
+/// suffixed with `pod`), and `$(VAR)` references to earlier variables expanded.
+fn kubelet_env(container: &Value, pod: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for e in container["env"].as_array().unwrap() {
+        let name = e["name"].as_str().unwrap().to_string();
+        let value = match (e.get("value"), e.pointer("/valueFrom/fieldRef/fieldPath")) {
+            (Some(v), _) => {
+                let mut v = v.as_str().unwrap().to_string();
+                for (k, val) in &out {
+                    v = v.replace(&format!("$({k})"), val);
+                }
+                v
+            }
+            (None, Some(path)) => {
+                let (_, v) = FIELDS.iter().find(|(p, _)| p == path).unwrap();
+                if *path == "metadata.name" {
+                    format!("{v}-{pod}")
+                } else {
+                    v.to_string()
+                }
+            }
+            _ => panic!("no value for {e}"),
+        };
+        out.push((name, value));
+    }
+    out
+}
+
+fn sidecar_of(pod: &Value) -> Value {
+    pod["spec"]["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(pod["spec"]["containers"].as_array().unwrap())
+        .find(|c| c["name"] == SIDECAR)
+        .unwrap()
+        .clone()
+}
+
+fn injected(sidecar_file: &str, review: &str) -> Value {
+    let pki = Pki::new(&format!("inject-{}", review.len()));
+    pki.install("webhook");
+    let mut agent = webhook(&pki, sidecar_file).spawn();
+    let addr = address(&agent);
+    let (response, pod) = admit(&pki.client(), &addr, "/mutate", review);
+    assert_eq!(
+        response["auditAnnotations"]["outcome"], "injected",
+        "{response}"
+    );
+    agent.sigterm();
+    assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+    std::fs::remove_dir_all(&pki.dir).unwrap();
+    pod
+}
+
+/// Two hostNetwork GPU pods on one node. The injected sidecar declares no port (in a
+/// hostNetwork pod it would be the node's, counted by the scheduler) and serves its health on
+/// a Unix socket in the pod's own emptyDir: two agents with exactly the injected settings run
+/// on this host (each with its emptyDir mounted where the patch says, in a mount namespace of
+/// its own) and both answer their `exec` probes. The pod-network settings, a fixed port,
+/// collide: the second agent exits 1.
+#[test]
+fn two_host_network_gpu_pods_on_one_node_both_have_a_healthy_sidecar() {
+    let pod = injected(
+        "sidecar-native-pod-resources.json",
+        "review-host-network-mpi-worker.json",
+    );
+    assert_eq!(pod["spec"]["hostNetwork"], true);
+    let sidecar = sidecar_of(&pod);
+    assert!(sidecar.get("ports").is_none(), "{sidecar}");
+    // The MPI worker's own port is the one host port of the pod.
+    assert_eq!(pod["spec"]["containers"][0]["ports"][0]["hostPort"], 2222);
+    let liveness = sidecar["livenessProbe"]["exec"]["command"].clone();
+    assert_eq!(
+        liveness,
+        json!(["/gpu-otel-sidecar", "health", "--liveness"])
+    );
+    let mount = sidecar["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "gpu-otel-sidecar-run")
+        .unwrap()["mountPath"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["name"] == "gpu-otel-sidecar-run" && v["emptyDir"] == json!({})));
+    let rx = Receiver::start(common::Protocol::Grpc);
+    let bin = env!("CARGO_BIN_EXE_gpu-otel-sidecar");
+    let (endpoint, protocol) = {
+        let env = rx.otlp_env();
+        (env[0].1.clone(), env[1].1.clone())
+    };
+    let start = |name: &str| {
+        let mut env = kubelet_env(&sidecar, name);
+        for (k, v) in env.iter_mut() {
+            match k.as_str() {
+                // What the node's kubelet and collector would be: tests/pod_resources.rs
+                // covers the kubelet's part.
+                "GPU_SIDECAR_DEVICES" => *v = "all".into(),
+                "OTEL_EXPORTER_OTLP_ENDPOINT" => *v = endpoint.clone(),
+                "OTEL_EXPORTER_OTLP_PROTOCOL" => *v = protocol.clone(),
+                "OTEL_METRIC_EXPORT_INTERVAL" => *v = "300".into(),
+                "GPU_SIDECAR_SAMPLE_INTERVAL" => *v = "300ms".into(),
+                _ => {}
+            }
+        }
+        // The pod's emptyDir at the patch's mountPath: a tmpfs in a mount namespace of its own.
+        Agent::builder()
+            .program("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                r#"mkdir -p "$1" && mount -t tmpfs emptydir "$1" && exec "$2""#,
+                "sh",
+                &mount,
+                bin,
+            ])
+            .envs(env)
+            .env_mock("h200-under-load.json")
+            .spawn()
+    };
+    let mut pods = [start("a"), start("b")];
+    let probe = |agent: &Agent, args: &[&str]| {
+        let mut env = kubelet_env(&sidecar, "a");
+        env.retain(|(k, _)| k.starts_with("GPU_SIDECAR_HEALTH"));
+        let pid = agent.pid().to_string();
+        let mut cmd = vec!["-t", pid.as_str(), "-m", "--", bin];
+        cmd.extend_from_slice(args);
+        let mut p = Agent::builder()
+            .program("nsenter")
+            .args(cmd)
+            .envs(env)
+            .spawn();
+        let status = p.wait_exit(WAIT).unwrap();
+        (status.code(), p.stdout_lines().join("\n"))
+    };
+    for agent in &pods {
+        assert!(
+            agent.wait_for_stderr("health endpoint listening on unix:", WAIT),
+            "{}",
+            agent.dump()
+        );
+    }
+    let ready = |agent: &Agent| common::wait_until(WAIT, || probe(agent, &["health"]).0 == Some(0));
+    for agent in &pods {
+        assert!(ready(agent), "not ready:\n{}", agent.dump());
+        let (code, body) = probe(agent, &["health", "--liveness"]);
+        assert_eq!(code, Some(0), "{body}\n{}", agent.dump());
+        assert!(body.contains("\"status\":\"alive\""), "{body}");
+    }
+    // Both pods' data arrives, each under its own pod name.
+    assert!(
+        common::wait_until(WAIT, || {
+            let points = rx.points("hw.power");
+            ["a", "b"].iter().all(|pod| {
+                points.iter().any(|p| {
+                    p.resource.get("k8s.pod.name").map(String::as_str)
+                        == Some(format!("nccl-allreduce-worker-1-{pod}").as_str())
+                })
+            })
+        }),
+        "{:?}",
+        rx.points("hw.power")
+    );
+    for agent in &mut pods {
+        agent.sigterm();
+        assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+    }
+
+    // What the pod-network placement would do there: one port for the node, the second exits 1
+    // (the node: a network namespace of its own, so that nothing else on this machine counts).
+    let mut node: Option<u32> = None;
+    let mut on_port = |name: &str| {
+        let pod_network = rendered_sidecar("sidecar-native-pod-resources.json");
+        let env: Vec<_> = kubelet_env(&pod_network, name)
+            .into_iter()
+            .filter(|(k, _)| k == "GPU_SIDECAR_HEALTH_ADDR")
+            .collect();
+        assert_eq!(env[0].1, "0.0.0.0:13134");
+        let b = match node {
+            None => Agent::builder().program("unshare").args(["--net", bin]),
+            Some(pid) => {
+                Agent::builder()
+                    .program("nsenter")
+                    .args(["-t", &pid.to_string(), "-n", "--", bin])
+            }
+        };
+        let agent = b
+            .envs(env)
+            .env("OTEL_METRICS_EXPORTER", "none")
+            .env("OTEL_LOGS_EXPORTER", "none")
+            .env_mock("h200-under-load.json")
+            .spawn();
+        node.get_or_insert(agent.pid());
+        agent
+    };
+    let mut first = on_port("a");
+    assert!(
+        first.wait_for_stderr("health endpoint listening", WAIT),
+        "{}",
+        first.dump()
+    );
+    let mut second = on_port("b");
+    assert_eq!(
+        second.wait_exit(WAIT).unwrap().code(),
+        Some(1),
+        "{}",
+        second.dump()
+    );
+    assert!(second
+        .dump()
+        .contains("cannot listen on GPU_SIDECAR_HEALTH_ADDR=0.0.0.0:13134"));
+    first.sigterm();
+    assert!(first.wait_exit(WAIT).unwrap().success());
+}
+
+/// A classic sidecar with the injected settings, in a pod's shared process namespace, next
+/// to trainers started as `python3`, a `torchrun`-like launcher with workers, and `bash -c`:
+/// it exits 0 within seconds of the trainer's end, whatever its process is called; and at
+/// once when the trainer ended (in under a second) before the sidecar started. A process of
+/// its own container (a `kubectl exec`, an exec probe) and the pod's `pause` do not hold it.
+/// While it waits for the kubelet (no pod-resources socket here) it ends all the same.
+#[test]
+fn classic_sidecar_ends_with_the_trainer_whatever_its_launcher() {
+    let pod = injected(
+        "sidecar-classic-pod-resources.json",
+        "review-tfjob-worker.json",
+    );
+    assert_eq!(pod["spec"]["shareProcessNamespace"], true);
+    let sidecar = sidecar_of(&pod);
+    let env = kubelet_env(&sidecar, "classic");
+    assert!(env.contains(&("GPU_SIDECAR_EXIT_WITH_CONTAINERS".into(), "true".into())));
+    let bin = env!("CARGO_BIN_EXE_gpu-otel-sidecar");
+    let dir = std::env::temp_dir().join(format!("classic-trainers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let torchrun = dir.join("torchrun");
+    std::fs::write(
+        &torchrun,
+        "#!/bin/sh\n# a launcher: two workers, waits for both\nsleep 2 & sleep 2 & wait\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &torchrun,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    let torchrun = torchrun.display().to_string();
+    let sidecar_of_pod = |p: &common::pod::Pod| {
+        let (program, args) = p.exec("gpu-otel-sidecar", &[bin]);
+        Agent::builder()
+            .program(program)
+            .args(args)
+            .envs(env.clone())
+            .env(
+                "GPU_SIDECAR_POD_RESOURCES_SOCKET",
+                dir.join("no-kubelet.sock"),
+            )
+            .env_mock("h200-under-load.json")
+            .spawn()
+    };
+    for (name, trainer) in [
+        (
+            "python3",
+            vec!["python3", "-c", "import time; time.sleep(2.5)"],
+        ),
+        ("torchrun", vec![torchrun.as_str()]),
+        ("bash", vec!["bash", "-c", "sleep 1.5; sleep 1"]),
+    ] {
+        let p = common::pod::Pod::new(name);
+        let mut trainer = p.start("trainer", &trainer);
+        // A shell someone opened in the sidecar's container.
+        let mut exec = p.start("gpu-otel-sidecar", &["sleep", "60"]);
+        let mut agent = sidecar_of_pod(&p);
+        assert!(
+            agent.wait_for_stderr("watching the pod's other containers", WAIT),
+            "{name}: {}",
+            agent.dump()
+        );
+        assert!(agent.is_running(), "{name}: {}", agent.dump());
+        assert!(trainer.wait().unwrap().success(), "{name}");
+        let ended = std::time::Instant::now();
+        let status = agent.wait_exit(WAIT);
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(0),
+            "{name}: {}",
+            agent.dump()
+        );
+        eprintln!(
+            "{name}: the sidecar exited {:?} after the trainer",
+            ended.elapsed()
+        );
+        assert!(
+            agent.dump().contains("the pod's other containers ended"),
+            "{name}: {}",
+            agent.dump()
+        );
+        // No kubelet socket here (a node with another kubelet root): said, and not waited on.
+        assert!(
+            agent.dump().contains(
+                "does not exist: this node's kubelet keeps its pod-resources socket elsewhere"
+            ),
+            "{}",
+            agent.dump()
+        );
+        assert!(
+            p.running("gpu-otel-sidecar"),
+            "the exec'd shell is still there"
+        );
+        let _ = exec.kill();
+        let _ = exec.wait();
+    }
+    // A trainer done in under a second, before the sidecar's first look.
+    let p = common::pod::Pod::new("short");
+    let out = p.run("trainer", &["python3", "-c", "print('trained')"]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("trained"));
+    let mut agent = sidecar_of_pod(&p);
+    let status = agent.wait_exit(WAIT);
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", agent.dump());
+    assert!(
+        agent
+            .dump()
+            .contains("the pod's other containers ended before the agent started"),
+        "{}",
+        agent.dump()
+    );
+    drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// A certificate the webhook keeps itself (GPU_SIDECAR_WEBHOOK_TLS_SECRET), against a fake API
+// server: the Secret and the MutatingWebhookConfiguration as objects, JSON patches applied.
+
+/// The API server's part: objects by path, every call recorded.
+#[derive(Default)]
+struct FakeApi {
+    objects: std::sync::Mutex<std::collections::BTreeMap<String, Value>>,
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+const TOKEN: &str = "service-account-token";
+const MWC_PATH: &str =
+    "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpu-otel-sidecar-webhook";
+const SECRET_PATH: &str =
+    "/api/v1/namespaces/gpu-otel-sidecar/secrets/gpu-otel-sidecar-webhook-tls";
+
+impl FakeApi {
+    fn get(&self, path: &str) -> Option<Value> {
+        self.objects.lock().unwrap().get(path).cloned()
+    }
+
+    fn put(&self, path: &str, v: Value) {
+        self.objects.lock().unwrap().insert(path.to_string(), v);
+    }
+
+    fn calls(&self, prefix: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .count()
+    }
+
+    /// The configuration as a chart rendering applies it: no `caBundle`.
+    fn rendered_configuration() -> Value {
+        let entry = |name: &str, path: &str| {
+            json!({"name": name, "clientConfig": {"service": {"name": "gpu-otel-sidecar-webhook",
+                   "namespace": "gpu-otel-sidecar", "path": path, "port": 443}},
+                   "admissionReviewVersions": ["v1"], "sideEffects": "None"})
+        };
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+               "metadata": {"name": "gpu-otel-sidecar-webhook"},
+               "webhooks": [entry("namespace.inject.gpu-otel-sidecar.io", "/mutate/namespace"),
+                            entry("pod.inject.gpu-otel-sidecar.io", "/mutate")]})
+    }
+
+    fn ca_bundle(&self) -> Option<Vec<String>> {
+        let mwc = self.get(MWC_PATH)?;
+        mwc["webhooks"]
+            .as_array()?
+            .iter()
+            .map(|w| w["clientConfig"]["caBundle"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+async fn fake_api(
+    axum::extract::State(api): axum::extract::State<Arc<FakeApi>>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+    let path = uri.path().to_string();
+    api.calls.lock().unwrap().push(format!("{method} {path}"));
+    let status = |code: u16, message: &str| {
+        (
+            StatusCode::from_u16(code).unwrap(),
+            json!({"kind": "Status", "code": code, "message": message}).to_string(),
+        )
+    };
+    if headers.get("authorization").and_then(|v| v.to_str().ok())
+        != Some(format!("Bearer {TOKEN}").as_str())
+    {
+        return status(401, "Unauthorized");
+    }
+    match method.as_str() {
+        "GET" => match api.get(&path) {
+            Some(v) => (StatusCode::OK, v.to_string()),
+            None => status(404, "not found"),
+        },
+        "POST" => {
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            let at = format!("{path}/{}", v["metadata"]["name"].as_str().unwrap());
+            if api.get(&at).is_some() {
+                return status(409, "already exists");
+            }
+            api.put(&at, v.clone());
+            (StatusCode::CREATED, v.to_string())
+        }
+        "PATCH" => {
+            assert_eq!(
+                headers.get("content-type").unwrap(),
+                "application/json-patch+json"
+            );
+            let Some(mut v) = api.get(&path) else {
+                return status(404, "not found");
+            };
+            let patch: json_patch::Patch = serde_json::from_slice(&body).unwrap();
+            if json_patch::patch(&mut v, &patch).is_err() {
+                return status(422, "the patch does not apply");
+            }
+            api.put(&path, v.clone());
+            (StatusCode::OK, v.to_string())
+        }
+        _ => status(405, "method not allowed"),
+    }
+}
+
+/// Serves `api` over TLS on 127.0.0.1; returns the port and the CA's PEM.
+fn serve_fake_api(api: Arc<FakeApi>, rt: &tokio::runtime::Runtime) -> (u16, String) {
+    use rustls::pki_types::pem::PemObject;
+    let ca = common::pki::Ca::new("fake API server CA");
+    let (cert, key) = ca.issue(&["127.0.0.1"], rcgen::ExtendedKeyUsagePurpose::ServerAuth);
+    let chain = rustls::pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .unwrap();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let router = axum::Router::new().fallback(fake_api).with_state(api);
+    let tcp = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    rt.spawn(gpu_otel_sidecar::webhook::server::serve(
+        tcp,
+        Arc::new(tls),
+        router,
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    (port, ca.cert.pem())
+}
+
+/// Whether a TLS handshake with `client`'s trust succeeds at `addr` (no panic: the webhook may
+/// not serve the expected certificate yet).
+fn handshakes(client: &Arc<rustls::ClientConfig>, addr: &str) -> bool {
+    let Ok(mut tcp) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(5)));
+    let name = ServerName::try_from("gpu-otel-sidecar-webhook.gpu-otel-sidecar.svc").unwrap();
+    let mut conn = rustls::ClientConnection::new(client.clone(), name).unwrap();
+    while conn.is_handshaking() {
+        if conn.complete_io(&mut tcp).is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// A client that trusts the `caBundle` the configuration holds now.
+fn trusting(ca_bundle: &str) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(ca_bundle)
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+/// GitOps: the rendered manifests carry no certificate (the chart's default), so each sync
+/// applies the same configuration, without `caBundle`. The webhook makes its CA and
+/// certificate once (a Secret), writes the CA into the configuration, and sets it again when a
+/// sync replaced the configuration; a second replica serves the same Secret; a deleted Secret
+/// is made anew and the new CA written. A client that trusts the configuration's `caBundle`,
+/// as the API server does, is served at every step.
+#[test]
+fn webhook_keeps_its_own_certificate_and_the_configurations_ca_bundle() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let api = Arc::new(FakeApi::default());
+    api.put(MWC_PATH, FakeApi::rendered_configuration());
+    let (port, api_ca) = serve_fake_api(api.clone(), &rt);
+    let dir = tempfile::tempdir().unwrap();
+    let sa = dir.path().join("serviceaccount");
+    std::fs::create_dir(&sa).unwrap();
+    std::fs::write(sa.join("token"), format!("{TOKEN}\n")).unwrap();
+    std::fs::write(sa.join("ca.crt"), &api_ca).unwrap();
+    std::fs::write(sa.join("namespace"), "gpu-otel-sidecar").unwrap();
+    let replica = || {
+        Agent::builder()
+            .arg("webhook")
+            .env("GPU_SIDECAR_WEBHOOK_ADDR", "127.0.0.1:0")
+            .env(
+                "GPU_SIDECAR_WEBHOOK_TLS_SECRET",
+                "gpu-otel-sidecar-webhook-tls",
+            )
+            .env(
+                "GPU_SIDECAR_WEBHOOK_CONFIGURATION",
+                "gpu-otel-sidecar-webhook",
+            )
+            .env("GPU_SIDECAR_WEBHOOK_SERVICE_ACCOUNT_DIR", &sa)
+            .env("GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL", "300ms")
+            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", port.to_string())
+            .env(
+                "GPU_SIDECAR_WEBHOOK_SIDECAR",
+                fixture("sidecar-native-pod-resources.json"),
+            )
+            .env("GPU_SIDECAR_WEBHOOK_SHUTDOWN_DELAY", "100ms")
+            .env("OTEL_METRICS_EXPORTER", "none")
+            .env("GPU_SIDECAR_LOG_FORMAT", "json")
+            .spawn()
+    };
+    let mut first = replica();
+    let addr = address(&first);
+    let bundle = |api: &FakeApi| -> Option<String> {
+        let all = api.ca_bundle()?;
+        (all.len() == 2 && all[0] == all[1]).then(|| all[0].clone())
+    };
+    assert!(
+        common::wait_until(WAIT, || bundle(&api).is_some()),
+        "no caBundle set: {:?}\n{}",
+        api.calls.lock().unwrap(),
+        first.dump()
+    );
+    let ca = bundle(&api).unwrap();
+    let secret = api.get(SECRET_PATH).expect("the Secret is made");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    assert_eq!(secret["data"]["ca.crt"].as_str().unwrap(), ca);
+    assert!(
+        secret["data"].get("ca.key").is_none(),
+        "the CA's key is not kept"
+    );
+    // The API server, trusting the caBundle, is served.
+    let served_once = {
+        let client = trusting(&ca);
+        assert!(common::wait_until(WAIT, || handshakes(&client, &addr)));
+        let (response, _) = admit(&client, &addr, "/mutate", "review-tfjob-worker.json");
+        assert_eq!(response["auditAnnotations"]["outcome"], "injected");
+        https(&client, &addr, "GET", "/healthz", b"").1
+    };
+
+    // The next sync applies the same rendering again, by replacing (no caBundle in it).
+    api.put(MWC_PATH, FakeApi::rendered_configuration());
+    assert!(
+        common::wait_until(WAIT, || bundle(&api).as_deref() == Some(ca.as_str())),
+        "{}",
+        first.dump()
+    );
+    assert_eq!(
+        api.calls(&format!("PATCH {MWC_PATH}")),
+        2,
+        "set once, and again after the replace"
+    );
+    // A second replica serves the same certificate; the Secret is made once.
+    let mut second = replica();
+    let addr2 = address(&second);
+    let client = trusting(&ca);
+    assert!(common::wait_until(WAIT, || handshakes(&client, &addr2)));
+    assert_eq!(
+        https(&client, &addr2, "GET", "/healthz", b"").1,
+        served_once
+    );
+    assert_eq!(
+        api.calls("POST /api/v1/namespaces/gpu-otel-sidecar/secrets"),
+        1
+    );
+
+    // Renewal: delete the Secret. A new CA and certificate, the new CA in the caBundle, and
+    // both replicas serving it.
+    api.objects.lock().unwrap().remove(SECRET_PATH);
+    assert!(
+        common::wait_until(WAIT, || bundle(&api).is_some_and(|b| b != ca)),
+        "{}",
+        first.dump()
+    );
+    let renewed = trusting(&bundle(&api).unwrap());
+    for a in [&addr, &addr2] {
+        assert!(
+            common::wait_until(WAIT, || handshakes(&renewed, a)),
+            "{a} does not serve the renewed certificate"
+        );
+    }
+    for agent in [&mut first, &mut second] {
+        agent.sigterm();
+        assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+    }
+    assert!(first
+        .dump()
+        .contains("made the webhook's CA and serving certificate"));
 }

@@ -407,7 +407,8 @@ pub async fn wait_for_pod_gpus(socket: &Path, namespace: &str, name: &str) -> Ve
             }
             Err(e) => {
                 if tries % 12 == 0 {
-                    tracing::warn!("{e}; {MODE} needs the socket mounted read-only from the host (hostPath /var/lib/kubelet/pod-resources); retrying every 5 s");
+                    let hint = unreachable_socket_hint(socket, socket.exists());
+                    tracing::warn!("{e}; {hint}; retrying every 5 s");
                 }
                 tries += 1;
                 tokio::time::sleep(Duration::from_secs(5)).await;
@@ -416,9 +417,32 @@ pub async fn wait_for_pod_gpus(socket: &Path, namespace: &str, name: &str) -> Ve
     }
 }
 
+/// What to do about a kubelet socket that does not answer: when the file is not there at all
+/// (the chart mounts the node's directory with `DirectoryOrCreate`, so the pod starts on a
+/// node whose kubelet keeps it elsewhere), the kubelet root is named.
+pub fn unreachable_socket_hint(socket: &Path, exists: bool) -> String {
+    if exists {
+        format!("{MODE} needs the kubelet's socket mounted read-only from the host (the chart's hostPath <kubeletRoot>/pod-resources) and the kubelet running")
+    } else {
+        format!(
+            "{} does not exist: this node's kubelet keeps its pod-resources socket elsewhere (its --root-dir is not /var/lib/kubelet: k0s /var/lib/k0s/kubelet, MicroK8s /var/snap/microk8s/common/var/lib/kubelet; set the Helm chart's kubeletRoot), or the node's directory is not mounted there; {MODE} waits, the trainer is not held",
+            socket.display()
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_socket_names_the_kubelet_root() {
+        let path = Path::new("/var/lib/kubelet/pod-resources/kubelet.sock");
+        let missing = unreachable_socket_hint(path, false);
+        assert!(missing.starts_with("/var/lib/kubelet/pod-resources/kubelet.sock does not exist"));
+        assert!(missing.contains("kubeletRoot") && missing.contains("/var/lib/k0s/kubelet"));
+        assert!(!unreachable_socket_hint(path, true).contains("does not exist"));
+    }
 
     fn allocated(id: DeviceId, plugin_id: &str, shared: bool) -> AllocatedDevice {
         AllocatedDevice {

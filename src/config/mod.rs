@@ -20,12 +20,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod known;
+mod node;
 mod otel;
 mod otlp;
 mod rules;
 pub mod settings;
 mod values;
 
+pub use node::NODE_MODE_DROPS;
 pub use otel::{otel_variable, otel_variables_markdown, OtelUse, OtelVariable, OTEL_VARIABLES};
 pub use otlp::{
     LogsBatch, OtlpConfig, OtlpExporter, Pem, Protocol, Secret, Signal, TemporalityPreference,
@@ -206,6 +208,16 @@ pub struct Config {
     /// Node mode (`gpu-otel-sidecar node`, [`Config::into_node`]): every GPU of the node on
     /// the node's resource, each pod's share of each device. `false` for the sidecar.
     pub node: bool,
+    /// Exit (as on SIGTERM) once no process of the pod's other containers is left,
+    /// `GPU_SIDECAR_EXIT_WITH_CONTAINERS=true`: for classic sidecars whatever the trainer's
+    /// process is called (see [`crate::process_watch`]). Default: false.
+    pub exit_with_containers: bool,
+    /// Whether the agent runs in a Kubernetes pod: `KUBERNETES_SERVICE_HOST` (set by the
+    /// kubelet in every container) or `K8S_POD_NAME` (the chart's Downward API) is set.
+    pub in_kubernetes: bool,
+    /// `NVIDIA_VISIBLE_DEVICES` and `NVIDIA_DRIVER_CAPABILITIES` as set (the NVIDIA
+    /// Container Toolkit's variables): what the advice for a missing NVML library says.
+    pub toolkit: ToolkitEnv,
     /// Whether `NVIDIA_VISIBLE_DEVICES=all` (the container sees every GPU of the node): with
     /// `GPU_SIDECAR_DEVICES=all` in a pod, the agent then warns that it reports them all.
     pub sees_all_node_gpus: bool,
@@ -227,7 +239,7 @@ pub struct Config {
     pub otlp: OtlpConfig,
     /// Health endpoint (`/healthz`, `/readyz`), `GPU_SIDECAR_HEALTH_ADDR`; default
     /// `0.0.0.0:13134`; `None` when `off`.
-    pub health_addr: Option<SocketAddr>,
+    pub health_addr: Option<HealthAddr>,
     /// A sampler tick running longer than this is reported stuck (readiness false, one log
     /// line), `GPU_SIDECAR_WATCHDOG_TIMEOUT`; default three sample intervals, at least 10 s.
     pub watchdog_timeout: Duration,
@@ -241,6 +253,8 @@ pub struct Config {
     /// Where the run report goes besides the `gpu.run.report` event,
     /// `GPU_SIDECAR_REPORT_FILE` (a path, or `-` for one JSON line on stdout); default none.
     pub report_file: Option<OutputTarget>,
+    /// `GPU_SIDECAR_REPORT_HTML`: where the run report's HTML page is written at shutdown.
+    pub report_html: Option<PathBuf>,
     /// The local sample log, `GPU_SIDECAR_SAMPLE_LOG` (+ `_FORMAT`, `_MAX_BYTES`); default off.
     pub sample_log: Option<SampleLogConfig>,
     /// Alert rules, `GPU_SIDECAR_RULE_<NAME>_*`; defaults in `src/rules/catalogue.rs`.
@@ -267,47 +281,6 @@ impl Config {
     /// `OTEL_METRIC_EXPORT_TIMEOUT` and the metrics exporter's OTLP timeout.
     pub fn metrics_export_bound(&self) -> Duration {
         self.metric_export_timeout.min(self.otlp.metrics.timeout)
-    }
-}
-
-/// The resource attributes node mode leaves out of the node's resource: set for a pod (the
-/// Downward API's `K8S_POD_NAME`, …), they would name the agent's own pod, not the pods
-/// whose shares it reports (each share's resource names its own pod).
-pub const NODE_MODE_DROPS: &[&str] = &[
-    "k8s.pod.name",
-    "k8s.pod.uid",
-    "k8s.namespace.name",
-    "k8s.container.name",
-];
-
-impl Config {
-    /// This configuration in node mode (`gpu-otel-sidecar node`): [`Config::node`] set,
-    /// the pod attributes [`NODE_MODE_DROPS`] left out of the resource (returned, for one
-    /// log line), and the rule `utilization_imbalance` off (it compares one pod's GPUs; a
-    /// node's GPUs belong to different pods).
-    ///
-    /// # Errors
-    /// `GPU_SIDECAR_DEVICES=pod-resources` (node mode reports every GPU of the node, or a
-    /// list).
-    pub fn into_node(mut self) -> Result<(Self, Vec<String>), ConfigError> {
-        if matches!(
-            self.devices,
-            DeviceSelection::PodResources | DeviceSelection::Allocated(_)
-        ) {
-            return Err(ConfigError::new(
-                S::DEVICES.name,
-                "pod-resources",
-                "all or a list of devices in node mode (gpu-otel-sidecar node reports every GPU of the node and asks the kubelet which pods hold each)",
-            ));
-        }
-        self.node = true;
-        let dropped = NODE_MODE_DROPS
-            .iter()
-            .filter(|k| self.resource_attributes.remove(**k).is_some())
-            .map(|k| (*k).to_string())
-            .collect();
-        self.rules.for_node();
-        Ok((self, dropped))
     }
 }
 
@@ -346,6 +319,50 @@ pub struct SampleLogConfig {
     pub sample_interval: Duration,
 }
 
+/// Where the health endpoint listens (`GPU_SIDECAR_HEALTH_ADDR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthAddr {
+    /// A TCP address and port, such as `0.0.0.0:13134`.
+    Tcp(SocketAddr),
+    /// A Unix socket file, written `unix:/run/gpu-otel-sidecar/health.sock`: no port at all
+    /// (a `hostNetwork` pod's sidecar, whose ports would be the node's).
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for HealthAddr {
+    /// As written in `GPU_SIDECAR_HEALTH_ADDR`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HealthAddr::Tcp(a) => write!(f, "{a}"),
+            HealthAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// The NVIDIA Container Toolkit's variables as the container has them (unset or empty:
+/// `None`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolkitEnv {
+    /// `NVIDIA_VISIBLE_DEVICES`.
+    pub visible_devices: Option<String>,
+    /// `NVIDIA_DRIVER_CAPABILITIES`.
+    pub driver_capabilities: Option<String>,
+}
+
+/// Unix socket paths are at most 107 bytes (`sun_path`).
+const UNIX_PATH_MAX: usize = 107;
+
+fn parse_health_addr(v: &str) -> Result<HealthAddr, ConfigError> {
+    let bad = || ConfigError::new(S::HEALTH_ADDR.name, v, S::HEALTH_ADDR.accepts);
+    match v.strip_prefix("unix:") {
+        Some(path) if path.starts_with('/') && path.len() <= UNIX_PATH_MAX => {
+            Ok(HealthAddr::Unix(PathBuf::from(path)))
+        }
+        Some(_) => Err(bad()),
+        None => v.parse().map(HealthAddr::Tcp).map_err(|_| bad()),
+    }
+}
+
 /// Downward API variables and the resource attribute each one sets.
 pub const DOWNWARD_API: &[(&str, &str)] = &[
     ("K8S_POD_NAME", "k8s.pod.name"),
@@ -377,6 +394,16 @@ impl Config {
         let get = |name: &str| env.get(name);
 
         let report_file = get(S::REPORT_FILE.name).map(output_target);
+        let report_html = match get(S::REPORT_HTML.name) {
+            Some("-") => {
+                return Err(ConfigError::new(
+                    S::REPORT_HTML.name,
+                    "-",
+                    S::REPORT_HTML.accepts,
+                ))
+            }
+            v => v.map(PathBuf::from),
+        };
         let sample_interval =
             parse_duration(S::SAMPLE_INTERVAL.name, env.value(&S::SAMPLE_INTERVAL))?;
         let sample_log = parse_sample_log(&env, sample_interval)?;
@@ -409,6 +436,20 @@ impl Config {
                     S::EXIT_WITH_PROCESS.accepts,
                 ));
             }
+        }
+        let exit_with_containers = match get(S::EXIT_WITH_CONTAINERS.name) {
+            None => false,
+            Some(v) => parse_bool(S::EXIT_WITH_CONTAINERS.name, v)?,
+        };
+        if let (true, Some(name)) = (exit_with_containers, &exit_with_process) {
+            return Err(ConfigError::new(
+                S::EXIT_WITH_CONTAINERS.name,
+                "true",
+                format!(
+                    "false while {}={name} is set: the agent follows either the pod's other containers or one process name",
+                    S::EXIT_WITH_PROCESS.name
+                ),
+            ));
         }
         let nvml_library = PathBuf::from(env.value(&S::NVML_LIBRARY));
         let proc_root = PathBuf::from(env.value(&S::PROC_ROOT));
@@ -476,12 +517,7 @@ impl Config {
             .collect();
         let health_addr = match env.trimmed(&S::HEALTH_ADDR) {
             Some("off") => None,
-            v => {
-                let v = v.unwrap_or_default();
-                Some(v.parse::<SocketAddr>().map_err(|_| {
-                    ConfigError::new(S::HEALTH_ADDR.name, v, S::HEALTH_ADDR.accepts)
-                })?)
-            }
+            v => Some(parse_health_addr(v.unwrap_or_default())?),
         };
         let price_per_gpu_hour = match env.trimmed(&S::PRICE_PER_GPU_HOUR) {
             None => None,
@@ -530,6 +566,13 @@ impl Config {
             exit_with_process,
             proc_root,
             node: false,
+            exit_with_containers,
+            in_kubernetes: get("KUBERNETES_SERVICE_HOST").is_some()
+                || get("K8S_POD_NAME").is_some(),
+            toolkit: ToolkitEnv {
+                visible_devices: get("NVIDIA_VISIBLE_DEVICES").map(str::to_string),
+                driver_capabilities: get("NVIDIA_DRIVER_CAPABILITIES").map(str::to_string),
+            },
             sees_all_node_gpus: get("NVIDIA_VISIBLE_DEVICES") == Some("all"),
             nvml_library,
             log_format,
@@ -543,6 +586,7 @@ impl Config {
             service_name: service_name.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string()),
             resource_attributes,
             report_file,
+            report_html,
             sample_log,
             rules: parse_rules(&get)?,
             metric_export_timeout,

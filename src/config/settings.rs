@@ -167,6 +167,13 @@ pub const EXIT_WITH_PROCESS: Setting = agent(
     "a process name as in /proc/<pid>/comm (at most 15 characters, no '/'), e.g. python",
     "a process name (`/proc/<pid>/comm`, e.g. `python`): once seen and then gone, the agent shuts down as on SIGTERM (classic sidecars with `shareProcessNamespace`)",
 );
+/// `GPU_SIDECAR_EXIT_WITH_CONTAINERS`.
+pub const EXIT_WITH_CONTAINERS: Setting = agent(
+    "GPU_SIDECAR_EXIT_WITH_CONTAINERS",
+    Unset::Default("false"),
+    "true or false",
+    "`true`: once no process of the pod's other containers is left (the pod's process namespace shared, `shareProcessNamespace`; the infra container's `pause` and the agent's own container aside), whatever the trainer runs (`python3`, `torchrun`, a shell script), the agent shuts down as on SIGTERM, at once if they ended before it started; a classic sidecar's Job then completes (see [Kubernetes](kubernetes.md#classic-sidecars-that-end-with-the-trainer)). Not with `GPU_SIDECAR_EXIT_WITH_PROCESS`",
+);
 /// `GPU_SIDECAR_NVML_LIBRARY`.
 pub const NVML_LIBRARY: Setting = agent(
     "GPU_SIDECAR_NVML_LIBRARY",
@@ -202,6 +209,13 @@ pub const REPORT_FILE: Setting = agent(
     "a path, or - for standard output",
     "where the run report goes besides the `gpu.run.report` event: a path (replaced at each shutdown) or `-` for one JSON line on stdout (see [the run report](run-report.md))",
 );
+/// `GPU_SIDECAR_REPORT_HTML`.
+pub const REPORT_HTML: Setting = agent(
+    "GPU_SIDECAR_REPORT_HTML",
+    Unset::Means("none"),
+    "a file path (not -)",
+    "at shutdown, also write the run report as one self-contained HTML page to this path (replaced): every GPU's curves from all the samples taken, the summary, the events (see [the page](run-report.md#the-page)); the curves take about 100 KiB of memory per GPU, whatever the run's length",
+);
 /// `GPU_SIDECAR_PRICE_PER_GPU_HOUR`.
 pub const PRICE_PER_GPU_HOUR: Setting = agent(
     "GPU_SIDECAR_PRICE_PER_GPU_HOUR",
@@ -235,8 +249,8 @@ pub const SAMPLE_LOG_MAX_BYTES: Setting = agent(
 pub const HEALTH_ADDR: Setting = agent(
     "GPU_SIDECAR_HEALTH_ADDR",
     Unset::Default("0.0.0.0:13134"),
-    "an IP address and port such as 0.0.0.0:13134, or off",
-    "address of the health endpoint (`/healthz`, `/readyz`), or `off`",
+    "an IP address and port such as 0.0.0.0:13134, unix: and an absolute path of at most 107 bytes such as unix:/run/gpu-otel-sidecar/health.sock, or off",
+    "address of the health endpoint (`/healthz`, `/readyz`): an IP address and port, `unix:<path>` for a Unix socket (no port: what the chart gives `hostNetwork` pods, probed with `gpu-otel-sidecar health`), or `off`",
 );
 /// `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
 pub const WATCHDOG_TIMEOUT: Setting = agent(
@@ -256,16 +270,51 @@ pub const WEBHOOK_ADDR: Setting = webhook(
 /// `GPU_SIDECAR_WEBHOOK_TLS_CERT`: the serving certificate chain.
 pub const WEBHOOK_TLS_CERT: Setting = webhook(
     "GPU_SIDECAR_WEBHOOK_TLS_CERT",
-    Unset::Required,
+    Unset::Means("required, unless `GPU_SIDECAR_WEBHOOK_TLS_SECRET` is set"),
     "a readable PEM file with the serving certificate first, then its chain",
     "PEM file of the serving certificate (then its chain); re-read when it changes: a renewed certificate is served from the next TLS handshake on, without a restart",
 );
 /// `GPU_SIDECAR_WEBHOOK_TLS_KEY`: the serving certificate's private key.
 pub const WEBHOOK_TLS_KEY: Setting = webhook(
     "GPU_SIDECAR_WEBHOOK_TLS_KEY",
-    Unset::Required,
+    Unset::Means("required, unless `GPU_SIDECAR_WEBHOOK_TLS_SECRET` is set"),
     "a readable PEM file with one private key (PKCS#8, PKCS#1 or SEC1) matching the certificate",
     "PEM file of its private key (PKCS#8, PKCS#1 or SEC1); re-read with it (a pair that does not match is logged and the previous one served)",
+);
+/// `GPU_SIDECAR_WEBHOOK_TLS_SECRET`: the Secret the webhook keeps its own CA and certificate in.
+pub const WEBHOOK_TLS_SECRET: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_TLS_SECRET",
+    Unset::Means("unset (the files of `GPU_SIDECAR_WEBHOOK_TLS_CERT` and `_KEY`)"),
+    "a Secret name (lower-case letters, digits, '-' and '.')",
+    "a Secret of the webhook's own namespace where it keeps its CA and serving certificate: made once by the first replica if it does not exist (for the Service of `GPU_SIDECAR_WEBHOOK_CONFIGURATION`), then served by every replica, re-read every `GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL` (delete it to renew); the CA is written into that configuration's `caBundle` by the webhook, so rendered manifests carry no key material and every `helm template` renders the same (Argo CD, Flux). Talks to the API server with the pod's service account (`KUBERNETES_SERVICE_HOST`, `_PORT`)",
+);
+/// `GPU_SIDECAR_WEBHOOK_CONFIGURATION`: whose `caBundle` the webhook keeps.
+pub const WEBHOOK_CONFIGURATION: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_CONFIGURATION",
+    Unset::Means("required with `GPU_SIDECAR_WEBHOOK_TLS_SECRET`"),
+    "a MutatingWebhookConfiguration name",
+    "the `MutatingWebhookConfiguration` whose entries' `caBundle` the webhook sets to the CA of `GPU_SIDECAR_WEBHOOK_TLS_SECRET` (again whenever it differs, as after a `kubectl replace`); its Service reference names the certificate's DNS names",
+);
+/// `GPU_SIDECAR_WEBHOOK_SERVICE_ACCOUNT_DIR`: the service account's token, CA and namespace.
+pub const WEBHOOK_SERVICE_ACCOUNT_DIR: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_SERVICE_ACCOUNT_DIR",
+    Unset::Default("/var/run/secrets/kubernetes.io/serviceaccount"),
+    "a directory holding token, ca.crt and namespace",
+    "the pod's service account files (`token`, re-read at each request as the kubelet rotates it; `ca.crt`, the API server's CA; `namespace`), with `GPU_SIDECAR_WEBHOOK_TLS_SECRET`",
+);
+/// `GPU_SIDECAR_WEBHOOK_CERT_VALIDITY`: how long a certificate the webhook makes is valid.
+pub const WEBHOOK_CERT_VALIDITY: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_CERT_VALIDITY",
+    Unset::Default("3650d"),
+    DURATION,
+    "validity of the CA and serving certificate the webhook makes (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`)",
+);
+/// `GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL`: how often the Secret and the configuration are read.
+pub const WEBHOOK_RESYNC_INTERVAL: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL",
+    Unset::Default("1m"),
+    DURATION,
+    "how often the webhook reads its Secret (a changed one is served from the next TLS handshake, a deleted one made anew) and the configuration's `caBundle` (set again when it differs), with `GPU_SIDECAR_WEBHOOK_TLS_SECRET`; after a failure it tries again sooner (2 s, doubling)",
 );
 /// `GPU_SIDECAR_WEBHOOK_SIDECAR`: what is injected, as the chart renders it.
 pub const WEBHOOK_SIDECAR: Setting = webhook(
@@ -281,6 +330,13 @@ pub const WEBHOOK_SHUTDOWN_DELAY: Setting = webhook(
     DURATION,
     "after SIGTERM it goes on answering this long (`/readyz` says 503) while Kubernetes takes it out of its Service, then finishes the requests in flight (5 s at most) and exits 0",
 );
+/// `GPU_SIDECAR_WEBHOOK_REINVOCATION_POLICY`: whether a call may be followed by another.
+pub const WEBHOOK_REINVOCATION_POLICY: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_REINVOCATION_POLICY",
+    Unset::Default("IfNeeded"),
+    "IfNeeded or Never (the webhook entries' reinvocationPolicy)",
+    "the `reinvocationPolicy` of the webhook's entries (the chart passes `webhook.reinvocationPolicy`): with `IfNeeded` a pod left without the sidecar gets no `kubectl` warning, since a later webhook's change calls the webhook again and may still get it injected; with `Never` a pod that asked for the sidecar is warned (not a pod without GPUs that only its namespace label asked for). The reason is logged and counted either way",
+);
 
 /// Every setting of the agent and of the webhook command, in `docs/settings.md`'s order.
 pub static SETTINGS: &[Setting] = &[
@@ -293,11 +349,13 @@ pub static SETTINGS: &[Setting] = &[
     POD_RESOURCES_SOCKET,
     PROC_ROOT,
     EXIT_WITH_PROCESS,
+    EXIT_WITH_CONTAINERS,
     NVML_LIBRARY,
     LOG_FORMAT,
     LOG_LEVEL,
     SHUTDOWN_TIMEOUT,
     REPORT_FILE,
+    REPORT_HTML,
     PRICE_PER_GPU_HOUR,
     SAMPLE_LOG,
     SAMPLE_LOG_FORMAT,
@@ -307,6 +365,12 @@ pub static SETTINGS: &[Setting] = &[
     WEBHOOK_ADDR,
     WEBHOOK_TLS_CERT,
     WEBHOOK_TLS_KEY,
+    WEBHOOK_TLS_SECRET,
+    WEBHOOK_CONFIGURATION,
+    WEBHOOK_SERVICE_ACCOUNT_DIR,
+    WEBHOOK_CERT_VALIDITY,
+    WEBHOOK_RESYNC_INTERVAL,
     WEBHOOK_SIDECAR,
     WEBHOOK_SHUTDOWN_DELAY,
+    WEBHOOK_REINVOCATION_POLICY,
 ];

@@ -179,7 +179,19 @@ fn console_metrics_bring_console_events_unless_told_otherwise() {
 #[test]
 fn report_and_sample_log_settings() {
     let c = cfg(&[]).unwrap();
-    assert_eq!((c.report_file, c.sample_log), (None, None));
+    assert_eq!(
+        (c.report_file, c.sample_log, c.report_html),
+        (None, None, None)
+    );
+    let c = cfg(&[("GPU_SIDECAR_REPORT_HTML", "/out/run.html")]).unwrap();
+    assert_eq!(c.report_html, Some("/out/run.html".into()));
+    let e = cfg(&[("GPU_SIDECAR_REPORT_HTML", "-")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("GPU_SIDECAR_REPORT_HTML") && e.contains("a file path (not -)"),
+        "{e}"
+    );
     let c = cfg(&[
         ("GPU_SIDECAR_REPORT_FILE", "-"),
         ("GPU_SIDECAR_SAMPLE_LOG", "/var/log/gpu.csv"),
@@ -228,9 +240,43 @@ fn report_and_sample_log_settings() {
 }
 
 #[test]
+fn exit_with_containers_and_the_pods_environment() {
+    let c = cfg(&[]).unwrap();
+    assert!(!c.exit_with_containers && !c.in_kubernetes);
+    assert_eq!(c.toolkit, ToolkitEnv::default());
+    let c = cfg(&[
+        ("GPU_SIDECAR_EXIT_WITH_CONTAINERS", "true"),
+        ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+        ("NVIDIA_VISIBLE_DEVICES", "all"),
+        ("NVIDIA_DRIVER_CAPABILITIES", "utility"),
+    ])
+    .unwrap();
+    assert!(c.exit_with_containers && c.in_kubernetes);
+    assert_eq!(c.toolkit.visible_devices.as_deref(), Some("all"));
+    assert_eq!(c.toolkit.driver_capabilities.as_deref(), Some("utility"));
+    assert!(cfg(&[("K8S_POD_NAME", "p")]).unwrap().in_kubernetes);
+    let e = cfg(&[("GPU_SIDECAR_EXIT_WITH_CONTAINERS", "yes")]).unwrap_err();
+    assert_eq!(e.var, "GPU_SIDECAR_EXIT_WITH_CONTAINERS");
+    let e = cfg(&[
+        ("GPU_SIDECAR_EXIT_WITH_CONTAINERS", "true"),
+        ("GPU_SIDECAR_EXIT_WITH_PROCESS", "python"),
+    ])
+    .unwrap_err();
+    assert_eq!(e.var, "GPU_SIDECAR_EXIT_WITH_CONTAINERS");
+    assert!(
+        e.to_string()
+            .contains("GPU_SIDECAR_EXIT_WITH_PROCESS=python"),
+        "{e}"
+    );
+}
+
+#[test]
 fn health_addr_default_off_and_bad() {
     let c = cfg(&[]).unwrap();
-    assert_eq!(c.health_addr, Some("0.0.0.0:13134".parse().unwrap()));
+    assert_eq!(
+        c.health_addr,
+        Some(HealthAddr::Tcp("0.0.0.0:13134".parse().unwrap()))
+    );
     // Three sample intervals (5 s by default), at least 10 s.
     assert_eq!(c.watchdog_timeout, Duration::from_secs(15));
     let c = cfg(&[("GPU_SIDECAR_SAMPLE_INTERVAL", "1s")]).unwrap();
@@ -238,9 +284,31 @@ fn health_addr_default_off_and_bad() {
     let c = cfg(&[("GPU_SIDECAR_HEALTH_ADDR", "off")]).unwrap();
     assert_eq!(c.health_addr, None);
     let c = cfg(&[("GPU_SIDECAR_HEALTH_ADDR", "127.0.0.1:0")]).unwrap();
-    assert_eq!(c.health_addr, Some("127.0.0.1:0".parse().unwrap()));
-    let e = cfg(&[("GPU_SIDECAR_HEALTH_ADDR", ":13134")]).unwrap_err();
-    assert_eq!(e.var, "GPU_SIDECAR_HEALTH_ADDR");
+    assert_eq!(
+        c.health_addr,
+        Some(HealthAddr::Tcp("127.0.0.1:0".parse().unwrap()))
+    );
+    let c = cfg(&[(
+        "GPU_SIDECAR_HEALTH_ADDR",
+        "unix:/run/gpu-otel-sidecar/health.sock",
+    )])
+    .unwrap();
+    assert_eq!(
+        c.health_addr,
+        Some(HealthAddr::Unix("/run/gpu-otel-sidecar/health.sock".into()))
+    );
+    assert_eq!(
+        c.health_addr.unwrap().to_string(),
+        "unix:/run/gpu-otel-sidecar/health.sock"
+    );
+    let long = format!("unix:/{}", "s".repeat(107));
+    for bad in [":13134", "unix:health.sock", "unix:", long.as_str()] {
+        let e = cfg(&[("GPU_SIDECAR_HEALTH_ADDR", bad)]).unwrap_err();
+        assert_eq!(
+            (e.var.as_str(), e.value.as_str()),
+            ("GPU_SIDECAR_HEALTH_ADDR", bad)
+        );
+    }
     let c = cfg(&[("GPU_SIDECAR_SAMPLE_INTERVAL", "10s")]).unwrap();
     assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
     let c = cfg(&[("GPU_SIDECAR_WATCHDOG_TIMEOUT", "2s")]).unwrap();

@@ -1,9 +1,10 @@
 //! Kubernetes probes: `/healthz` (alive: the loops turn) and `/readyz` (ready: started, NVML up, a fresh
 //! sample, events watched, exports succeeding), served over HTTP on `GPU_SIDECAR_HEALTH_ADDR`
-//! (default `0.0.0.0:13134`) with axum on the agent's tokio runtime from the first moments
-//! of the start (before the kubelet is asked for the pod's GPUs); plus the watchdog that
-//! logs (once) and counts an NVML thread stuck in a driver call, and [`probe`], the client
-//! behind `gpu-otel-sidecar health` (a Docker `HEALTHCHECK` without curl).
+//! (default `0.0.0.0:13134`, or a Unix socket: `unix:<path>`) with axum on the agent's tokio
+//! runtime from the first moments of the start (before the kubelet is asked for the pod's
+//! GPUs); plus the watchdog that logs (once) and counts an NVML thread stuck in a driver
+//! call, and [`probe`], the client behind `gpu-otel-sidecar health` (a Docker `HEALTHCHECK`
+//! without curl, and the `exec` probes of a `hostNetwork` pod's sidecar).
 //!
 //! Both endpoints answer `200` when every check passes and `503` otherwise, with a JSON body
 //! naming each check, whether it passed and why:
@@ -37,14 +38,9 @@
 //! - `export_loop` (alive): an export finished, successfully or not, within two export
 //!   intervals plus two export bounds plus 5 s (the `export-clock` thread is turning).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde_json::{json, Map, Value};
 
 use crate::config::{Config, ExporterKind};
@@ -477,67 +473,6 @@ impl Probes {
     }
 }
 
-fn respond(r: Report) -> Response {
-    let status = if r.ok {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        r.body.to_string(),
-    )
-        .into_response()
-}
-
-/// Binds `addr` and serves `/healthz` and `/readyz` on `runtime` until it shuts down;
-/// returns the bound address (port 0 becomes the one given). Done first thing at start, so
-/// that nothing else is running yet when it fails.
-///
-/// # Errors
-/// One line naming `GPU_SIDECAR_HEALTH_ADDR`, the address and the cause (in use, not
-/// permitted, not an address of this host).
-pub fn start(
-    runtime: &tokio::runtime::Runtime,
-    addr: SocketAddr,
-    health: Arc<Probes>,
-) -> Result<SocketAddr, String> {
-    let listener = std::net::TcpListener::bind(addr)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .and_then(|l| {
-            let _guard = runtime.enter();
-            tokio::net::TcpListener::from_std(l)
-        })
-        .and_then(|l| l.local_addr().map(|a| (l, a)));
-    match listener {
-        Ok((listener, bound)) => {
-            runtime.spawn(serve(listener, health));
-            Ok(bound)
-        }
-        Err(e) => Err(format!(
-            "cannot listen on GPU_SIDECAR_HEALTH_ADDR={addr}: {e}; choose another address or set it to off"
-        )),
-    }
-}
-
-/// Serves `/healthz` and `/readyz` on `listener` until the runtime shuts down.
-pub async fn serve(listener: tokio::net::TcpListener, health: Arc<Probes>) {
-    let app = axum::Router::new()
-        .route(
-            "/healthz",
-            get(|State(h): State<Arc<Probes>>| async move { respond(h.liveness()) }),
-        )
-        .route(
-            "/readyz",
-            get(|State(h): State<Arc<Probes>>| async move { respond(h.readiness()) }),
-        )
-        .with_state(health);
-    if let Err(e) = axum::serve(listener, app).await {
-        tracing::error!("health endpoint stopped: {e}");
-    }
-}
-
 /// How often the watchdog looks: a third of the bound (so a stuck step is said at most a
 /// third of the bound late), which is at most once per sample interval with the default
 /// bound (three sample intervals).
@@ -612,34 +547,8 @@ pub async fn watchdog(hub: Arc<Hub>, bound: Duration) {
     }
 }
 
-/// The address to probe for a listener on `addr`: the unspecified address (`0.0.0.0`,
-/// `::`) becomes the loopback one.
-pub fn probe_target(addr: SocketAddr) -> SocketAddr {
-    match addr.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, addr.port()).into(),
-        IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, addr.port()).into(),
-        _ => addr,
-    }
-}
-
-/// `GET http://<addr>/readyz` (the unspecified address probed on loopback), for
-/// `gpu-otel-sidecar health`. Returns the HTTP status and the body.
-///
-/// # Errors
-/// A line saying why no answer came (connection refused, timeout).
-pub fn probe(addr: SocketAddr, timeout: Duration) -> Result<(u16, String), String> {
-    crate::telemetry::tls::install_crypto_provider();
-    let url = format!("http://{}/readyz", probe_target(addr));
-    let client = reqwest::blocking::Client::builder()
-        .timeout(timeout)
-        .no_proxy()
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))?;
-    let response = client.get(&url).send().map_err(|e| format!("{url}: {e}"))?;
-    let status = response.status().as_u16();
-    let body = response.text().map_err(|e| format!("{url}: {e}"))?;
-    Ok((status, body))
-}
+mod server;
+pub use server::{probe, probe_target, serve, start, Endpoint};
 
 #[cfg(test)]
 mod tests;

@@ -226,8 +226,9 @@ pub(super) struct EfficiencyAcc {
     idle_known: bool,
     pools: PoolTracker,
     pool_params: PoolParams,
-    /// A pool held for the rule's DURATION was seen; and whether memory grew past one.
-    preallocated: bool,
+    /// The level of a pool held for the rule's DURATION, once seen (bytes); and whether
+    /// memory grew past one.
+    preallocated: Option<u64>,
     grew_past_pool: bool,
     memory_total: Option<u64>,
     run: RunSeries,
@@ -251,7 +252,7 @@ impl EfficiencyAcc {
             idle_known: false,
             pools: PoolTracker::new(pool_params),
             pool_params,
-            preallocated: false,
+            preallocated: None,
             grew_past_pool: false,
             memory_total: None,
             run: RunSeries::default(),
@@ -308,7 +309,7 @@ impl EfficiencyAcc {
             MemoryState::Pool(p)
                 if at.saturating_duration_since(p.since) >= self.pool_params.hold =>
             {
-                self.preallocated = true;
+                self.preallocated = Some(p.level_bytes);
             }
             MemoryState::Plain {
                 ended: Some((_, crate::rules::preallocation::PoolEnd::Grew { .. })),
@@ -326,10 +327,16 @@ impl EfficiencyAcc {
         self.window_s > 0.0
     }
 
+    /// The pool's level (bytes) when the pattern is `preallocated`.
+    pub(super) fn pool_level(&self) -> Option<u64> {
+        self.preallocated
+            .filter(|_| self.pattern() == Some(MemoryPattern::Preallocated))
+    }
+
     /// The memory pattern; `None` when memory was never read.
     pub(super) fn pattern(&self) -> Option<MemoryPattern> {
         let total = self.memory_total.filter(|t| *t > 0)?;
-        if self.preallocated && !self.grew_past_pool {
+        if self.preallocated.is_some() && !self.grew_past_pool {
             return Some(MemoryPattern::Preallocated);
         }
         let grew = self

@@ -14,17 +14,30 @@
 //!   `gpu.run.report` and optionally written to `GPU_SIDECAR_REPORT_FILE`.
 //! - [`sample_log`]: one CSV or JSONL row per GPU per sample (`GPU_SIDECAR_SAMPLE_LOG`),
 //!   flushed per sample, rotated at a size limit.
+//! - [`timeline`]: the events emitted during the run (alerts, XIDs, ECC), kept for the
+//!   report's `events`.
+//! - [`page`]: the report as one self-contained HTML page, with curves from the agent's own
+//!   samples (`GPU_SIDECAR_REPORT_HTML`) or from a sample log (the `report` command).
+//! - [`compare`]: two reports' figures side by side, and whether one got worse past a
+//!   threshold (the `compare` command). [`figures`] names, labels and formats the figures
+//!   for both; [`read`] reads a report back; [`cli`] parses the two commands' arguments.
 //!
 //! Shutdown order (see [`crate::agent`]): the sampler takes its final sample,
 //! [`Hub::close_subscriptions`] ends the queues, the consumers drain them, then the
 //! report is emitted before the events and metrics pipelines are flushed.
 
+pub mod cli;
+pub mod compare;
 pub mod efficiency;
+pub mod figures;
 mod histogram;
+pub mod page;
+pub mod read;
 pub mod reporter;
 pub mod run_report;
 pub mod sample_log;
 pub mod summary;
+pub mod timeline;
 
 pub use efficiency::{Efficiency, MemoryPattern};
 pub use reporter::RunReporter;

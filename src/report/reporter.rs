@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use opentelemetry_sdk::Resource;
 
+use super::page::Curves;
 use super::run_report::RunAccumulator;
 use super::summary::{resource_map, RunReport};
 use crate::sampling::consumer::{Consumer, ConsumerThread};
@@ -68,14 +69,13 @@ impl RunReporter {
     }
 
     /// Ends the subscription, waits up to `timeout` for the queue to drain and builds the
-    /// report. On timeout the report covers what was received so far.
-    pub fn finish(self, timeout: Duration, resource: &Resource) -> RunReport {
+    /// report, with the curves when the accumulator keeps them. On timeout the report covers
+    /// what was received so far.
+    pub fn finish(self, timeout: Duration, resource: &Resource) -> (RunReport, Option<Curves>) {
         if !self.thread.stop(timeout) {
             tracing::warn!("the run report did not receive every sample before the shutdown bound");
         }
-        self.acc
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .report(resource_map(resource))
+        let acc = self.acc.lock().unwrap_or_else(|p| p.into_inner());
+        (acc.report(resource_map(resource)), acc.curves().cloned())
     }
 }

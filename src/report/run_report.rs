@@ -44,6 +44,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::efficiency::{self, Efficiency, EfficiencyAcc};
 use super::histogram::Histogram;
+use super::page::curves::{Curves, Point};
 use super::summary::{EnergySource, GpuSummary, RunReport, Summary, EVENT_NAME};
 use crate::catalogue::clocks_event_reasons::{self, CLOCKS_EVENT_REASONS};
 use crate::rules::preallocation::PoolParams;
@@ -375,6 +376,8 @@ pub struct RunAccumulator {
     pod_memory_used: Stats,
     pod_power: Stats,
     xids: BTreeMap<String, BTreeMap<u64, u64>>,
+    /// Every GPU's readings as min/max buckets, for the HTML page (only when asked for).
+    curves: Option<Curves>,
 }
 
 impl RunAccumulator {
@@ -394,7 +397,19 @@ impl RunAccumulator {
             pod_memory_used: Stats::default(),
             pod_power: Stats::default(),
             xids: BTreeMap::new(),
+            curves: None,
         }
+    }
+
+    /// Also keeps every GPU's curves for the HTML page ([`Curves`], bounded memory).
+    pub fn with_curves(mut self) -> Self {
+        self.curves = Some(Curves::new(None, self.sample_interval.as_secs_f64()));
+        self
+    }
+
+    /// The curves kept so far (`None` unless [`RunAccumulator::with_curves`]).
+    pub fn curves(&self) -> Option<&Curves> {
+        self.curves.as_ref()
     }
 
     /// Prices the run (`cost`, `idle_cost`) at `price` per GPU-hour.
@@ -441,6 +456,9 @@ impl RunAccumulator {
                     self.gpus.len() - 1
                 }
             };
+            if let Some(c) = &mut self.curves {
+                c.add(&s.info.uuid, snap.taken_at, &Point::of_sample(s));
+            }
             let gpu = &mut self.gpus[i];
             gpu.missed += gap;
             gpu.add(s, snap.taken_instant, cap);
@@ -496,6 +514,7 @@ impl RunAccumulator {
                 name: g.info.name.clone(),
                 sharing: g.sharing.map(Sharing::as_str),
                 memory_pattern: g.efficiency.pattern(),
+                memory_pool_bytes: g.efficiency.pool_level(),
                 summary: g.summary(self.xids.get(&g.info.uuid), price),
             })
             .collect();
@@ -532,6 +551,8 @@ impl RunAccumulator {
             resource,
             pod,
             gpus,
+            events: Vec::new(),
+            events_dropped: 0,
         }
     }
 

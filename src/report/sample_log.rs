@@ -17,6 +17,9 @@
 //! | `power_w` | W (mW resolution) | `nvmlDeviceGetPowerUsage` |
 //! | `clock_sm_mhz` | MHz | `nvmlDeviceGetClockInfo(SM)` |
 //! | `clocks_event_reasons` | | active clock-event (throttle) reasons, names of [`CLOCKS_EVENT_REASONS`](clocks_event_reasons::CLOCKS_EVENT_REASONS) joined by `\|`; `none` when no reason is active; an unnamed bit as hex |
+//! | `power_limit_w` | W | `nvmlDeviceGetEnforcedPowerLimit` |
+//! | `sm_activity_percent` | % (0.01) | GPM `NVML_GPM_METRIC_SM_UTIL`, on the rows of the ticks that read a GPM window (`GPU_SIDECAR_GPM_INTERVAL`), else empty |
+//! | `tensor_activity_percent` | % (0.01) | GPM `NVML_GPM_METRIC_ANY_TENSOR_UTIL`, as `sm_activity_percent` |
 //!
 //! One row per GPU per tick of `GPU_SIDECAR_SAMPLE_INTERVAL`. The final sample taken at
 //! shutdown is written only if it comes at least half a sample interval after the previous
@@ -42,11 +45,12 @@ use serde::Serialize;
 
 use crate::catalogue::clocks_event_reasons;
 use crate::config::{OutputTarget, SampleLogConfig, SampleLogFormat};
+use crate::rules::profiling::percent;
 use crate::sampling::consumer::{Consumer, ConsumerThread};
-use crate::sampling::{DeviceSample, GroupDuration, Hub, Interest, Snapshot};
+use crate::sampling::{DeviceSample, GpmMetrics, GroupDuration, Hub, Interest, Snapshot};
 
 /// The columns, in order (the CSV header; the JSON keys).
-pub const COLUMNS: [&str; 10] = [
+pub const COLUMNS: [&str; 13] = [
     "timestamp",
     "gpu_index",
     "gpu_uuid",
@@ -57,6 +61,9 @@ pub const COLUMNS: [&str; 10] = [
     "power_w",
     "clock_sm_mhz",
     "clocks_event_reasons",
+    "power_limit_w",
+    "sm_activity_percent",
+    "tensor_activity_percent",
 ];
 
 /// One row: one GPU at one tick. Field names are [`COLUMNS`].
@@ -82,6 +89,12 @@ pub struct Row<'a> {
     pub clock_sm_mhz: Option<u32>,
     /// Active clock-event reasons (see the module docs).
     pub clocks_event_reasons: Option<String>,
+    /// Enforced power limit, W.
+    pub power_limit_w: Option<f64>,
+    /// GPM SM activity of the window read at this tick, %.
+    pub sm_activity_percent: Option<f64>,
+    /// GPM tensor activity (any tensor op) of that window, %.
+    pub tensor_activity_percent: Option<f64>,
 }
 
 /// Names of the set bits of a clock-event reasons mask, joined by `|`; `none` for 0.
@@ -114,8 +127,16 @@ impl<'a> Row<'a> {
             power_w: s.power_watts(),
             clock_sm_mhz: s.clock_sm_mhz,
             clocks_event_reasons: s.clocks_event_reasons.map(reason_names),
+            power_limit_w: s.power_limit_watts(),
+            sm_activity_percent: gpm_percent(s, |g| g.sm_util),
+            tensor_activity_percent: gpm_percent(s, |g| g.any_tensor_util),
         }
     }
+}
+
+/// A GPM reading of `s`, percent held to 0..100, to 0.01 (the sample log's and the page's).
+pub(crate) fn gpm_percent(s: &DeviceSample, field: fn(&GpmMetrics) -> Option<f64>) -> Option<f64> {
+    percent(s.gpm.as_ref().and_then(field)).map(|p| (p * 100.0).round() / 100.0)
 }
 
 /// Encodes the rows of one snapshot (no header).
@@ -414,6 +435,12 @@ mod tests {
         s.power_milliwatts = Some(690_599);
         s.clock_sm_mhz = Some(1455);
         s.clocks_event_reasons = Some(0x4);
+        s.power_limit_milliwatts = Some(700_000);
+        s.gpm = Some(GpmMetrics {
+            sm_util: Some(95.566_519),
+            any_tensor_util: Some(100.000_2),
+            ..GpmMetrics::default()
+        });
         s
     }
 
@@ -524,7 +551,10 @@ mod tests {
                 "58",
                 "690.599",
                 "1455",
-                "sw_power_cap"
+                "sw_power_cap",
+                "700.0",
+                "95.57",
+                "100.0"
             ])
         );
         assert_eq!(

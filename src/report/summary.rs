@@ -10,6 +10,7 @@ use opentelemetry_sdk::Resource;
 use serde::Serialize;
 
 use super::efficiency::{Efficiency, MemoryPattern};
+use super::timeline::RunEvent;
 use crate::config::OutputTarget;
 use crate::telemetry::events::{Event, Events};
 
@@ -109,6 +110,9 @@ pub struct GpuSummary {
     /// How its memory was used: `preallocated`, `growing` or `steady`; `null` when memory
     /// was never read.
     pub memory_pattern: Option<MemoryPattern>,
+    /// `preallocated`: the level of the framework's pool, bytes used when it was recognized
+    /// (`memory_preallocated`); `null` for the other patterns.
+    pub memory_pool_bytes: Option<u64>,
     /// The numbers.
     #[serde(flatten)]
     pub summary: Summary,
@@ -140,6 +144,11 @@ pub struct RunReport {
     pub pod: Summary,
     /// One per GPU, in NVML index order of first appearance.
     pub gpus: Vec<GpuSummary>,
+    /// The events emitted during the run (alerts, XIDs, ECC errors), in order, at most
+    /// [`RUN_EVENTS_KEPT`](super::timeline::RUN_EVENTS_KEPT) ([`super::timeline`]).
+    pub events: Vec<RunEvent>,
+    /// Events emitted past that bound (counted, not kept).
+    pub events_dropped: u64,
 }
 
 impl RunReport {

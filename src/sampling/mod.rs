@@ -36,6 +36,7 @@ pub mod consumer;
 pub mod event_watcher;
 mod gpm;
 pub mod hub;
+pub mod library_advice;
 mod nvml_error;
 mod processes;
 pub mod queue;
@@ -51,6 +52,7 @@ pub use hub::{
     Delivery, EventWatcherState, EventWatcherStatus, GroupDuration, Hub, Interest, NvmlErrorCounts,
     StuckCounts,
 };
+pub use library_advice::LibraryAdvice;
 pub use raw::{refused_version, Versioned, VERSIONED};
 pub use sampler::{
     with_session, Annotate, Sampler, SamplerSettings, INIT_BACKOFF_CAP, MAX_EVENT_WATCHERS,
@@ -111,8 +113,8 @@ pub enum NvmlDown {
     /// Not initialized yet.
     Starting,
     /// The library file could not be loaded (no driver installed, or not mounted in the
-    /// container).
-    LibraryNotFound(String),
+    /// container): the loader's message, and what to do where the agent runs.
+    LibraryNotFound(String, LibraryAdvice),
     /// `NVML_ERROR_DRIVER_NOT_LOADED`.
     DriverNotLoaded,
     /// `NVML_ERROR_NO_PERMISSION`.
@@ -141,7 +143,9 @@ pub enum NvmlDown {
 impl NvmlDown {
     pub(crate) fn classify(e: &NvmlError) -> Self {
         match e {
-            NvmlError::LibloadingError(inner) => NvmlDown::LibraryNotFound(format!("{inner}")),
+            NvmlError::LibloadingError(inner) => {
+                NvmlDown::LibraryNotFound(format!("{inner}"), LibraryAdvice::default())
+            }
             NvmlError::DriverNotLoaded => NvmlDown::DriverNotLoaded,
             NvmlError::NoPermission => NvmlDown::NoPermission,
             NvmlError::LibRmVersionMismatch => NvmlDown::VersionMismatch,
@@ -152,15 +156,22 @@ impl NvmlDown {
         }
     }
 
-    /// [`NvmlDown::classify`] for a failed `nvmlInit_v2` through `library`: an error answered
-    /// by a library that is not NVIDIA's (its file name does not start with `libnvidia-ml`)
-    /// is [`NvmlDown::OtherLibrary`], whatever the code.
-    pub(crate) fn classify_init(e: &NvmlError, library: &std::path::Path) -> Self {
+    /// [`NvmlDown::classify`] for a failed `nvmlInit_v2` through `library`, where a missing
+    /// library gets `advice`: an error answered by a library that is not NVIDIA's (its file
+    /// name does not start with `libnvidia-ml`) is [`NvmlDown::OtherLibrary`], whatever the
+    /// code.
+    pub(crate) fn classify_init(
+        e: &NvmlError,
+        library: &std::path::Path,
+        advice: &LibraryAdvice,
+    ) -> Self {
         let nvidia = library
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("libnvidia-ml"));
         match e {
-            NvmlError::LibloadingError(_) => Self::classify(e),
+            NvmlError::LibloadingError(inner) => {
+                NvmlDown::LibraryNotFound(format!("{inner}"), advice.clone())
+            }
             _ if !nvidia => NvmlDown::OtherLibrary {
                 library: library.display().to_string(),
                 error: format!("{e:?}"),
@@ -173,10 +184,9 @@ impl NvmlDown {
     pub fn explain(&self) -> String {
         match self {
             NvmlDown::Starting => "NVML not initialized yet".into(),
-            NvmlDown::LibraryNotFound(detail) => format!(
-                "NVML library not found ({detail}): no NVIDIA driver on this machine, or the container was not given it; \
-                 run with the NVIDIA Container Toolkit and NVIDIA_DRIVER_CAPABILITIES=utility, or set GPU_SIDECAR_NVML_LIBRARY"
-            ),
+            NvmlDown::LibraryNotFound(detail, advice) => {
+                format!("NVML library not found ({detail}): {}", advice.explain())
+            }
             NvmlDown::DriverNotLoaded => "NVIDIA driver not loaded (NVML_ERROR_DRIVER_NOT_LOADED): load the kernel module (nvidia-smi on the host tells)".into(),
             NvmlDown::NoPermission => "no permission to talk to the NVIDIA driver (NVML_ERROR_NO_PERMISSION): the container needs the /dev/nvidia* devices (NVIDIA Container Toolkit)".into(),
             NvmlDown::VersionMismatch => "NVML library and kernel driver versions differ (NVML_ERROR_LIB_RM_VERSION_MISMATCH): the driver was upgraded without a reboot or the container mounts another version; reboot the node or restart the pod".into(),

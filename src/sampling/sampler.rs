@@ -17,7 +17,8 @@ use super::cadence::{Cadence, Due};
 use super::hub::{GroupDuration, Hub, WatcherSlot};
 use super::{event_watcher, read};
 use super::{
-    Activity, DeviceSample, DeviceState, IoTotals, NvmlDown, NvmlStatus, SampleGroup, Snapshot,
+    Activity, DeviceSample, DeviceState, IoTotals, LibraryAdvice, NvmlDown, NvmlStatus,
+    SampleGroup, Snapshot,
 };
 use crate::config::{Config, DeviceSelection, SlowIntervals};
 
@@ -35,6 +36,8 @@ pub struct SamplerSettings {
     pub devices: DeviceSelection,
     /// Cadence of the slow groups.
     pub slow_intervals: SlowIntervals,
+    /// What to advise when the library cannot be loaded.
+    pub library_advice: LibraryAdvice,
     /// The proc root (`GPU_SIDECAR_PROC_ROOT`): process names from `<root>/<pid>/comm`
     /// where it shows the host PID namespace.
     pub proc_root: PathBuf,
@@ -75,6 +78,7 @@ impl From<&Config> for SamplerSettings {
             export_interval: c.export_interval,
             devices: c.devices.clone(),
             slow_intervals: c.slow_intervals,
+            library_advice: LibraryAdvice::from_config(c),
             proc_root: c.proc_root.clone(),
             mps_clients: c.node,
         }
@@ -230,7 +234,8 @@ fn run(
             }
             Err(e) => {
                 hub.add_nvml_errors([(("nvmlInit_v2", super::nvml_error::error_code(&e)), 1)]);
-                let down = NvmlDown::classify_init(&e, &settings.nvml_library);
+                let down =
+                    NvmlDown::classify_init(&e, &settings.nvml_library, &settings.library_advice);
                 // Status first: whoever reads the log line and then asks /readyz sees it.
                 hub.set_status(NvmlStatus::Down(down.clone()));
                 if last_down.as_ref() != Some(&down) {

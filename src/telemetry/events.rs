@@ -54,12 +54,17 @@ pub struct Event {
 /// `otel-logs-flush` flushes after each burst of events instead.
 pub const IDLE_SCHEDULE: Duration = Duration::from_secs(24 * 3600);
 
+/// A hook that sees every event emitted, before (and whether or not) it is exported: the
+/// run report's timeline ([`crate::report::timeline`]).
+pub type Tap = Arc<dyn Fn(&Event) + Send + Sync>;
+
 /// Where events go. Clones share one pipeline (shutting one down shuts all down).
 #[derive(Clone)]
 pub struct Events {
     provider: Option<SdkLoggerProvider>,
     logger: Option<SdkLogger>,
     flush: Option<mpsc::SyncSender<()>>,
+    tap: Option<Tap>,
 }
 
 /// A cheap, cloneable handle that emits events into an [`Events`] pipeline from any thread
@@ -69,11 +74,15 @@ pub struct EventEmitter {
     logger: Option<SdkLogger>,
     /// Wakes `otel-logs-flush` (a full slot means a flush is already coming).
     flush: Option<mpsc::SyncSender<()>>,
+    tap: Option<Tap>,
 }
 
 impl EventEmitter {
-    /// Emits one event (queued; never blocks on the network).
+    /// Emits one event (queued; never blocks on the network), shown to the tap first.
     pub fn emit(&self, event: Event) {
+        if let Some(tap) = &self.tap {
+            tap(&event);
+        }
         let Some(logger) = &self.logger else {
             return;
         };
@@ -247,7 +256,15 @@ impl Events {
             provider: None,
             logger: None,
             flush: None,
+            tap: None,
         }
+    }
+
+    /// The same pipeline, every event also shown to `tap` (also with no exporter). Set it
+    /// before making emitters: an [`EventEmitter`] made earlier does not call it.
+    pub fn with_tap(mut self, tap: Tap) -> Self {
+        self.tap = Some(tap);
+        self
     }
 
     /// Builds the logs pipeline. Must run with a tokio runtime entered (gRPC).
@@ -291,6 +308,7 @@ impl Events {
             provider: Some(provider),
             logger: Some(logger),
             flush,
+            tap: None,
         }
     }
 
@@ -304,6 +322,7 @@ impl Events {
         EventEmitter {
             logger: self.logger.clone(),
             flush: self.flush.clone(),
+            tap: self.tap.clone(),
         }
     }
 

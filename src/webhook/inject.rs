@@ -1,14 +1,14 @@
-//! What the webhook injects and when: the sidecar as the chart renders it
-//! ([`SidecarTemplate`], the `sidecar.json` of the webhook's ConfigMap), and the decision
-//! for one pod ([`Injector::admit`]), a pure function from the pod to an [`Outcome`] and,
-//! when injecting, an RFC 6902 JSON patch.
+//! When the webhook injects, and what: the decision for one pod ([`Injector::admit`]), a pure
+//! function from the pod to an [`Outcome`] and, when injecting, an RFC 6902 JSON patch.
 //!
-//! The chart's named templates (`helm/gpu-otel-sidecar/templates/_sidecar.tpl`) stay the one
-//! source of the sidecar: the chart renders them into `sidecar.json`, and the webhook adds
-//! what they render, changing only what depends on the pod:
-//! - `K8S_CONTAINER_NAME` names the pod's GPU container (the one requesting `nvidia.com/gpu`,
-//!   `nvidia.com/gpu.*` or `nvidia.com/mig-*`, or holding a DRA claim; the annotation
-//!   [`CONTAINER_ANNOTATION`] chooses among several);
+//! What is added is the sidecar as the chart renders it ([`SidecarTemplate`], from the chart's
+//! named templates in `helm/gpu-otel-sidecar/templates/_sidecar.tpl`, the one source of the
+//! sidecar), in the placement for the pod's network ([`SidecarTemplate::placement`]:
+//! `hostNetwork` pods get the variant without a container port). Only what depends on the pod
+//! changes:
+//! - `K8S_CONTAINER_NAME` names the pod's GPU container (the one whose GPU count is above
+//!   zero, or that holds a DRA claim: [`gpu_use`]; the annotation [`CONTAINER_ANNOTATION`]
+//!   chooses among several);
 //! - with `gpuVisibility: dra`, the sidecar's `resources.claims` are the GPU container's
 //!   (copied as the pod has them), so it sees the same devices; the pod's own
 //!   `resourceClaims` are left as they are.
@@ -18,8 +18,6 @@
 //! and the annotation [`STATUS_ANNOTATION`]. A pod that already has a container named like
 //! the sidecar is left as it is (idempotent, also across `reinvocationPolicy: IfNeeded`).
 
-use std::path::Path;
-
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::Container;
@@ -27,7 +25,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::attribution::pod_resources::is_nvidia_gpu_resource;
+use super::gpu::{gpu_use, GpuUse};
+pub use super::template::{
+    GpuVisibility, Named, PodFields, SidecarTemplate, TemplateError, TARGET_ENV,
+};
 
 /// Pod annotation that opts a pod in (`"true"`) or out (`"false"`).
 pub const INJECT_ANNOTATION: &str = "gpu-otel-sidecar.io/inject";
@@ -39,14 +40,12 @@ pub const NAMESPACE_LABEL_VALUE: &str = "enabled";
 pub const CONTAINER_ANNOTATION: &str = "gpu-otel-sidecar.io/container";
 /// Annotation the webhook sets on a pod it injected into (value `injected`).
 pub const STATUS_ANNOTATION: &str = "gpu-otel-sidecar.io/status";
-/// The environment variable that names the GPU container in the sidecar.
-pub const TARGET_ENV: &str = "K8S_CONTAINER_NAME";
 
 /// What the webhook reads of a pod, as k8s-openapi types: its `metadata`, and of its `spec`
-/// the containers, init containers and volumes. The rest of the spec (affinity, security
-/// context, …) and the `status` are not parsed: the decision does not need them, and their
-/// parsers would add about 100 KiB to the binary. They are kept in the pod, as the patch
-/// only adds.
+/// the containers, init containers, volumes and `hostNetwork`. The rest of the spec
+/// (affinity, security context, …) and the `status` are not parsed: the decision does not
+/// need them, and their parsers would add about 100 KiB to the binary. They are kept in the
+/// pod, as the patch only adds.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct PodView {
     /// `metadata`.
@@ -70,160 +69,9 @@ pub struct PodSpecView {
     /// `volumes`, by name.
     #[serde(default)]
     pub volumes: Option<Vec<Named>>,
-}
-
-/// A list item of which only the name matters here (a pod's or the sidecar's volume). Not
-/// k8s-openapi's `Volume`: the webhook needs only the names, and that type's parser (thirty
-/// volume sources) weighs about 95 KiB in the binary. The volumes are added as the chart
-/// rendered them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct Named {
-    /// `name`.
-    pub name: String,
-}
-
-/// How the sidecar sees the pod's GPUs (`gpuVisibility.mode` of the chart's values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum GpuVisibility {
-    /// The kubelet's pod-resources API tells which GPUs the pod holds.
-    PodResources,
-    /// A DRA ResourceClaim shared with the GPU container.
-    Dra,
-    /// A fixed list of UUIDs.
-    Uuids,
-    /// Every GPU of the node.
-    All,
-}
-
-/// Pod-level fields the named template `gpu-otel-sidecar.podSpec` renders.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PodFields {
-    /// `shareProcessNamespace` (classic mode: `true`).
-    pub share_process_namespace: Option<bool>,
-}
-
-/// The sidecar as the chart renders it (`GPU_SIDECAR_WEBHOOK_SIDECAR`, JSON): each list is
-/// what one named template renders for the chart's values. Made by [`SidecarTemplate::load`]
-/// or [`SidecarTemplate::from_json`], which check it.
-#[derive(Debug, Clone)]
-pub struct SidecarTemplate {
-    /// `gpuVisibility.mode`.
-    pub gpu_visibility: GpuVisibility,
-    /// `gpu-otel-sidecar.podSpec`.
-    pub pod_spec: PodFields,
-    /// `gpu-otel-sidecar.initContainers` (native mode: the sidecar, `restartPolicy: Always`).
-    pub init_containers: Vec<Container>,
-    /// `gpu-otel-sidecar.containers` (classic mode: the sidecar).
-    pub containers: Vec<Container>,
-    /// `gpu-otel-sidecar.volumes`, by name.
-    pub volumes: Vec<Named>,
-    /// The file as read: what is added to pods is taken from here, as the chart wrote it
-    /// (the typed fields above check it).
-    json: Value,
-}
-
-/// The file's shape, for parsing.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Shape {
-    gpu_visibility: GpuVisibility,
+    /// `hostNetwork`.
     #[serde(default)]
-    pod_spec: PodFields,
-    #[serde(default)]
-    init_containers: Vec<Container>,
-    #[serde(default)]
-    containers: Vec<Container>,
-    #[serde(default)]
-    volumes: Vec<Named>,
-}
-
-/// A sidecar file that cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("{path}: {reason}")]
-pub struct TemplateError {
-    /// The file.
-    pub path: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl SidecarTemplate {
-    /// Reads and checks the file: exactly one sidecar container (in `initContainers` or
-    /// `containers`) with a `K8S_CONTAINER_NAME` variable.
-    ///
-    /// # Errors
-    /// [`TemplateError`] naming the file and the problem.
-    pub fn load(path: &Path) -> Result<Self, TemplateError> {
-        let err = |reason: String| TemplateError {
-            path: path.display().to_string(),
-            reason,
-        };
-        let text = std::fs::read(path).map_err(|e| err(format!("cannot read it ({e})")))?;
-        let json: Value =
-            serde_json::from_slice(&text).map_err(|e| err(format!("not JSON ({e})")))?;
-        Self::from_json(json).map_err(err)
-    }
-
-    /// The template in `json` (the file's contents), checked (see [`SidecarTemplate::check`]).
-    ///
-    /// # Errors
-    /// What is wrong, in words.
-    pub fn from_json(json: Value) -> Result<Self, String> {
-        // Parsed from a `Value`, as the pods are: one copy of the k8s-openapi parsers.
-        let shape: Shape = serde_json::from_value(json.clone()).map_err(|e| {
-            format!(
-                "not a sidecar file as the chart renders it ({e}); expected {{\"gpuVisibility\": …, \"podSpec\": {{…}}, \"initContainers\": […], \"containers\": […], \"volumes\": […]}}"
-            )
-        })?;
-        let template = Self {
-            gpu_visibility: shape.gpu_visibility,
-            pod_spec: shape.pod_spec,
-            init_containers: shape.init_containers,
-            containers: shape.containers,
-            volumes: shape.volumes,
-            json,
-        };
-        template.check()?;
-        Ok(template)
-    }
-
-    /// Checks the shape: exactly one sidecar container (in `initContainers` or `containers`)
-    /// with a `K8S_CONTAINER_NAME` variable.
-    ///
-    /// # Errors
-    /// What is wrong, in words.
-    fn check(&self) -> Result<(), String> {
-        let all: Vec<&Container> = self
-            .init_containers
-            .iter()
-            .chain(&self.containers)
-            .collect();
-        let [sidecar] = all.as_slice() else {
-            return Err(format!(
-                "expected exactly one sidecar container in initContainers or containers, found {}",
-                all.len()
-            ));
-        };
-        let has_target = sidecar.env.iter().flatten().any(|e| e.name == TARGET_ENV);
-        if !has_target {
-            return Err(format!(
-                "the sidecar container {:?} has no {TARGET_ENV} variable",
-                sidecar.name
-            ));
-        }
-        Ok(())
-    }
-
-    /// The sidecar container's name.
-    pub fn container_name(&self) -> &str {
-        self.init_containers
-            .iter()
-            .chain(&self.containers)
-            .next()
-            .map_or("", |c| c.name.as_str())
-    }
+    pub host_network: Option<bool>,
 }
 
 /// What the webhook did with one AdmissionReview: the `gpu_sidecar.webhook.outcome`
@@ -238,8 +86,11 @@ pub enum Outcome {
     OptedOut,
     /// Neither the pod's annotation nor its namespace asked for the sidecar: unchanged.
     NotRequested,
-    /// No container requests a GPU: unchanged.
+    /// No container requests a GPU (a count of zero is none): unchanged.
     NoGpu,
+    /// A container's GPU quantity is not a Kubernetes quantity: unchanged (the API server
+    /// refuses the pod later).
+    InvalidQuantity,
     /// Several containers request GPUs and [`CONTAINER_ANNOTATION`] does not choose one.
     AmbiguousContainer,
     /// [`CONTAINER_ANNOTATION`] names no GPU-requesting container of the pod.
@@ -258,12 +109,13 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in documentation order.
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::Injected,
         Outcome::AlreadyInjected,
         Outcome::OptedOut,
         Outcome::NotRequested,
         Outcome::NoGpu,
+        Outcome::InvalidQuantity,
         Outcome::AmbiguousContainer,
         Outcome::UnknownContainer,
         Outcome::VisibilityMismatch,
@@ -280,6 +132,7 @@ impl Outcome {
             Outcome::OptedOut => "opted_out",
             Outcome::NotRequested => "not_requested",
             Outcome::NoGpu => "no_gpu",
+            Outcome::InvalidQuantity => "invalid_quantity",
             Outcome::AmbiguousContainer => "ambiguous_container",
             Outcome::UnknownContainer => "unknown_container",
             Outcome::VisibilityMismatch => "visibility_mismatch",
@@ -302,6 +155,29 @@ pub enum Scope {
     Namespace,
 }
 
+/// Who asked for the sidecar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// Nobody: the pod opts out, or nothing asks.
+    No,
+    /// The pod's namespace label (the pod itself asked for nothing).
+    ByNamespace,
+    /// The pod's own annotation `gpu-otel-sidecar.io/inject: "true"`.
+    ByPod,
+}
+
+/// The `reinvocationPolicy` of the webhook's entries in the `MutatingWebhookConfiguration`
+/// (`GPU_SIDECAR_WEBHOOK_REINVOCATION_POLICY`): whether a call may be followed by another
+/// for the same pod, after a later webhook changed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reinvocation {
+    /// `IfNeeded`: a later webhook's change (a GPU container added, say) calls the webhook
+    /// again, so a skip is not final and is not warned about.
+    IfNeeded,
+    /// `Never`: each call is final.
+    Never,
+}
+
 /// The decision for one pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Admission {
@@ -313,8 +189,13 @@ pub struct Admission {
     pub target: Option<String>,
     /// Why, in one sentence (logged, and the response's status message).
     pub reason: String,
-    /// Whether the pod asked for the sidecar (then a skip is worth a warning to the client).
+    /// Whether the pod asked for the sidecar (then the decision is logged at `info`).
     pub requested: bool,
+    /// Whether the client is told with a warning (`kubectl` prints it): a skip of a pod that
+    /// asked for the sidecar, when no reinvocation can change it ([`Reinvocation::Never`]),
+    /// and not for a pod without GPUs that only its namespace asked for (every CPU pod of an
+    /// ML namespace).
+    pub warn: bool,
 }
 
 impl Admission {
@@ -325,6 +206,7 @@ impl Admission {
             target: None,
             reason,
             requested,
+            warn: false,
         }
     }
 }
@@ -333,25 +215,24 @@ impl Admission {
 #[derive(Debug, Clone)]
 pub struct Injector {
     template: SidecarTemplate,
-    /// The template's containers, as JSON (each admission copies and adapts them).
-    init_containers: Vec<Value>,
-    containers: Vec<Value>,
-    volumes: Vec<Value>,
+    reinvocation: Reinvocation,
 }
 
 impl Injector {
     /// An injector for `template` (made by [`SidecarTemplate::load`] or
-    /// [`SidecarTemplate::from_json`], so checked).
+    /// [`SidecarTemplate::from_json`], so checked), for entries with
+    /// [`Reinvocation::IfNeeded`] (the chart's default).
     pub fn new(template: SidecarTemplate) -> Self {
-        let list = |key: &str| -> Vec<Value> {
-            template.json[key].as_array().cloned().unwrap_or_default()
-        };
         Self {
-            init_containers: list("initContainers"),
-            containers: list("containers"),
-            volumes: list("volumes"),
             template,
+            reinvocation: Reinvocation::IfNeeded,
         }
+    }
+
+    /// The same, for entries with `reinvocation`.
+    pub fn with_reinvocation(mut self, reinvocation: Reinvocation) -> Self {
+        self.reinvocation = reinvocation;
+        self
     }
 
     /// The template this injector adds.
@@ -365,7 +246,7 @@ impl Injector {
     pub fn admit(&self, scope: Scope, pod: &PodView, spec: &Value) -> Admission {
         let annotations = pod.metadata.annotations.as_ref();
         let annotation = |key: &str| annotations.and_then(|a| a.get(key)).map(String::as_str);
-        let requested = match (annotation(INJECT_ANNOTATION), scope) {
+        let asked = match (annotation(INJECT_ANNOTATION), scope) {
             (Some("false"), _) => {
                 return Admission::skip(
                     Outcome::OptedOut,
@@ -373,10 +254,19 @@ impl Injector {
                     format!("the pod opts out ({INJECT_ANNOTATION}: \"false\")"),
                 )
             }
-            (Some("true"), _) | (_, Scope::Namespace) => true,
-            (_, Scope::Pod) => false,
+            (Some("true"), _) => Asked::ByPod,
+            (_, Scope::Namespace) => Asked::ByNamespace,
+            (_, Scope::Pod) => Asked::No,
         };
-        if !requested {
+        let mut decision = self.decide(asked, pod, spec);
+        decision.warn = decision.outcome.is_skip_of_the_pods_making()
+            && self.reinvocation == Reinvocation::Never
+            && !(decision.outcome == Outcome::NoGpu && asked == Asked::ByNamespace);
+        decision
+    }
+
+    fn decide(&self, asked: Asked, pod: &PodView, spec: &Value) -> Admission {
+        if asked == Asked::No {
             return Admission::skip(
                 Outcome::NotRequested,
                 false,
@@ -402,14 +292,22 @@ impl Injector {
                 format!("the pod already has a container named {sidecar_name:?}"),
             );
         }
-        let gpu: Vec<(usize, &Container)> = pod_spec
-            .containers
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| requests_gpu(c))
-            .collect();
-        let chosen = match annotation(CONTAINER_ANNOTATION) {
-            Some(name) => match gpu.iter().find(|(_, c)| c.name == name) {
+        let mut gpu: Vec<(usize, &Container, GpuUse)> = Vec::new();
+        for (index, c) in pod_spec.containers.iter().enumerate() {
+            match gpu_use(c) {
+                Ok(u) if u.any() => gpu.push((index, c, u)),
+                Ok(_) => {}
+                Err(e) => {
+                    return Admission::skip(
+                        Outcome::InvalidQuantity,
+                        true,
+                        format!("{e}: it cannot be told whether it uses a GPU"),
+                    )
+                }
+            }
+        }
+        let chosen = match annotation_of(pod, CONTAINER_ANNOTATION) {
+            Some(name) => match gpu.iter().find(|(_, c, _)| c.name == name) {
                 Some(hit) => *hit,
                 None => {
                     return Admission::skip(
@@ -427,7 +325,7 @@ impl Injector {
                     return Admission::skip(
                         Outcome::NoGpu,
                         true,
-                        "no container requests a GPU (nvidia.com/gpu, nvidia.com/gpu.*, nvidia.com/mig-*, or a DRA resource claim)".into(),
+                        "no container requests a GPU (a count above zero of nvidia.com/gpu, nvidia.com/gpu.*, nvidia.com/mig-*, or a DRA resource claim)".into(),
                     )
                 }
                 [one] => *one,
@@ -443,7 +341,7 @@ impl Injector {
                 }
             },
         };
-        let (index, target) = chosen;
+        let (index, target, uses) = chosen;
         let claims = spec
             .pointer(&format!("/containers/{index}/resources/claims"))
             .filter(|c| c.as_array().is_some_and(|a| !a.is_empty()))
@@ -452,7 +350,7 @@ impl Injector {
             GpuVisibility::Dra if claims.is_none() => Some(
                 "gpuVisibility is dra, but container {} holds no resource claim for the sidecar to share",
             ),
-            GpuVisibility::PodResources if !requests_device_plugin_gpu(target) => Some(
+            GpuVisibility::PodResources if !uses.device_plugin => Some(
                 "gpuVisibility is pod-resources, which sees device-plugin GPUs (nvidia.com/gpu, nvidia.com/mig-*), but container {} holds only DRA claims: install the chart with gpuVisibility.mode=dra for such pods",
             ),
             _ => None,
@@ -464,7 +362,9 @@ impl Injector {
                 why.replace("{}", &format!("{:?}", target.name)),
             );
         }
-        if let Some(clash) = self.template.volumes.iter().find(|v| {
+        let host_network = pod_spec.host_network == Some(true);
+        let placement = self.template.placement(host_network);
+        if let Some(clash) = placement.volumes.iter().find(|v| {
             pod_spec
                 .volumes
                 .iter()
@@ -505,7 +405,7 @@ impl Injector {
         let mut add = |path: PointerBuf, value: Value| {
             ops.push(PatchOperation::Add(AddOperation { path, value }));
         };
-        if annotations.is_none() {
+        if pod.metadata.annotations.is_none() {
             add(
                 PointerBuf::from_tokens(["metadata", "annotations"]),
                 Value::Object(Default::default()),
@@ -515,7 +415,7 @@ impl Injector {
             PointerBuf::from_tokens(["metadata", "annotations", STATUS_ANNOTATION]),
             Value::String("injected".into()),
         );
-        if let Some(share) = self.template.pod_spec.share_process_namespace {
+        if let Some(share) = placement.pod_spec.share_process_namespace {
             add(
                 PointerBuf::from_tokens(["spec", "shareProcessNamespace"]),
                 Value::Bool(share),
@@ -536,62 +436,68 @@ impl Injector {
                 );
             }
         };
+        let json = &placement.json;
         append(
             "initContainers",
             pod_spec.init_containers.is_some(),
-            self.init_containers.iter().map(adapt).collect(),
+            json.init_containers.iter().map(adapt).collect(),
         );
         append(
             "containers",
             true,
-            self.containers.iter().map(adapt).collect(),
+            json.containers.iter().map(adapt).collect(),
         );
-        append("volumes", pod_spec.volumes.is_some(), self.volumes.clone());
+        append("volumes", pod_spec.volumes.is_some(), json.volumes.clone());
         Admission {
             outcome: Outcome::Injected,
             patch: Some(Patch(ops)),
             target: Some(target.name.clone()),
             reason: format!(
-                "sidecar {sidecar_name:?} injected for container {:?}",
-                target.name
+                "sidecar {sidecar_name:?} injected for container {:?}{}",
+                target.name,
+                if host_network {
+                    " (hostNetwork pod: no container port, probed over a Unix socket)"
+                } else {
+                    ""
+                }
             ),
             requested: true,
+            warn: false,
         }
     }
 }
 
-/// Whether `c` requests an NVIDIA GPU: a GPU or MIG extended resource in its limits or
-/// requests ([`is_nvidia_gpu_resource`], the same test the pod-resources client applies), or
-/// a DRA resource claim.
-pub fn requests_gpu(c: &Container) -> bool {
-    requests_device_plugin_gpu(c)
-        || c.resources
-            .as_ref()
-            .and_then(|r| r.claims.as_ref())
-            .is_some_and(|c| !c.is_empty())
+impl Outcome {
+    /// Whether this is a skip caused by what the pod holds (its containers, GPUs, volumes),
+    /// which a later webhook's change may still turn into an injection.
+    fn is_skip_of_the_pods_making(self) -> bool {
+        matches!(
+            self,
+            Outcome::NoGpu
+                | Outcome::InvalidQuantity
+                | Outcome::AmbiguousContainer
+                | Outcome::UnknownContainer
+                | Outcome::VisibilityMismatch
+                | Outcome::VolumeConflict
+        )
+    }
 }
 
-/// Whether `c` requests a GPU or MIG extended resource of the NVIDIA device plugin (the
-/// devices the kubelet's pod-resources API lists).
-pub fn requests_device_plugin_gpu(c: &Container) -> bool {
-    let Some(r) = c.resources.as_ref() else {
-        return false;
-    };
-    let listed = |m: &Option<std::collections::BTreeMap<String, _>>| {
-        m.iter()
-            .flatten()
-            .any(|(name, _)| is_nvidia_gpu_resource(name))
-    };
-    listed(&r.limits) || listed(&r.requests)
+fn annotation_of<'a>(pod: &'a PodView, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
 }
 
-fn names(containers: &[(usize, &Container)]) -> String {
+fn names(containers: &[(usize, &Container, GpuUse)]) -> String {
     if containers.is_empty() {
         return "none does".into();
     }
     containers
         .iter()
-        .map(|(_, c)| c.name.as_str())
+        .map(|(_, c, _)| c.name.as_str())
         .collect::<Vec<_>>()
         .join(", ")
 }

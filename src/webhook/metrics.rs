@@ -23,6 +23,9 @@ use crate::telemetry::{Telemetry, TelemetryError};
 
 /// Attribute of [`ADMISSIONS`]: what the webhook did ([`Outcome::as_str`]).
 pub const OUTCOME: &str = "gpu_sidecar.webhook.outcome";
+/// Attribute of [`ADMISSIONS`]: the request's `dryRun` (absent for a body that is not a
+/// review).
+pub const DRY_RUN: &str = "gpu_sidecar.webhook.dry_run";
 
 /// The webhook's metrics pipeline (the agent's [`Telemetry`], fed by no sampler) and the
 /// admissions counter.
@@ -52,10 +55,16 @@ impl WebhookMetrics {
         })
     }
 
-    /// Counts one answered AdmissionReview.
-    pub fn admitted(&self, outcome: Outcome) {
-        self.admissions
-            .add(1, &[KeyValue::new(OUTCOME, outcome.as_str())]);
+    /// Counts one answered AdmissionReview; `dry_run` is its `dryRun` (`None`: not a
+    /// readable review).
+    pub fn admitted(&self, outcome: Outcome, dry_run: Option<bool>) {
+        let outcome = KeyValue::new(OUTCOME, outcome.as_str());
+        match dry_run {
+            Some(d) => self
+                .admissions
+                .add(1, &[outcome, KeyValue::new(DRY_RUN, d)]),
+            None => self.admissions.add(1, &[outcome]),
+        }
     }
 
     /// Final export, bounded by `timeout` (see [`Telemetry::shutdown`]); later calls do
@@ -82,10 +91,14 @@ mod tests {
             .split(" = ")
             .nth(1)
             .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
             .split(" | ")
             .map(|s| s.trim_matches('`'))
             .collect();
         let outcomes: Vec<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
         assert_eq!(listed, outcomes);
+        assert!(ADMISSIONS.attributes.contains(&format!("`{DRY_RUN}`")));
     }
 }

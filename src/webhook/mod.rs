@@ -7,9 +7,11 @@
 //! Modules, in the order a request meets them:
 //! - [`settings`]: the webhook's settings table (`GPU_SIDECAR_WEBHOOK_*`);
 //! - [`server`]: HTTPS (axum, tokio-rustls), with [`certs`] re-reading the serving
-//!   certificate when its files change;
+//!   certificate when its files change, or [`managed`] keeping its own in a Secret and the
+//!   configuration's `caBundle` (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`);
 //! - [`review`]: AdmissionReview in (kube-core, k8s-openapi), answer out;
-//! - [`inject`]: the decision for one pod and its JSON patch (json-patch);
+//! - [`inject`]: the decision for one pod and its JSON patch (json-patch), with [`gpu`]
+//!   (which containers use GPUs) and [`template`] (the sidecar as the chart renders it);
 //! - [`metrics`]: `gpu_sidecar.webhook.admissions`, exported with the agent's OTLP/console
 //!   exporter settings.
 //!
@@ -17,11 +19,14 @@
 //! variable), 1 if the address cannot be bound or the exporter cannot be built.
 
 pub mod certs;
+pub mod gpu;
 pub mod inject;
+pub mod managed;
 pub mod metrics;
 pub mod review;
 pub mod server;
 pub mod settings;
+pub mod template;
 
 #[cfg(test)]
 mod tests;
@@ -67,7 +72,7 @@ pub fn command() -> ExitCode {
         config.log_format == crate::config::LogFormat::Json,
     );
     let injector = match SidecarTemplate::load(&settings.sidecar) {
-        Ok(t) => Injector::new(t),
+        Ok(t) => Injector::new(t).with_reinvocation(settings.reinvocation),
         Err(e) => {
             eprintln!(
                 "gpu-otel-sidecar webhook: invalid {}: {e}",
@@ -78,17 +83,31 @@ pub fn command() -> ExitCode {
     };
     crate::telemetry::tls::install_crypto_provider();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certificate = match certs::ReloadingCert::new(
-        settings.tls_cert.clone(),
-        settings.tls_key.clone(),
-        provider.clone(),
-    ) {
-        Ok(c) => Arc::new(c),
-        Err(e) => {
-            eprintln!("gpu-otel-sidecar webhook: invalid {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let (certificate, keeper): (Arc<dyn rustls::server::ResolvesServerCert>, _) =
+        match &settings.tls {
+            settings::TlsSource::Files { cert, key } => {
+                match certs::ReloadingCert::new(cert.clone(), key.clone(), provider.clone()) {
+                    Ok(c) => (Arc::new(c), None),
+                    Err(e) => {
+                        eprintln!("gpu-otel-sidecar webhook: invalid {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            settings::TlsSource::Managed(m) => {
+                match managed::Keeper::new(m.clone(), provider.clone()) {
+                    Ok(k) => (k.serving(), Some(k)),
+                    Err(e) => {
+                        eprintln!(
+                            "gpu-otel-sidecar webhook: {}={}: {e}",
+                            settings::TLS_SECRET.name,
+                            m.secret
+                        );
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+        };
     let tls = match rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
     {
@@ -119,7 +138,7 @@ pub fn command() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(config, settings, injector, tls))
+    runtime.block_on(run(config, settings, injector, tls, keeper))
 }
 
 async fn run(
@@ -127,6 +146,7 @@ async fn run(
     settings: WebhookSettings,
     injector: Injector,
     tls: Arc<rustls::ServerConfig>,
+    keeper: Option<managed::Keeper>,
 ) -> ExitCode {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (
@@ -155,14 +175,22 @@ async fn run(
                 return ExitCode::FAILURE;
             }
         };
+    if let Some(k) = keeper {
+        tracing::info!(
+            secret = %k.secret_ref(),
+            "the serving certificate is kept in Secret {} (made if absent) and written into the configuration's caBundle; TLS handshakes fail until it is read",
+            k.secret_ref()
+        );
+        tokio::spawn(k.run());
+    }
     let template = injector.template();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         sidecar = template.container_name(),
-        placement = if template.init_containers.is_empty() {
-            "classic (containers)"
-        } else {
+        placement = if template.pod_network.is_native() {
             "native (initContainers)"
+        } else {
+            "classic (containers)"
         },
         gpu_visibility = ?template.gpu_visibility,
         "admission webhook listening on https://{} (POST /mutate, /mutate/namespace)",

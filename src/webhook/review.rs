@@ -31,6 +31,9 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// What was done (counted in `gpu_sidecar.webhook.admissions`).
     pub outcome: Outcome,
+    /// The request's `dryRun` (`None` for a body that is not a review): a dry run
+    /// (`kubectl apply --dry-run=server`, Argo CD's diff) creates no pod and is counted apart.
+    pub dry_run: Option<bool>,
 }
 
 impl Answer {
@@ -41,16 +44,18 @@ impl Answer {
             content_type: "text/plain; charset=utf-8",
             body: format!("gpu-otel-sidecar webhook: {message}\n").into_bytes(),
             outcome: Outcome::Invalid,
+            dry_run: None,
         }
     }
 
-    fn review(response: AdmissionResponse, outcome: Outcome) -> Self {
+    fn review(response: AdmissionResponse, outcome: Outcome, dry_run: bool) -> Self {
         match encode(response) {
             Ok(body) => Self {
                 status: 200,
                 content_type: "application/json",
                 body,
                 outcome,
+                dry_run: Some(dry_run),
             },
             // Serializing plain strings, maps and bytes does not fail.
             Err(e) => Self::invalid(format!("cannot encode the response: {e}")),
@@ -127,7 +132,7 @@ pub fn answer(injector: &Injector, scope: Scope, body: &[u8]) -> Answer {
             operation = ?request.operation,
             "not a pod being created: admitted unchanged"
         );
-        return Answer::review(response, Outcome::Ignored);
+        return Answer::review(response, Outcome::Ignored, request.dry_run);
     }
     let Some(object) = object.filter(|o| !o.is_null()) else {
         return Answer::invalid("the request creates a pod but carries no object".into());
@@ -143,20 +148,21 @@ pub fn answer(injector: &Injector, scope: Scope, body: &[u8]) -> Answer {
     let mut response = response;
     response.audit_annotations =
         HashMap::from([("outcome".to_string(), outcome.as_str().to_string())]);
+    let dry_run = request.dry_run;
     match decision.patch {
         Some(patch) => match response.with_patch(patch) {
-            Ok(r) => Answer::review(r, outcome),
+            Ok(r) => Answer::review(r, outcome, dry_run),
             Err(e) => Answer::invalid(format!("cannot encode the patch: {e}")),
         },
         None => {
-            if decision.requested && outcome != Outcome::AlreadyInjected {
+            if decision.warn {
                 response.warnings = Some(vec![format!(
                     "gpu-otel-sidecar: not injected: {}",
                     decision.reason
                 )]);
             }
             response.result.message = decision.reason;
-            Answer::review(response, outcome)
+            Answer::review(response, outcome, dry_run)
         }
     }
 }

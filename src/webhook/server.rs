@@ -64,7 +64,7 @@ async fn mutate_namespace(State(s): State<Arc<AppState>>, body: Bytes) -> Respon
 
 fn respond(s: &AppState, scope: Scope, body: &[u8]) -> Response {
     let a = answer(&s.injector, scope, body);
-    s.metrics.admitted(a.outcome);
+    s.metrics.admitted(a.outcome, a.dry_run);
     let status = StatusCode::from_u16(a.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, [(header::CONTENT_TYPE, a.content_type)], a.body).into_response()
 }

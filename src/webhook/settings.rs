@@ -12,25 +12,60 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::inject::Reinvocation;
 pub use crate::config::settings::{
-    Setting, WEBHOOK_ADDR as ADDR, WEBHOOK_SHUTDOWN_DELAY as SHUTDOWN_DELAY,
-    WEBHOOK_SIDECAR as SIDECAR, WEBHOOK_TLS_CERT as TLS_CERT, WEBHOOK_TLS_KEY as TLS_KEY,
+    Setting, WEBHOOK_ADDR as ADDR, WEBHOOK_CERT_VALIDITY as CERT_VALIDITY,
+    WEBHOOK_CONFIGURATION as CONFIGURATION, WEBHOOK_REINVOCATION_POLICY as REINVOCATION_POLICY,
+    WEBHOOK_RESYNC_INTERVAL as RESYNC_INTERVAL, WEBHOOK_SERVICE_ACCOUNT_DIR as SERVICE_ACCOUNT_DIR,
+    WEBHOOK_SHUTDOWN_DELAY as SHUTDOWN_DELAY, WEBHOOK_SIDECAR as SIDECAR,
+    WEBHOOK_TLS_CERT as TLS_CERT, WEBHOOK_TLS_KEY as TLS_KEY, WEBHOOK_TLS_SECRET as TLS_SECRET,
 };
 use crate::config::{parse_duration, ConfigError};
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsSource {
+    /// [`TLS_CERT`] and [`TLS_KEY`]: files, re-read when they change.
+    Files {
+        /// [`TLS_CERT`].
+        cert: PathBuf,
+        /// [`TLS_KEY`].
+        key: PathBuf,
+    },
+    /// [`TLS_SECRET`]: the webhook keeps its own (see [`super::managed`]).
+    Managed(ManagedSettings),
+}
+
+/// The settings of a certificate the webhook keeps itself ([`TLS_SECRET`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedSettings {
+    /// [`TLS_SECRET`].
+    pub secret: String,
+    /// [`CONFIGURATION`].
+    pub configuration: String,
+    /// [`SERVICE_ACCOUNT_DIR`].
+    pub service_account_dir: PathBuf,
+    /// `https://<KUBERNETES_SERVICE_HOST>:<KUBERNETES_SERVICE_PORT>`.
+    pub api_server: String,
+    /// [`CERT_VALIDITY`].
+    pub validity: Duration,
+    /// [`RESYNC_INTERVAL`].
+    pub resync: Duration,
+}
 
 /// The validated webhook settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookSettings {
     /// [`ADDR`].
     pub addr: SocketAddr,
-    /// [`TLS_CERT`].
-    pub tls_cert: PathBuf,
-    /// [`TLS_KEY`].
-    pub tls_key: PathBuf,
+    /// The serving certificate.
+    pub tls: TlsSource,
     /// [`SIDECAR`].
     pub sidecar: PathBuf,
     /// [`SHUTDOWN_DELAY`].
     pub shutdown_delay: Duration,
+    /// [`REINVOCATION_POLICY`].
+    pub reinvocation: Reinvocation,
 }
 
 impl WebhookSettings {
@@ -53,6 +88,19 @@ impl WebhookSettings {
                 expected: format!("{} (required by the webhook command)", s.accepts),
             })
         };
+        let tls = match get(&TLS_SECRET) {
+            None => TlsSource::Files {
+                cert: required(&TLS_CERT).map_err(|mut e| {
+                    e.expected = format!(
+                        "{} (required by the webhook command, unless {} is set)",
+                        TLS_CERT.accepts, TLS_SECRET.name
+                    );
+                    e
+                })?,
+                key: required(&TLS_KEY)?,
+            },
+            Some(secret) => managed_settings(secret, vars, &get)?,
+        };
         let addr_value = get(&ADDR).unwrap_or_default();
         let addr = addr_value.parse().map_err(|_| ConfigError {
             var: ADDR.name.to_string(),
@@ -63,14 +111,102 @@ impl WebhookSettings {
             SHUTDOWN_DELAY.name,
             get(&SHUTDOWN_DELAY).unwrap_or_default(),
         )?;
+        let reinvocation = match get(&REINVOCATION_POLICY).unwrap_or_default() {
+            "IfNeeded" => Reinvocation::IfNeeded,
+            "Never" => Reinvocation::Never,
+            other => {
+                return Err(ConfigError {
+                    var: REINVOCATION_POLICY.name.to_string(),
+                    value: other.to_string(),
+                    expected: REINVOCATION_POLICY.accepts.to_string(),
+                })
+            }
+        };
         Ok(Self {
             addr,
-            tls_cert: required(&TLS_CERT)?,
-            tls_key: required(&TLS_KEY)?,
+            reinvocation,
+            tls,
             sidecar: required(&SIDECAR)?,
             shutdown_delay,
         })
     }
+}
+
+/// [`TlsSource::Managed`] from [`TLS_SECRET`] and the settings that go with it.
+fn managed_settings<'a>(
+    secret: &str,
+    vars: &'a BTreeMap<String, String>,
+    get: &dyn Fn(&Setting) -> Option<&'a str>,
+) -> Result<TlsSource, ConfigError> {
+    let valid_name = !secret.is_empty()
+        && secret.len() <= 253
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if !valid_name {
+        return Err(ConfigError::new(
+            TLS_SECRET.name,
+            secret,
+            TLS_SECRET.accepts,
+        ));
+    }
+    for files in [&TLS_CERT, &TLS_KEY] {
+        if let Some(v) = get(files) {
+            return Err(ConfigError::new(
+                files.name,
+                v,
+                format!(
+                    "nothing while {}={secret} is set: the certificate comes either from files or from the Secret",
+                    TLS_SECRET.name
+                ),
+            ));
+        }
+    }
+    let configuration = get(&CONFIGURATION).ok_or_else(|| {
+        ConfigError::new(
+            CONFIGURATION.name,
+            "",
+            format!(
+                "{} (required with {})",
+                CONFIGURATION.accepts, TLS_SECRET.name
+            ),
+        )
+    })?;
+    let kube = |name: &str| {
+        vars.get(name)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| {
+                ConfigError::new(
+                    name,
+                    "",
+                    format!(
+                        "the API server's address, which the kubelet sets in every container (needed with {})",
+                        TLS_SECRET.name
+                    ),
+                )
+            })
+    };
+    let (host, port) = (
+        kube("KUBERNETES_SERVICE_HOST")?,
+        kube("KUBERNETES_SERVICE_PORT")?,
+    );
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    Ok(TlsSource::Managed(ManagedSettings {
+        secret: secret.to_string(),
+        configuration: configuration.to_string(),
+        service_account_dir: PathBuf::from(get(&SERVICE_ACCOUNT_DIR).unwrap_or_default()),
+        api_server: format!("https://{host}:{port}"),
+        validity: parse_duration(CERT_VALIDITY.name, get(&CERT_VALIDITY).unwrap_or_default())?,
+        resync: parse_duration(
+            RESYNC_INTERVAL.name,
+            get(&RESYNC_INTERVAL).unwrap_or_default(),
+        )?,
+    }))
 }
 
 #[cfg(test)]
@@ -95,7 +231,14 @@ mod tests {
         let s = WebhookSettings::from_vars(&vars(&FILES)).unwrap();
         assert_eq!(s.addr, "0.0.0.0:8443".parse().unwrap());
         assert_eq!(s.shutdown_delay, Duration::from_secs(5));
-        assert_eq!(s.tls_cert, PathBuf::from("/tls/tls.crt"));
+        assert_eq!(s.reinvocation, Reinvocation::IfNeeded);
+        assert_eq!(
+            s.tls,
+            TlsSource::Files {
+                cert: PathBuf::from("/tls/tls.crt"),
+                key: PathBuf::from("/tls/tls.key")
+            }
+        );
         assert_eq!(s.sidecar, PathBuf::from("/etc/webhook/sidecar.json"));
         for missing in FILES.map(|(k, _)| k) {
             let without: Vec<_> = FILES.into_iter().filter(|(k, _)| *k != missing).collect();
@@ -103,6 +246,60 @@ mod tests {
             assert_eq!(e.var, missing);
             assert!(e.expected.contains("required"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_secret_the_webhook_keeps_instead_of_files() {
+        let base = [
+            ("GPU_SIDECAR_WEBHOOK_SIDECAR", "/etc/webhook/sidecar.json"),
+            ("GPU_SIDECAR_WEBHOOK_TLS_SECRET", "gpu-webhook-tls"),
+            ("GPU_SIDECAR_WEBHOOK_CONFIGURATION", "gpu-webhook"),
+            ("KUBERNETES_SERVICE_HOST", "fd00::1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+        ];
+        let s = WebhookSettings::from_vars(&vars(&base)).unwrap();
+        let TlsSource::Managed(m) = s.tls else {
+            panic!("{s:?}")
+        };
+        assert_eq!(
+            (
+                m.secret.as_str(),
+                m.configuration.as_str(),
+                m.api_server.as_str()
+            ),
+            ("gpu-webhook-tls", "gpu-webhook", "https://[fd00::1]:443")
+        );
+        assert_eq!(
+            m.service_account_dir,
+            PathBuf::from("/var/run/secrets/kubernetes.io/serviceaccount")
+        );
+        assert_eq!(m.validity, Duration::from_secs(3650 * 86_400));
+        assert_eq!(m.resync, Duration::from_secs(60));
+        for (drop_or_add, var) in [
+            (
+                Some("GPU_SIDECAR_WEBHOOK_CONFIGURATION"),
+                "GPU_SIDECAR_WEBHOOK_CONFIGURATION",
+            ),
+            (Some("KUBERNETES_SERVICE_HOST"), "KUBERNETES_SERVICE_HOST"),
+            (None, "GPU_SIDECAR_WEBHOOK_TLS_CERT"),
+        ] {
+            let mut v = vars(&base);
+            match drop_or_add {
+                Some(k) => {
+                    v.remove(k);
+                }
+                None => {
+                    v.insert(var.into(), "/tls/tls.crt".into());
+                }
+            }
+            assert_eq!(WebhookSettings::from_vars(&v).unwrap_err().var, var);
+        }
+        let mut v = vars(&base);
+        v.insert(TLS_SECRET.name.into(), "Not_A_Name".into());
+        assert_eq!(
+            WebhookSettings::from_vars(&v).unwrap_err().var,
+            TLS_SECRET.name
+        );
     }
 
     #[test]
@@ -123,8 +320,16 @@ mod tests {
         let mut v = vars(&FILES);
         v.insert(ADDR.name.into(), "127.0.0.1:0".into());
         v.insert(SHUTDOWN_DELAY.name.into(), "100ms".into());
+        v.insert(REINVOCATION_POLICY.name.into(), "Never".into());
         let s = WebhookSettings::from_vars(&v).unwrap();
+        assert_eq!(s.reinvocation, Reinvocation::Never);
         assert_eq!(s.addr, "127.0.0.1:0".parse().unwrap());
+        let mut v = vars(&FILES);
+        v.insert(REINVOCATION_POLICY.name.into(), "ifneeded".into());
+        assert_eq!(
+            WebhookSettings::from_vars(&v).unwrap_err().to_string(),
+            "invalid GPU_SIDECAR_WEBHOOK_REINVOCATION_POLICY=\"ifneeded\": expected IfNeeded or Never (the webhook entries' reinvocationPolicy)"
+        );
         assert_eq!(s.shutdown_delay, Duration::from_millis(100));
     }
 }

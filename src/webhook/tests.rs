@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::inject::{GpuVisibility, Injector, Outcome, Scope, SidecarTemplate};
+use super::inject::{GpuVisibility, Injector, Outcome, Reinvocation, Scope, SidecarTemplate};
 use super::review::answer;
 
 const SIDECAR: &str = "gpu-otel-sidecar";
@@ -16,9 +16,44 @@ fn env() -> Value {
     ])
 }
 
+/// `t` with its `hostNetwork` placement as the chart renders it: the same sidecar without
+/// a container port, its health endpoint on a Unix socket in an `emptyDir`.
+fn with_host_network(mut t: Value) -> Value {
+    let adapt = |list: &Value| -> Value {
+        let mut list = list.clone();
+        for c in list.as_array_mut().unwrap() {
+            let c = c.as_object_mut().unwrap();
+            c.remove("ports");
+            c.entry("env").or_insert(json!([])).as_array_mut().unwrap().push(
+                json!({"name": "GPU_SIDECAR_HEALTH_ADDR", "value": "unix:/run/gpu-otel-sidecar/health.sock"}),
+            );
+            c.entry("volumeMounts")
+                .or_insert(json!([]))
+                .as_array_mut()
+                .unwrap()
+                .push(
+                    json!({"name": "gpu-otel-sidecar-run", "mountPath": "/run/gpu-otel-sidecar"}),
+                );
+        }
+        list
+    };
+    let mut volumes = t["volumes"].clone();
+    volumes
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "gpu-otel-sidecar-run", "emptyDir": {}}));
+    t["hostNetwork"] = json!({
+        "podSpec": t["podSpec"].clone(),
+        "initContainers": adapt(&t["initContainers"]),
+        "containers": adapt(&t["containers"]),
+        "volumes": volumes,
+    });
+    t
+}
+
 /// A native sidecar with the pod-resources volume, shaped as the chart renders it.
 fn native() -> Value {
-    json!({
+    with_host_network(json!({
         "gpuVisibility": "pod-resources",
         "podSpec": {},
         "initContainers": [{"name": SIDECAR, "image": "gpu-otel-sidecar:0.1.0", "restartPolicy": "Always",
@@ -26,29 +61,30 @@ fn native() -> Value {
                             "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
                             "volumeMounts": [{"name": "gpu-otel-sidecar-pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": true}]}],
         "containers": [],
-        "volumes": [{"name": "gpu-otel-sidecar-pod-resources", "hostPath": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}}]
-    })
+        "volumes": [{"name": "gpu-otel-sidecar-pod-resources", "hostPath": {"path": "/var/lib/kubelet/pod-resources", "type": "DirectoryOrCreate"}}]
+    }))
 }
 
 fn classic() -> Value {
-    json!({
+    with_host_network(json!({
         "gpuVisibility": "uuids",
         "podSpec": {"shareProcessNamespace": true},
         "initContainers": [],
-        "containers": [{"name": SIDECAR, "image": "gpu-otel-sidecar:0.1.0", "env": env()}],
+        "containers": [{"name": SIDECAR, "image": "gpu-otel-sidecar:0.1.0", "env": env(),
+                        "ports": [{"name": "gpusc-health", "containerPort": 13134}]}],
         "volumes": []
-    })
+    }))
 }
 
 fn dra() -> Value {
-    json!({
+    with_host_network(json!({
         "gpuVisibility": "dra",
         "podSpec": {},
         "initContainers": [{"name": SIDECAR, "image": "gpu-otel-sidecar:0.1.0", "restartPolicy": "Always",
                             "env": env(), "resources": {"claims": [{"name": "gpu"}], "limits": {"memory": "64Mi"}}}],
         "containers": [],
         "volumes": []
-    })
+    }))
 }
 
 fn injector(template: Value) -> Injector {
@@ -239,6 +275,87 @@ fn gpu_resources_are_recognized_as_the_pod_resources_client_does() {
     assert_eq!(run(&inj, Scope::Pod, &p).0, Outcome::NoGpu);
 }
 
+/// A count of zero is no GPU: the trainer next to a `nvidia.com/gpu: 0` TensorBoard gets
+/// the sidecar, and a CPU pod that says 0 gets none.
+#[test]
+fn a_zero_gpu_count_is_no_gpu() {
+    let inj = injector(native());
+    let zero = |name: &str| container(name, json!({"limits": {"nvidia.com/gpu": "0"}}));
+    let p = opted_in(vec![gpu("trainer"), zero("tensorboard")]);
+    let (outcome, patched, target) = run(&inj, Scope::Pod, &p);
+    assert_eq!(
+        (outcome, target.as_deref()),
+        (Outcome::Injected, Some("trainer"))
+    );
+    assert_eq!(
+        env_value(&patched["spec"]["initContainers"][0], "K8S_CONTAINER_NAME").as_deref(),
+        Some("trainer")
+    );
+    assert_eq!(
+        run(&inj, Scope::Pod, &opted_in(vec![zero("web")])).0,
+        Outcome::NoGpu
+    );
+    // The annotation cannot name a container whose count is zero.
+    let mut named = opted_in(vec![gpu("trainer"), zero("tensorboard")]);
+    named["metadata"]["annotations"]["gpu-otel-sidecar.io/container"] = json!("tensorboard");
+    assert_eq!(run(&inj, Scope::Pod, &named).0, Outcome::UnknownContainer);
+}
+
+#[test]
+fn a_gpu_quantity_that_does_not_parse_is_a_reason_not_to_inject() {
+    let inj = injector(native());
+    let p = opted_in(vec![
+        gpu("trainer"),
+        container("eval", json!({"limits": {"nvidia.com/gpu": "one"}})),
+    ]);
+    let typed = serde_json::from_value(p.clone()).unwrap();
+    let a = inj.admit(Scope::Pod, &typed, &p["spec"]);
+    assert_eq!(a.outcome, Outcome::InvalidQuantity);
+    assert!(a.patch.is_none());
+    assert_eq!(
+        a.reason,
+        "container \"eval\" has resources.limits[\"nvidia.com/gpu\"] = \"one\", which is not a Kubernetes quantity: it cannot be told whether it uses a GPU"
+    );
+}
+
+/// A `hostNetwork` pod gets the placement without a container port (a declared port there is
+/// a node-wide host port): its health on a Unix socket in an `emptyDir` of its own.
+#[test]
+fn host_network_pods_get_the_placement_without_a_port() {
+    for template in [native(), classic()] {
+        let inj = injector(template);
+        let mut p = opted_in(vec![gpu("mpi-worker")]);
+        p["spec"]["hostNetwork"] = json!(true);
+        let (outcome, patched, _) = run(&inj, Scope::Pod, &p);
+        assert_eq!(outcome, Outcome::Injected);
+        let sidecar = patched["spec"]["initContainers"][0]
+            .as_object()
+            .or(patched["spec"]["containers"][1].as_object())
+            .unwrap()
+            .clone();
+        let sidecar = Value::Object(sidecar);
+        assert_eq!(sidecar["name"], SIDECAR);
+        assert!(sidecar.get("ports").is_none(), "{sidecar}");
+        assert_eq!(
+            env_value(&sidecar, "GPU_SIDECAR_HEALTH_ADDR").as_deref(),
+            Some("unix:/run/gpu-otel-sidecar/health.sock")
+        );
+        assert_eq!(
+            env_value(&sidecar, "K8S_CONTAINER_NAME").as_deref(),
+            Some("mpi-worker")
+        );
+        let volumes = patched["spec"]["volumes"].as_array().unwrap();
+        assert!(volumes
+            .iter()
+            .any(|v| v["name"] == "gpu-otel-sidecar-run" && v["emptyDir"] == json!({})));
+        // The same pod on the pod network gets the other placement.
+        p["spec"]["hostNetwork"] = json!(false);
+        let (_, patched, _) = run(&inj, Scope::Pod, &p);
+        let text = patched.to_string();
+        assert!(!text.contains("gpu-otel-sidecar-run"), "{text}");
+    }
+}
+
 #[test]
 fn several_gpu_containers_need_the_container_annotation() {
     let inj = injector(native());
@@ -360,12 +477,21 @@ fn sidecar_files_of_the_wrong_shape_are_refused() {
     unknown["podSpec"] = json!({"hostNetwork": true});
     let mut bad_container = native();
     bad_container["initContainers"][0]["ports"] = json!("13134");
+    let mut no_host_network = native();
+    no_host_network
+        .as_object_mut()
+        .unwrap()
+        .remove("hostNetwork");
+    let mut renamed = native();
+    renamed["hostNetwork"]["initContainers"][0]["name"] = json!("other");
     for (t, why) in [
         (two, "found 2"),
         (none, "found 0"),
         (no_target, "no K8S_CONTAINER_NAME"),
         (unknown, "unknown field `hostNetwork`"),
         (bad_container, "not a sidecar file as the chart renders it"),
+        (no_host_network, "missing field `hostNetwork`"),
+        (renamed, "differs in name or placement"),
     ] {
         let e = SidecarTemplate::from_json(t).unwrap_err();
         assert!(e.contains(why), "{e}");
@@ -423,7 +549,7 @@ fn answer_carries_the_uid_and_a_base64_json_patch() {
 }
 
 #[test]
-fn a_skip_is_allowed_unchanged_with_its_reason_and_a_warning_when_asked_for() {
+fn a_skip_is_allowed_unchanged_with_its_reason() {
     let inj = injector(native());
     let cpu = opted_in(vec![container("tokenize", json!({}))]);
     let a = answer(
@@ -432,6 +558,7 @@ fn a_skip_is_allowed_unchanged_with_its_reason_and_a_warning_when_asked_for() {
         &serde_json::to_vec(&review(cpu, "CREATE")).unwrap(),
     );
     assert_eq!((a.status, a.outcome), (200, Outcome::NoGpu));
+    assert_eq!(a.dry_run, Some(false));
     let r = response(&a.body);
     assert_eq!(r["allowed"], true);
     assert!(r.get("patch").is_none());
@@ -439,19 +566,71 @@ fn a_skip_is_allowed_unchanged_with_its_reason_and_a_warning_when_asked_for() {
         .as_str()
         .unwrap()
         .contains("no container requests a GPU"));
-    assert!(r["warnings"][0]
-        .as_str()
+    // reinvocationPolicy IfNeeded: a later webhook may still add the GPU, and this call's
+    // warning would then be about an outcome that did not happen.
+    assert!(r.get("warnings").is_none(), "{r}");
+}
+
+/// Warnings only where the call is final (`reinvocationPolicy: Never`), the pod asked for
+/// the sidecar, and it is not a pod without GPUs that only its namespace asked for.
+#[test]
+fn warnings_are_given_only_for_final_skips_of_pods_that_asked() {
+    let final_calls = injector(native()).with_reinvocation(Reinvocation::Never);
+    let warned = |scope: Scope, pod: Value| {
+        let a = answer(
+            &final_calls,
+            scope,
+            &serde_json::to_vec(&review(pod, "CREATE")).unwrap(),
+        );
+        let r = response(&a.body);
+        let w = r["warnings"][0].as_str().map(str::to_string);
+        (a.outcome, w)
+    };
+    let cpu = vec![container("tokenize", json!({}))];
+    let (outcome, w) = warned(Scope::Pod, opted_in(cpu.clone()));
+    assert_eq!(outcome, Outcome::NoGpu);
+    assert!(w
         .unwrap()
-        .starts_with("gpu-otel-sidecar: not injected: "));
-    // Not asked for: no warning.
-    let quiet = pod(None, vec![container("web", json!({}))]);
-    let a = answer(
-        &inj,
-        Scope::Pod,
-        &serde_json::to_vec(&review(quiet, "CREATE")).unwrap(),
+        .starts_with("gpu-otel-sidecar: not injected: no container requests a GPU"),);
+    // Every CPU pod of a labelled namespace: not a word.
+    assert_eq!(
+        warned(Scope::Namespace, pod(None, cpu.clone())),
+        (Outcome::NoGpu, None)
     );
-    assert_eq!(a.outcome, Outcome::NotRequested);
-    assert!(response(&a.body).get("warnings").is_none());
+    // A GPU pod of a labelled namespace that cannot be injected is told.
+    let (outcome, w) = warned(Scope::Namespace, pod(None, vec![gpu("a"), gpu("b")]));
+    assert_eq!(outcome, Outcome::AmbiguousContainer);
+    assert!(w.unwrap().contains("gpu-otel-sidecar.io/container"));
+    // Not asked for, opted out, already there: no warning.
+    for (scope, p, outcome) in [
+        (Scope::Pod, pod(None, vec![gpu("t")]), Outcome::NotRequested),
+        (
+            Scope::Namespace,
+            pod(
+                Some(json!({"gpu-otel-sidecar.io/inject": "false"})),
+                vec![gpu("t")],
+            ),
+            Outcome::OptedOut,
+        ),
+        (
+            Scope::Pod,
+            opted_in(vec![gpu("t"), container(SIDECAR, json!({}))]),
+            Outcome::AlreadyInjected,
+        ),
+    ] {
+        assert_eq!(warned(scope, p), (outcome, None));
+    }
+}
+
+#[test]
+fn dry_runs_are_told_apart() {
+    let inj = injector(native());
+    let mut r = review(opted_in(vec![gpu("trainer")]), "CREATE");
+    r["request"]["dryRun"] = json!(true);
+    let a = answer(&inj, Scope::Pod, &serde_json::to_vec(&r).unwrap());
+    assert_eq!((a.outcome, a.dry_run), (Outcome::Injected, Some(true)));
+    let a = answer(&inj, Scope::Pod, b"{");
+    assert_eq!((a.outcome, a.dry_run), (Outcome::Invalid, None));
 }
 
 #[test]

@@ -32,6 +32,8 @@
 //!   [`fixture_dir`], [`workspace_root`], and reads that name the missing path
 //!   ([`read_text`], [`read_json`], [`h200_recording`]).
 //! - [`pki`]: a throw-away CA issuing certificates, for TLS tests.
+//! - [`pod`]: a pod's shared process namespace (a PID namespace, a cgroup per container),
+//!   for the classic sidecar's tests.
 //! - [`http`]: a tiny blocking HTTP/1.1 client ([`http::get`], [`http::post`]) for health
 //!   endpoints and hand-made OTLP/HTTP requests.
 //!
@@ -46,6 +48,7 @@ pub mod agent;
 pub mod http;
 pub mod paths;
 pub mod pki;
+pub mod pod;
 pub mod receiver;
 
 pub use agent::{Agent, AgentBuilder};

@@ -67,9 +67,19 @@ def test_classic_sidecar_shares_the_process_namespace_and_exits_with_the_trainer
     assert "restartPolicy" not in sc
     assert spec["shareProcessNamespace"] is True
     assert "initContainers" not in spec
-    assert env_map(sc)["GPU_SIDECAR_EXIT_WITH_PROCESS"] == "python"
-    # The process it follows is the one the trainer runs.
-    assert container(spec, TRAINER)["command"][0] == "python"
+    # It follows the pod's other containers, whatever the trainer's process is called.
+    env = env_map(sc)
+    assert env["GPU_SIDECAR_EXIT_WITH_CONTAINERS"] == "true"
+    assert "GPU_SIDECAR_EXIT_WITH_PROCESS" not in env
+    # After the trainer in the pod's containers: the kubelet starts them in this order, so a
+    # trainer shorter than the sidecar's start has run (and ended) when the sidecar looks.
+    names = [c["name"] for c in spec["containers"]]
+    assert names.index(TRAINER) < names.index(SIDECAR)
+    # Or a process name, when asked.
+    sc = sidecar_of(render(helm, "mode=classic", "classic.exitWithProcess=python3", *VISIBILITY[visibility]).pod_spec, SIDECAR)[1]
+    env = env_map(sc)
+    assert env["GPU_SIDECAR_EXIT_WITH_PROCESS"] == "python3"
+    assert "GPU_SIDECAR_EXIT_WITH_CONTAINERS" not in env
 
 
 def test_classic_mode_renders_for_old_clusters_and_native_refuses_them(helm):
@@ -183,6 +193,46 @@ def test_small_requests_and_limits(helm):
     assert "nvidia.com/gpu" not in res.get("limits", {}), "a sidecar cannot take a device-plugin GPU"
 
 
+@pytest.mark.parametrize("root, path", [
+    ("/var/lib/k0s/kubelet", "/var/lib/k0s/kubelet/pod-resources"),
+    ("/var/snap/microk8s/common/var/lib/kubelet/", "/var/snap/microk8s/common/var/lib/kubelet/pod-resources"),
+])
+def test_kubelet_root_moves_the_host_path_not_the_socket_in_the_container(helm, root, path):
+    spec = render(helm, f"kubeletRoot={root}").pod_spec
+    [vol] = hostpath_volumes(spec)
+    assert vol["hostPath"] == {"path": path, "type": "DirectoryOrCreate"}
+    sc = sidecar_of(spec, SIDECAR)[1]
+    [mount] = sc["volumeMounts"]
+    assert mount["mountPath"] == "/var/lib/kubelet/pod-resources"
+    assert env_map(sc)["GPU_SIDECAR_POD_RESOURCES_SOCKET"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    # An explicit hostPath wins.
+    spec = render(helm, f"kubeletRoot={root}", "gpuVisibility.podResources.hostPath=/run/kubelet/pod-resources").pod_spec
+    assert hostpath_volumes(spec)[0]["hostPath"]["path"] == "/run/kubelet/pod-resources"
+
+
+@pytest.mark.parametrize("mode", ["native", "classic"])
+def test_host_network_pods_declare_no_port_and_are_probed_over_a_socket(helm, mode):
+    """In a hostNetwork pod a declared port is the node's: two such pods on a node collide."""
+    r = render(helm, f"mode={mode}", "hostNetwork=true", "health.readinessProbe.enabled=true")
+    spec = r.pod_spec
+    assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    sc = sidecar_of(spec, SIDECAR)[1]
+    assert "ports" not in sc
+    assert sc["livenessProbe"]["exec"]["command"] == ["/gpu-otel-sidecar", "health", "--liveness"]
+    assert sc["readinessProbe"]["exec"]["command"] == ["/gpu-otel-sidecar", "health"]
+    assert "httpGet" not in sc["livenessProbe"] and "httpGet" not in sc["readinessProbe"]
+    env = env_map(sc)
+    assert env["GPU_SIDECAR_HEALTH_ADDR"] == "unix:/run/gpu-otel-sidecar/health.sock"
+    mounts = {m["name"]: m for m in sc["volumeMounts"]}
+    assert mounts["gpu-otel-sidecar-run"]["mountPath"] == "/run/gpu-otel-sidecar"
+    assert "readOnly" not in mounts["gpu-otel-sidecar-run"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["gpu-otel-sidecar-run"] == {"name": "gpu-otel-sidecar-run", "emptyDir": {}}
+    # Not in other pods.
+    sc = sidecar_of(render(helm, f"mode={mode}").pod_spec, SIDECAR)[1]
+    assert sc["ports"][0]["containerPort"] == VALUES["health"]["port"]
+
+
 def test_probes(helm):
     sc = sidecar_of(render(helm).pod_spec, SIDECAR)[1]
     port = {p["name"]: p["containerPort"] for p in sc["ports"]}
@@ -210,7 +260,8 @@ def test_visibility_pod_resources(helm, mode):
     assert env["GPU_SIDECAR_DEVICES"] == "pod-resources"
     assert env["GPU_SIDECAR_POD_RESOURCES_SOCKET"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
     [vol] = hostpath_volumes(spec)
-    assert vol["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    # DirectoryOrCreate: a node whose kubelet keeps its sockets elsewhere still starts the pod.
+    assert vol["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "DirectoryOrCreate"}
     [mount] = sc["volumeMounts"]
     assert mount["name"] == vol["name"] and mount["readOnly"] is True
     assert env["GPU_SIDECAR_POD_RESOURCES_SOCKET"].startswith(mount["mountPath"] + "/")
@@ -447,6 +498,16 @@ def test_rendered_environment_passes_the_agents_config_check(helm, agent_binary,
     assert out["otlp"]["header_names"] == ["authorization"]
 
 
+@pytest.mark.parametrize("sets", [["hostNetwork=true"], ["mode=classic", "hostNetwork=true"],
+                                  ["mode=classic", "classic.exitWithProcess=python3"]])
+def test_host_network_and_classic_environments_pass_the_agents_config_check(helm, agent_binary, sets):
+    _, sc = sidecar_of(render(helm, *sets).pod_spec, SIDECAR)
+    rc, out, err = check_config(agent_binary, kube_env(sc))
+    assert rc == 0, f"the agent refuses the rendered environment: {err}"
+    want = "unix:/run/gpu-otel-sidecar/health.sock" if "hostNetwork=true" in sets else "0.0.0.0:13134"
+    assert out["health_addr"] == want
+
+
 @pytest.mark.parametrize("key", ["a,b", "a=b", "a b", "50%"])
 def test_resource_attribute_keys_the_agent_cannot_read_are_refused(helm, key, tmp_path):
     values = tmp_path / "values.yaml"
@@ -508,6 +569,17 @@ def test_node_daemonset_has_host_pids_the_socket_read_only_and_no_other_privileg
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert c["ports"] == [{"name": "health", "containerPort": VALUES["health"]["port"], "protocol": "TCP"}]
     assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_node_agent_finds_the_socket_under_the_kubelet_root(helm):
+    _, spec = node_daemonset(render(helm, *NODE, "kubeletRoot=/var/lib/k0s/kubelet"))
+    [vol] = spec["volumes"]
+    assert vol["hostPath"]["path"] == "/var/lib/k0s/kubelet/pod-resources"
+    c = spec["containers"][0]
+    assert c["volumeMounts"][0]["mountPath"] == "/var/lib/k0s/kubelet/pod-resources"
+    assert env_map(c)["GPU_SIDECAR_POD_RESOURCES_SOCKET"] == "/var/lib/k0s/kubelet/pod-resources/kubelet.sock"
+    _, spec = node_daemonset(render(helm, *NODE, "node.podResources.hostPath=/run/kubelet/pr/"))
+    assert spec["volumes"][0]["hostPath"]["path"] == "/run/kubelet/pr"
 
 
 def test_node_agent_can_run_as_non_root_where_the_socket_allows(helm):

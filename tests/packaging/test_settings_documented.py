@@ -45,7 +45,8 @@ def agent_vars(names):
 def test_chart_settings_are_documented(helm):
     used = set()
     for sets in ([], ["mode=classic"], ["gpuVisibility.mode=dra"], ["gpuVisibility.mode=uuids", "gpuVisibility.uuids={GPU-1}"],
-                 ["collector.headers.secretName=s", "telemetry.resourceAttributes.a=b"]):
+                 ["collector.headers.secretName=s", "telemetry.resourceAttributes.a=b"], ["hostNetwork=true"],
+                 ["mode=classic", "classic.exitWithProcess=python3"]):
         used |= set(env_map(sidecar_of(render(helm, *sets).pod_spec, load_yaml(CHART / "values.yaml")["containerName"])[1]))
     missing = unknown(used)
     assert not missing, f"the chart sets {sorted(missing)}, which the agent or docs/settings.md does not know"
@@ -54,13 +55,14 @@ def test_chart_settings_are_documented(helm):
 def test_webhook_settings_are_documented(helm):
     """The webhook's Deployment: every variable it sets is known to the binary and docs/settings.md."""
     used = set()
-    for sets in ([], ["collector.headers.secretName=s", "collector.mode=service"], ["webhook.certManager.enabled=true"]):
+    for sets in ([], ["collector.headers.secretName=s", "collector.mode=service"], ["webhook.certificate.mode=cert-manager"],
+                 ["webhook.certificate.mode=helm"]):
         deployments = render(helm, "webhook.enabled=true", *sets).of_kind("Deployment")
         assert deployments, "no webhook Deployment rendered"
         for d in deployments:
             for c in d["spec"]["template"]["spec"]["containers"]:
                 used |= {e["name"] for e in c["env"]}
-    assert {"GPU_SIDECAR_WEBHOOK_TLS_CERT", "OTEL_EXPORTER_OTLP_ENDPOINT"} <= used
+    assert {"GPU_SIDECAR_WEBHOOK_TLS_CERT", "GPU_SIDECAR_WEBHOOK_TLS_SECRET", "OTEL_EXPORTER_OTLP_ENDPOINT"} <= used
     missing = unknown(used)
     assert not missing, f"the webhook Deployment sets {sorted(missing)}, which the binary or docs/settings.md does not know"
 

@@ -3,8 +3,9 @@
 - The rendered objects: Deployment (2 replicas, probes over HTTPS), PodDisruptionBudget,
   Service, MutatingWebhookConfiguration (failurePolicy Ignore, a short timeout, sideEffects
   None, its own namespace and kube-system excluded, reinvocationPolicy IfNeeded, one entry for
-  labelled namespaces and one for annotated pods), the serving certificate from Helm or from
-  cert-manager.
+  labelled namespaces and one for annotated pods), the serving certificate kept by the webhook
+  (the default: no key material rendered, with its RBAC), from Helm, cert-manager or a Secret
+  of yours.
 - The release binary run as `gpu-otel-sidecar webhook` with the Deployment's environment, the
   Secret's certificate and the ConfigMap's sidecar.json, reached over TLS as the API server
   reaches it (the Service's DNS name, the caBundle as the only trust).
@@ -15,6 +16,9 @@
   pods 1.33).
 - tests/fixtures/webhook/sidecar-*.json (read by tests/webhook.rs) are what the chart renders
   (rewrite them with UPDATE_FIXTURES=1).
+- GitOps: `helm template` twice renders the same; one running webhook (the binary, against a
+  fake API server) serves both renders, trusted by the caBundle each applied configuration
+  holds.
 
 The binary: $GPU_SIDECAR_BINARY, else target/release/gpu-otel-sidecar; without one the tests
 that run it skip, unless REQUIRE_RELEASE_BINARY=1 (CI builds it first).
@@ -33,8 +37,9 @@ import time
 import jsonpatch
 import kubernetes_validate
 import pytest
+import yaml
 
-from conftest import ROOT, render
+from conftest import ROOT, Rendered, helm_template, render
 from test_helm_chart import notes
 from test_settings_documented import unknown
 
@@ -50,6 +55,8 @@ VARIANTS = {
     "native-dra": (["gpuVisibility.mode=dra"], ["1.33"]),
     "classic-dra": (["mode=classic", "gpuVisibility.mode=dra"], ["1.33"]),
     "native-uuids": (["gpuVisibility.mode=uuids", UUIDS], ["1.29", "1.33"]),
+    "native-pod-resources-host-network": (["hostNetwork=true", "health.readinessProbe.enabled=true"], ["1.29", "1.33"]),
+    "classic-uuids-host-network": (["mode=classic", "hostNetwork=true", "gpuVisibility.mode=uuids", UUIDS], ["1.29", "1.33"]),
     "native-all-gateway-headers": (
         ["gpuVisibility.mode=all", "collector.mode=service", "collector.protocol=http/protobuf",
          "collector.headers.secretName=otlp-auth", "health.readinessProbe.enabled=true"],
@@ -58,8 +65,11 @@ VARIANTS = {
 }
 
 
-def rendered(helm, *sets, kube_version="1.33.0"):
-    return render(helm, *WEBHOOK, *sets, kube_version=kube_version, extra_args=["--namespace", NAMESPACE])
+def rendered(helm, *sets, kube_version="1.33.0", cert_mode="helm"):
+    """The chart with the webhook; its certificate made by Helm (files the binary reads here)
+    unless `cert_mode` says otherwise (None: the chart's default)."""
+    cert = [f"webhook.certificate.mode={cert_mode}"] if cert_mode else []
+    return render(helm, *WEBHOOK, *cert, *sets, kube_version=kube_version, extra_args=["--namespace", NAMESPACE])
 
 
 def by_name(r, kind, suffix="-webhook"):
@@ -121,23 +131,38 @@ def test_webhook_configuration(helm):
 
 
 def test_webhook_deployment_service_and_disruption_budget(helm):
-    r = rendered(helm)
+    r = rendered(helm, cert_mode=None)
     d = by_name(r, "Deployment")
     assert d["spec"]["replicas"] == 2
     pod = d["spec"]["template"]["spec"]
-    assert pod["automountServiceAccountToken"] is False
+    # By default it keeps its own certificate: a service account that may do just that.
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["serviceAccountName"] == by_name(r, "ServiceAccount")["metadata"]["name"]
     [c] = pod["containers"]
     assert c["args"] == ["webhook"]
     assert c["image"] == "gpu-otel-sidecar:0.1.0"
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["GPU_SIDECAR_WEBHOOK_ADDR"] == "0.0.0.0:8443"
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert env["GPU_SIDECAR_WEBHOOK_TLS_CERT"] == mounts["tls"] + "/tls.crt"
-    assert env["GPU_SIDECAR_WEBHOOK_TLS_KEY"] == mounts["tls"] + "/tls.key"
+    mwc = r.one("MutatingWebhookConfiguration")
+    assert env["GPU_SIDECAR_WEBHOOK_TLS_SECRET"] == "demo-gpu-otel-sidecar-webhook-tls"
+    assert env["GPU_SIDECAR_WEBHOOK_CONFIGURATION"] == mwc["metadata"]["name"]
+    assert env["GPU_SIDECAR_WEBHOOK_CERT_VALIDITY"] == "3650d"
+    assert env["GPU_SIDECAR_WEBHOOK_REINVOCATION_POLICY"] == "IfNeeded"
+    assert "GPU_SIDECAR_WEBHOOK_TLS_CERT" not in env and "tls" not in mounts
     assert env["GPU_SIDECAR_WEBHOOK_SIDECAR"] == mounts["sidecar"] + "/sidecar.json"
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["tls"]["secret"]["secretName"] == by_name(r, "Secret", "-webhook-tls")["metadata"]["name"]
     assert volumes["sidecar"]["configMap"]["name"] == by_name(r, "ConfigMap")["metadata"]["name"]
+    # With Helm's certificate: files from the Secret it renders, and no API access.
+    helm_made = by_name(rendered(helm), "Deployment")["spec"]["template"]["spec"]
+    assert helm_made["automountServiceAccountToken"] is False and "serviceAccountName" not in helm_made
+    [hc] = helm_made["containers"]
+    henv = {e["name"]: e.get("value") for e in hc["env"]}
+    hmounts = {m["name"]: m["mountPath"] for m in hc["volumeMounts"]}
+    assert henv["GPU_SIDECAR_WEBHOOK_TLS_CERT"] == hmounts["tls"] + "/tls.crt"
+    assert henv["GPU_SIDECAR_WEBHOOK_TLS_KEY"] == hmounts["tls"] + "/tls.key"
+    hvolumes = {v["name"]: v for v in helm_made["volumes"]}
+    assert hvolumes["tls"]["secret"]["secretName"] == by_name(rendered(helm), "Secret", "-webhook-tls")["metadata"]["name"]
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         assert c[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
     sc = c["securityContext"]
@@ -157,8 +182,38 @@ def test_webhook_deployment_service_and_disruption_budget(helm):
     assert d["spec"]["template"]["metadata"]["annotations"][key] != other["spec"]["template"]["metadata"]["annotations"][key]
 
 
+def test_by_default_the_webhook_keeps_its_certificate_and_may_do_only_that(helm):
+    """GitOps: nothing in the rendering changes from one `helm template` to the next."""
+    r = rendered(helm, cert_mode=None)
+    assert not r.of_kind("Secret"), "no key material in the rendering"
+    mwc = r.one("MutatingWebhookConfiguration")
+    assert all("caBundle" not in h["clientConfig"] for h in mwc["webhooks"])
+    name = mwc["metadata"]["name"]
+    [role] = r.of_kind("Role")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{name}-tls"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
+    [cluster_role] = r.of_kind("ClusterRole")
+    assert cluster_role["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
+                                      "resources": ["mutatingwebhookconfigurations"],
+                                      "resourceNames": [name], "verbs": ["get", "patch"]}]
+    sa = by_name(r, "ServiceAccount")["metadata"]["name"]
+    for binding, kind in ((r.one("RoleBinding"), "Role"), (r.one("ClusterRoleBinding"), "ClusterRole")):
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    # A certificate of your own.
+    r = rendered(helm, "webhook.certificate.secretName=corp-tls", "webhook.certificate.caBundle=Q0E=", cert_mode="secret")
+    assert not r.of_kind("Secret") and not r.of_kind("Role")
+    assert all(h["clientConfig"]["caBundle"] == "Q0E=" for h in r.one("MutatingWebhookConfiguration")["webhooks"])
+    volumes = {v["name"]: v for v in by_name(r, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "corp-tls"
+    proc = helm_template(helm, "--set", "webhook.enabled=true", "--set", "webhook.certificate.mode=secret", check=False)
+    assert proc.returncode != 0 and "needs webhook.certificate.secretName" in proc.stderr
+
+
 def test_cert_manager_issues_the_certificate_instead_of_helm(helm):
-    r = rendered(helm, "webhook.certManager.enabled=true")
+    r = rendered(helm, "webhook.certificate.mode=cert-manager")
     assert not [s for s in r.of_kind("Secret") if s["metadata"]["name"].endswith("-webhook-tls")]
     mwc = r.one("MutatingWebhookConfiguration")
     certs = {c["metadata"]["name"]: c for c in r.of_kind("Certificate")}
@@ -175,7 +230,7 @@ def test_cert_manager_issues_the_certificate_instead_of_helm(helm):
     assert issuers[serving["spec"]["issuerRef"]["name"]] == {"ca": {"secretName": ca["spec"]["secretName"]}}
     assert issuers[ca["spec"]["issuerRef"]["name"]] == {"selfSigned": {}}
     # An issuer of your own.
-    r = rendered(helm, "webhook.certManager.enabled=true", "webhook.certManager.issuerRef.name=corp-ca",
+    r = rendered(helm, "webhook.certificate.mode=cert-manager", "webhook.certManager.issuerRef.name=corp-ca",
                  "webhook.certManager.issuerRef.kind=ClusterIssuer")
     assert not r.of_kind("Issuer")
     [serving] = r.of_kind("Certificate")
@@ -192,8 +247,8 @@ def test_notes_say_how_to_ask(helm, tmp_path):
 
 @pytest.mark.parametrize("kube", ["1.29", "1.33"])
 def test_rendered_webhook_objects_are_valid(helm, kube):
-    for sets in ([], ["mode=classic"], ["webhook.certManager.enabled=true"]):
-        r = rendered(helm, *sets, kube_version=f"{kube}.0")
+    for cert_mode, sets in ((None, []), ("helm", ["mode=classic"]), ("cert-manager", []), ("helm", ["hostNetwork=true"])):
+        r = rendered(helm, *sets, kube_version=f"{kube}.0", cert_mode=cert_mode)
         for doc in r.docs:
             if doc["apiVersion"].startswith("cert-manager.io/"):
                 continue  # a CRD without a schema in kubernetes-validate
@@ -333,7 +388,7 @@ def user_pod(r, annotations):
             spec[key] = kept
         else:
             spec.pop(key, None)
-    ours = {v["name"] for v in sidecar["volumes"]}
+    ours = {v["name"] for v in sidecar["volumes"] + sidecar["hostNetwork"]["volumes"]}
     spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in ours]
     for key in sidecar["podSpec"]:
         spec.pop(key, None)
@@ -382,6 +437,9 @@ FIXTURE_OUTCOMES = {
     "review-dra.json": ("pod", "injected", ["1.33"]),  # in dra mode
     "review-already-injected.json": ("pod", "already_injected", ["1.29", "1.33"]),
     "review-no-gpu.json": ("pod", "no_gpu", ["1.29", "1.33"]),
+    "review-trainer-and-zero-gpu-tensorboard.json": ("pod", "injected", ["1.29", "1.33"]),
+    "review-cpu-zero-gpu.json": ("namespace", "no_gpu", ["1.29", "1.33"]),
+    "review-host-network-mpi-worker.json": ("pod", "injected", ["1.29", "1.33"]),
     "review-opted-out.json": ("namespace", "opted_out", ["1.29", "1.33"]),
 }
 
@@ -419,3 +477,185 @@ def test_malformed_reviews_get_400(helm, binary, tmp_path):
             assert status == 400 and message in data, (status, data)
     finally:
         assert webhook.stop() == 0, webhook.output()
+
+
+# --- GitOps: `helm template` twice, one webhook ---------------------------------------------
+
+
+class FakeApiServer:
+    """The API server's part for a webhook that keeps its own certificate: objects by path
+    over HTTPS (a CA and a certificate for 127.0.0.1 made with the openssl CLI), a service
+    account token checked, JSON patches applied (jsonpatch)."""
+
+    TOKEN = "gitops-test-token"
+
+    def __init__(self, tmp_path):
+        import http.server
+        import threading
+
+        self.objects, self.calls = {}, []
+        d = tmp_path / "api-pki"
+        d.mkdir()
+        run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True)  # noqa: E731
+        run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+            "-subj", "/CN=fake API CA", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"),
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=127.0.0.1",
+            "-keyout", str(d / "tls.key"), "-out", str(d / "tls.csr"))
+        (d / "ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+        run("x509", "-req", "-in", str(d / "tls.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
+            "-CAcreateserial", "-days", "1", "-extfile", str(d / "ext"), "-out", str(d / "tls.crt"))
+        self.ca = (d / "ca.crt").read_text()
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, code, obj):
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def handle_any(self):
+                api.calls.append(f"{self.command} {self.path}")
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.headers.get("Authorization") != f"Bearer {api.TOKEN}":
+                    return self.reply(401, {"kind": "Status", "message": "Unauthorized"})
+                found = api.objects.get(self.path)
+                if self.command == "GET":
+                    return self.reply(200, found) if found else self.reply(404, {"kind": "Status", "message": "not found"})
+                if self.command == "POST":
+                    obj = json.loads(body)
+                    at = f"{self.path}/{obj['metadata']['name']}"
+                    if at in api.objects:
+                        return self.reply(409, {"kind": "Status", "message": "already exists"})
+                    api.objects[at] = obj
+                    return self.reply(201, obj)
+                if self.command == "PATCH" and found:
+                    assert self.headers.get("Content-Type") == "application/json-patch+json"
+                    api.objects[self.path] = jsonpatch.apply_patch(found, json.loads(body))
+                    return self.reply(200, api.objects[self.path])
+                return self.reply(404, {"kind": "Status", "message": "not found"})
+
+            do_GET = do_POST = do_PATCH = handle_any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(d / "tls.crt", d / "tls.key")
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def path_of(doc):
+        name = doc["metadata"]["name"]
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            return f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{name}"
+        return f"/api/v1/namespaces/{NAMESPACE}/{doc['kind'].lower()}s/{name}"
+
+    def replace(self, r):
+        """`kubectl replace` of every object of rendering `r` (what is not in it stays)."""
+        for doc in r.docs:
+            self.objects[self.path_of(doc)] = copy.deepcopy(doc)
+
+    def ca_bundles(self, mwc_name):
+        mwc = self.objects[f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{mwc_name}"]
+        return {h["clientConfig"].get("caBundle") for h in mwc["webhooks"]}
+
+    def stop(self):
+        self.server.shutdown()
+
+
+def test_two_helm_template_renders_are_served_by_one_running_webhook(helm, binary, tmp_path):
+    """Argo CD, Flux and `helm template | kubectl apply` render with `helm template`. With the
+    chart's defaults the two renders are the same (no key material: the webhook keeps its own
+    certificate); a webhook started from the first, still running when the second is applied
+    (by replacing: caBundle gone), is trusted by the caBundle each render's configuration holds
+    once applied: the API server, trusting that, gets every pod injected."""
+    args = ["--set", "webhook.enabled=true", "--namespace", NAMESPACE]
+    first, second = (helm_template(helm, *args).stdout for _ in range(2))
+    assert first == second, "two renders differ: a GitOps sync would apply another CA"
+    r1 = Rendered(list(yaml.safe_load_all(first)))
+    r2 = Rendered(list(yaml.safe_load_all(second)))
+    assert not r1.of_kind("Secret")
+    mwc_name = r1.one("MutatingWebhookConfiguration")["metadata"]["name"]
+    api = FakeApiServer(tmp_path)
+    api.replace(r1)
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text(FakeApiServer.TOKEN)
+    (sa / "ca.crt").write_text(api.ca)
+    (sa / "namespace").write_text(NAMESPACE)
+    (tmp_path / "sidecar.json").write_text(by_name(r1, "ConfigMap")["data"]["sidecar.json"])
+    [container] = by_name(r1, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    env.update({e["name"]: e["value"] for e in container["env"] if "value" in e})
+    port = free_port()
+    env.update({
+        "GPU_SIDECAR_WEBHOOK_ADDR": f"127.0.0.1:{port}",
+        "GPU_SIDECAR_WEBHOOK_SIDECAR": str(tmp_path / "sidecar.json"),
+        "GPU_SIDECAR_WEBHOOK_SERVICE_ACCOUNT_DIR": str(sa),
+        "GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL": "300ms",
+        "GPU_SIDECAR_WEBHOOK_SHUTDOWN_DELAY": "100ms",
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(api.port),
+        "OTEL_METRICS_EXPORTER": "none",
+    })
+    log = open(tmp_path / "webhook.log", "w+b")
+    proc = subprocess.Popen([binary, "webhook"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    service = r1.one("MutatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["service"]
+    server_name = f"{service['name']}.{service['namespace']}.svc"
+
+    def output():
+        log.seek(0)
+        return log.read().decode(errors="replace")
+
+    def admit_trusting(bundle):
+        context = ssl.create_default_context(cadata=base64.b64decode(bundle).decode())
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        conn = http.client.HTTPSConnection(server_name, port, context=context, timeout=10)
+        conn.sock = context.wrap_socket(sock, server_hostname=server_name)
+        review = review_of(user_pod(r1, {"gpu-otel-sidecar.io/inject": "true"}))
+        conn.request("POST", "/mutate", body=json.dumps(review).encode(), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, json.loads(data)["response"]
+
+    try:
+        bundles = []
+        for render in (r1, r2):
+            api.replace(render)  # the sync: the configuration as rendered, without caBundle
+            deadline = time.monotonic() + 20
+            while True:
+                found = api.ca_bundles(mwc_name)
+                if len(found) == 1 and None not in found:
+                    break
+                assert proc.poll() is None, output()
+                assert time.monotonic() < deadline, f"no caBundle set: {api.calls}\n{output()}"
+                time.sleep(0.1)
+            [bundle] = found
+            bundles.append(bundle)
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    status, response = admit_trusting(bundle)
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, output()
+                    time.sleep(0.1)
+            assert status == 200 and response["auditAnnotations"] == {"outcome": "injected"}, response
+        # One CA for both renders, the one in the Secret the webhook made once.
+        assert bundles[0] == bundles[1]
+        secret = api.objects[f"/api/v1/namespaces/{NAMESPACE}/secrets/{mwc_name}-tls"]
+        assert secret["data"]["ca.crt"] == bundles[0]
+        assert sum(c.startswith("POST ") for c in api.calls) == 1
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0, output()
+        log.close()
+        api.stop()

@@ -56,13 +56,25 @@ app.kubernetes.io/component: webhook
 
 {{/*
 The sidecar the webhook injects, as JSON: what the named templates of _sidecar.tpl render for
-this chart's values (src/webhook/inject.rs reads it as `SidecarTemplate`).
+this chart's values, for pods on the pod network and (key hostNetwork) for hostNetwork pods
+(src/webhook/template.rs reads it as `SidecarTemplate`).
 */}}
 {{- define "gpu-otel-sidecar.webhookSidecar" -}}
 {{- $sidecar := dict "gpuVisibility" .Values.gpuVisibility.mode }}
-{{- $_ := set $sidecar "podSpec" (include "gpu-otel-sidecar.podSpec" . | fromYaml) }}
-{{- $_ := set $sidecar "initContainers" (include "gpu-otel-sidecar.initContainers" . | fromYamlArray) }}
-{{- $_ := set $sidecar "containers" (include "gpu-otel-sidecar.containers" . | fromYamlArray) }}
-{{- $_ := set $sidecar "volumes" (include "gpu-otel-sidecar.volumes" . | fromYamlArray) }}
+{{- range $hostNetwork := list false true }}
+{{- $values := deepCopy $.Values }}
+{{- $_ := set $values "hostNetwork" $hostNetwork }}
+{{- $args := dict "root" $ "values" $values }}
+{{- $placement := dict }}
+{{- $_ := set $placement "podSpec" (include "gpu-otel-sidecar.podSpec" $args | fromYaml) }}
+{{- $_ := set $placement "initContainers" (include "gpu-otel-sidecar.initContainers" $args | fromYamlArray) }}
+{{- $_ := set $placement "containers" (include "gpu-otel-sidecar.containers" $args | fromYamlArray) }}
+{{- $_ := set $placement "volumes" (include "gpu-otel-sidecar.volumes" $args | fromYamlArray) }}
+{{- if $hostNetwork }}
+{{- $_ := set $sidecar "hostNetwork" $placement }}
+{{- else }}
+{{- $sidecar = merge $sidecar $placement }}
+{{- end }}
+{{- end }}
 {{- toPrettyJson $sidecar }}
 {{- end }}

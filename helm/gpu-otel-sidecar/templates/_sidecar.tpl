@@ -214,8 +214,15 @@ Takes (dict "root" "values"). */}}
   value: {{ $v.telemetry.logFormat | quote }}
 - name: GPU_SIDECAR_LOG_LEVEL
   value: {{ $v.telemetry.logLevel | quote }}
+{{- if $v.hostNetwork }}
+# hostNetwork pod: the pod's ports are the node's, so no fixed port (two such pods on a node
+# would collide); the probes run `gpu-otel-sidecar health` on a socket in the pod's emptyDir.
+- name: GPU_SIDECAR_HEALTH_ADDR
+  value: {{ include "gpu-otel-sidecar.healthSocket" . | quote }}
+{{- else }}
 - name: GPU_SIDECAR_HEALTH_ADDR
   value: {{ printf "0.0.0.0:%d" ($v.health.port | int) | quote }}
+{{- end }}
 # The NVIDIA Container Toolkit mounts libnvidia-ml.so.1 for the `utility` capability.
 - name: NVIDIA_DRIVER_CAPABILITIES
   value: "utility"
@@ -227,7 +234,7 @@ Takes (dict "root" "values"). */}}
 - name: GPU_SIDECAR_DEVICES
   value: "pod-resources"
 - name: GPU_SIDECAR_POD_RESOURCES_SOCKET
-  value: {{ printf "%s/%s" (trimSuffix "/" $gv.podResources.hostPath) $gv.podResources.socketName | quote }}
+  value: {{ printf "%s/%s" (include "gpu-otel-sidecar.podResourcesMount" .) $gv.podResources.socketName | quote }}
 {{- else if eq $gv.mode "dra" }}
 # The shared ResourceClaim makes exactly the pod's GPUs visible.
 - name: GPU_SIDECAR_DEVICES
@@ -245,9 +252,17 @@ Takes (dict "root" "values"). */}}
   value: "all"
 {{- end }}
 {{- if eq $v.mode "classic" }}
-# Classic sidecar: exit 0 once the training process is gone, so the Job completes.
+{{- if $v.classic.exitWithProcess }}
+# Classic sidecar: exit 0 once the training process, seen once, is gone (or the pod's other
+# containers have ended), so the Job completes.
 - name: GPU_SIDECAR_EXIT_WITH_PROCESS
   value: {{ $v.classic.exitWithProcess | quote }}
+{{- else }}
+# Classic sidecar: exit 0 once no process of the pod's other containers is left, whatever the
+# trainer runs (python3, torchrun, a shell script), so the Job completes.
+- name: GPU_SIDECAR_EXIT_WITH_CONTAINERS
+  value: "true"
+{{- end }}
 {{- end }}
 {{- with $v.extraEnv }}
 {{ toYaml . }}
@@ -267,16 +282,24 @@ image: {{ include "gpu-otel-sidecar.image" $args | quote }}
 imagePullPolicy: {{ $v.image.pullPolicy }}
 env:
   {{- include "gpu-otel-sidecar.env" $args | nindent 2 }}
+{{- $hostNetwork := $v.hostNetwork }}
+{{- if not $hostNetwork }}
 ports:
   - name: gpusc-health
     containerPort: {{ $v.health.port | int }}
     protocol: TCP
+{{- end }}
 {{- with $v.health.livenessProbe }}
 {{- if .enabled }}
 livenessProbe:
+  {{- if $hostNetwork }}
+  exec:
+    command: ["/gpu-otel-sidecar", "health", "--liveness"]
+  {{- else }}
   httpGet:
     path: /healthz
     port: gpusc-health
+  {{- end }}
   initialDelaySeconds: {{ .initialDelaySeconds | int }}
   periodSeconds: {{ .periodSeconds | int }}
   timeoutSeconds: {{ .timeoutSeconds | int }}
@@ -286,9 +309,14 @@ livenessProbe:
 {{- with $v.health.readinessProbe }}
 {{- if .enabled }}
 readinessProbe:
+  {{- if $hostNetwork }}
+  exec:
+    command: ["/gpu-otel-sidecar", "health"]
+  {{- else }}
   httpGet:
     path: /readyz
     port: gpusc-health
+  {{- end }}
   periodSeconds: {{ .periodSeconds | int }}
   timeoutSeconds: {{ .timeoutSeconds | int }}
   failureThreshold: {{ .failureThreshold | int }}
@@ -310,11 +338,17 @@ resources:
 {{- end }}
 securityContext:
   {{- toYaml $sc | nindent 2 }}
-{{- if eq $gv.mode "pod-resources" }}
+{{- if or (eq $gv.mode "pod-resources") $hostNetwork }}
 volumeMounts:
+  {{- if eq $gv.mode "pod-resources" }}
   - name: gpu-otel-sidecar-pod-resources
-    mountPath: {{ trimSuffix "/" $gv.podResources.hostPath | quote }}
+    mountPath: {{ include "gpu-otel-sidecar.podResourcesMount" $args | quote }}
     readOnly: true
+  {{- end }}
+  {{- if $hostNetwork }}
+  - name: gpu-otel-sidecar-run
+    mountPath: {{ include "gpu-otel-sidecar.healthSocket" $args | trimPrefix "unix:" | dir | quote }}
+  {{- end }}
 {{- end }}
 terminationMessagePolicy: FallbackToLogsOnError
 {{- end }}
@@ -345,15 +379,46 @@ shareProcessNamespace: true
 {{- end }}
 {{- end }}
 
-{{/* Pod volumes the sidecar needs (list items), or nothing. */}}
+{{/*
+Pod volumes the sidecar needs (list items), or nothing: the kubelet's pod-resources
+directory (DirectoryOrCreate: a node whose kubelet root is elsewhere still starts the pod;
+the sidecar then says it finds no socket, and the trainer runs), and in a hostNetwork pod
+the emptyDir of its health socket.
+*/}}
 {{- define "gpu-otel-sidecar.volumes" -}}
 {{- $v := include "gpu-otel-sidecar.values" . | fromYaml }}
-{{- if eq $v.gpuVisibility.mode "pod-resources" -}}
-- name: gpu-otel-sidecar-pod-resources
-  hostPath:
-    path: {{ trimSuffix "/" $v.gpuVisibility.podResources.hostPath | quote }}
-    type: Directory
+{{- $volumes := list }}
+{{- if eq $v.gpuVisibility.mode "pod-resources" }}
+{{- $hostPath := dict "path" (include "gpu-otel-sidecar.podResourcesHostPath" $v) "type" "DirectoryOrCreate" }}
+{{- $volumes = append $volumes (dict "name" "gpu-otel-sidecar-pod-resources" "hostPath" $hostPath) }}
 {{- end }}
+{{- if $v.hostNetwork }}
+{{- $volumes = append $volumes (dict "name" "gpu-otel-sidecar-run" "emptyDir" (dict)) }}
+{{- end }}
+{{- with $volumes }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Internal: the pod-resources directory on the node. Takes the values. */}}
+{{- define "gpu-otel-sidecar.podResourcesHostPath" -}}
+{{- $pr := .gpuVisibility.podResources }}
+{{- if $pr.hostPath }}
+{{- trimSuffix "/" $pr.hostPath }}
+{{- else }}
+{{- printf "%s/pod-resources" (trimSuffix "/" .kubeletRoot) }}
+{{- end }}
+{{- end }}
+
+{{/* Internal: where the pod-resources directory is mounted in the sidecar (whatever the
+node's kubelet root). */}}
+{{- define "gpu-otel-sidecar.podResourcesMount" -}}
+/var/lib/kubelet/pod-resources
+{{- end }}
+
+{{/* Internal: the health endpoint of a hostNetwork pod's sidecar. */}}
+{{- define "gpu-otel-sidecar.healthSocket" -}}
+unix:/run/gpu-otel-sidecar/health.sock
 {{- end }}
 
 {{/* pod.spec.resourceClaims entries (DRA mode), or nothing. */}}

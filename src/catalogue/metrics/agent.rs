@@ -87,7 +87,7 @@ pub static ADMISSIONS: AgentMetricDef = AgentMetricDef {
     instrument: AgentInstrument::Counter,
     unit: "{admission}",
     description: "AdmissionReviews the admission webhook answered since it started, by what it did with the pod (exported by the `webhook` command's own process, not by sidecars).",
-    attributes: "`gpu_sidecar.webhook.outcome` = `injected` | `already_injected` | `opted_out` | `not_requested` | `no_gpu` | `ambiguous_container` | `unknown_container` | `visibility_mismatch` | `volume_conflict` | `ignored` | `invalid`",
+    attributes: "`gpu_sidecar.webhook.outcome` = `injected` | `already_injected` | `opted_out` | `not_requested` | `no_gpu` | `invalid_quantity` | `ambiguous_container` | `unknown_container` | `visibility_mismatch` | `volume_conflict` | `ignored` | `invalid`; `gpu_sidecar.webhook.dry_run` (`true` for a dry run such as `kubectl apply --dry-run=server`, which creates no pod; absent for a body that is not a review)",
     source: "the `webhook` command (`src/webhook/`), one per `POST /mutate` or `/mutate/namespace` answered",
 };
 

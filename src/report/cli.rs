@@ -1,0 +1,211 @@
+//! The `report` and `compare` commands: arguments in, files read, one line on stderr and
+//! exit code 2 for bad input.
+//!
+//! ```text
+//! gpu-otel-sidecar report REPORT.json [--samples SAMPLE_LOG]... --html OUT.html
+//! gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--json]
+//! ```
+//!
+//! `report`: 0 when the page was written, 1 when it could not be written, 2 for bad input.
+//! `compare`: 0 when no figure got worse past the threshold, 1 when one did, 2 for bad
+//! input.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use lexopt::prelude::*;
+
+use super::compare::{compare, DEFAULT_MAX_REGRESSION_PERCENT};
+use super::page::{self, curves::MAX_BUCKETS, input::read_samples, Curves, CurvesSource};
+use super::read::{load_report, time, InputError};
+
+/// Usage of `report`.
+pub const REPORT_USAGE: &str =
+    "gpu-otel-sidecar report REPORT.json [--samples SAMPLE_LOG]... --html OUT.html";
+/// Usage of `compare`.
+pub const COMPARE_USAGE: &str =
+    "gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--json]";
+
+/// Bad input: the message (one line) and the exit code 2.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error("{0}")]
+    Args(String),
+    #[error("{0}")]
+    Input(#[from] InputError),
+}
+
+impl From<lexopt::Error> for CliError {
+    fn from(e: lexopt::Error) -> Self {
+        CliError::Args(e.to_string())
+    }
+}
+
+fn fail(command: &str, usage: &str, e: &CliError) -> ExitCode {
+    match e {
+        CliError::Args(m) => eprintln!("gpu-otel-sidecar {command}: {m} (usage: {usage})"),
+        CliError::Input(e) => eprintln!("gpu-otel-sidecar {command}: {e}"),
+    }
+    ExitCode::from(2)
+}
+
+/// `gpu-otel-sidecar report …` with the arguments after `report`.
+pub fn report_command(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    match report(args) {
+        Ok(Some((out, line))) => match std::fs::write(&out.0, out.1) {
+            Ok(()) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!(
+                    "gpu-otel-sidecar report: cannot write {}: {e}",
+                    out.0.display()
+                );
+                ExitCode::FAILURE
+            }
+        },
+        Ok(None) => ExitCode::SUCCESS,
+        Err(e) => fail("report", REPORT_USAGE, &e),
+    }
+}
+
+type Written = ((PathBuf, String), String);
+
+fn report(args: impl IntoIterator<Item = OsString>) -> Result<Option<Written>, CliError> {
+    let mut parser = lexopt::Parser::from_args(args);
+    let (mut input, mut samples, mut html) = (None, Vec::new(), None);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("samples") => samples.push(PathBuf::from(parser.value()?)),
+            Long("html") => html = Some(PathBuf::from(parser.value()?)),
+            Short('h') | Long("help") => {
+                println!("{REPORT_USAGE}");
+                return Ok(None);
+            }
+            Value(v) if input.is_none() => input = Some(PathBuf::from(v)),
+            _ => return Err(arg.unexpected().into()),
+        }
+    }
+    let input = input.ok_or_else(|| CliError::Args("no REPORT.json given".into()))?;
+    let html = html.ok_or_else(|| CliError::Args("no --html OUT.html given".into()))?;
+    let report = load_report(&input)?;
+    let (curves, source) = if samples.is_empty() {
+        (None, CurvesSource::None)
+    } else {
+        let (c, s) = curves_from_logs(&report, &samples)?;
+        (Some(c), CurvesSource::SampleLog(s))
+    };
+    let text = page::render(&report, curves.as_ref(), &source);
+    let line = format!(
+        "wrote {} ({} KiB): {}",
+        html.display(),
+        text.len().div_ceil(1024),
+        match &source {
+            CurvesSource::SampleLog(s) => s.clone(),
+            _ => "no curves (no --samples)".into(),
+        }
+    );
+    Ok(Some(((html, text), line)))
+}
+
+/// The curves of the report's GPUs from sample logs, buckets wide enough that the run's
+/// span fits, and what reading them gave (in words).
+fn curves_from_logs(
+    report: &serde_json::Value,
+    logs: &[PathBuf],
+) -> Result<(Curves, String), InputError> {
+    let start = time(&report["started_at"]);
+    let end = time(&report["ended_at"]);
+    let span = start
+        .zip(end)
+        .and_then(|(s, e)| e.duration_since(s).ok())
+        .map_or(0.0, |d| d.as_secs_f64());
+    let interval = report["sample_interval_s"].as_f64().unwrap_or(1.0);
+    let mut curves = Curves::new(start, interval.max(span / (MAX_BUCKETS - 1) as f64));
+    let uuids: Vec<&str> = report["gpus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["uuid"].as_str())
+        .collect();
+    let mut said = Vec::new();
+    for log in logs {
+        let s = read_samples(log, &mut curves, &uuids, start, end)?;
+        let mut text = format!("{} rows of {}", s.rows, name(log));
+        if s.outside > 0 {
+            text += &format!(
+                ", {} rows outside this run or of other GPUs left out",
+                s.outside
+            );
+        }
+        if s.unreadable > 0 {
+            text += &format!(", {} unreadable rows skipped", s.unreadable);
+        }
+        said.push(text);
+    }
+    Ok((curves, format!("the sample log: {}", said.join("; "))))
+}
+
+fn name(p: &Path) -> String {
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// `gpu-otel-sidecar compare …` with the arguments after `compare`.
+pub fn compare_command(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    match compare_run(args) {
+        Ok((text, worse)) => {
+            print!("{text}");
+            if worse {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => fail("compare", COMPARE_USAGE, &e),
+    }
+}
+
+fn compare_run(args: impl IntoIterator<Item = OsString>) -> Result<(String, bool), CliError> {
+    let mut parser = lexopt::Parser::from_args(args);
+    let (mut files, mut max, mut json) = (Vec::new(), DEFAULT_MAX_REGRESSION_PERCENT, false);
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("max-regression") => {
+                let v = parser.value()?.string()?;
+                max = v
+                    .trim()
+                    .trim_end_matches('%')
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|m| m.is_finite() && *m >= 0.0)
+                    .ok_or_else(|| {
+                        CliError::Args(format!(
+                            "--max-regression {v:?}: expected a percentage from 0, e.g. 10 or 2.5"
+                        ))
+                    })?;
+            }
+            Long("json") => json = true,
+            Short('h') | Long("help") => return Ok((format!("{COMPARE_USAGE}\n"), false)),
+            Value(v) if files.len() < 2 => files.push(PathBuf::from(v)),
+            _ => return Err(arg.unexpected().into()),
+        }
+    }
+    let [base_path, new_path] = <[PathBuf; 2]>::try_from(files)
+        .map_err(|_| CliError::Args("expected two reports, BASE.json and NEW.json".into()))?;
+    let base = load_report(&base_path)?;
+    let new = load_report(&new_path)?;
+    let c = compare(&base, &new, max);
+    let worse = !c.regressions.is_empty();
+    let text = if json {
+        format!("{}\n", serde_json::to_string(&c).unwrap_or_default())
+    } else {
+        c.table(&name(&base_path), &name(&new_path))
+    };
+    Ok((text, worse))
+}
