@@ -251,7 +251,16 @@ pub fn gpu_devices(pod: &PodResources) -> (Vec<AllocatedDevice>, Vec<String>) {
     (out, unknown)
 }
 
-async fn connect(socket: &Path) -> Result<Channel, PodResourcesError> {
+/// A boxed future: the connection and the `List` call are compiled once for both their
+/// callers (the sidecar's `pod_gpus`, node mode's `list`), not once inside each.
+type Boxed<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, PodResourcesError>> + Send + 'a>>;
+
+fn connect(socket: &Path) -> Boxed<'_, Channel> {
+    Box::pin(connect_unboxed(socket))
+}
+
+async fn connect_unboxed(socket: &Path) -> Result<Channel, PodResourcesError> {
     let path = socket.to_path_buf();
     // The URI is required by the API but unused: the connector dials the unix socket.
     Endpoint::from_static("http://kubelet.invalid")
@@ -294,6 +303,19 @@ where
     .map(tonic::Response::into_inner)
 }
 
+/// `List` on a connected channel: every pod of the node.
+fn list_on(channel: Channel) -> Boxed<'static, Vec<PodResources>> {
+    Box::pin(async move {
+        unary::<_, ListPodResourcesResponse>(channel, LIST_PATH, ListPodResourcesRequest {})
+            .await
+            .map(|r| r.pod_resources)
+            .map_err(|status| PodResourcesError::Call {
+                method: "List",
+                status,
+            })
+    })
+}
+
 /// Asks the kubelet at `socket` for the GPUs of pod `namespace/name`.
 ///
 /// # Errors
@@ -312,14 +334,8 @@ pub async fn pod_gpus(
         Ok(resp) => resp.pod_resources,
         Err(status) if status.code() == tonic::Code::Unimplemented => {
             tracing::debug!("kubelet pod-resources Get is not enabled; using List");
-            let list: ListPodResourcesResponse =
-                unary(channel, LIST_PATH, ListPodResourcesRequest {})
-                    .await
-                    .map_err(|status| PodResourcesError::Call {
-                        method: "List",
-                        status,
-                    })?;
-            list.pod_resources
+            list_on(channel)
+                .await?
                 .into_iter()
                 .find(|p| p.name == name && p.namespace == namespace)
         }
@@ -345,13 +361,7 @@ pub async fn pod_gpus(
 pub async fn list(socket: &Path) -> Result<Vec<PodResources>, PodResourcesError> {
     let call = async {
         let channel = connect(socket).await?;
-        unary::<_, ListPodResourcesResponse>(channel, LIST_PATH, ListPodResourcesRequest {})
-            .await
-            .map(|r| r.pod_resources)
-            .map_err(|status| PodResourcesError::Call {
-                method: "List",
-                status,
-            })
+        list_on(channel).await
     };
     tokio::time::timeout(ANSWER_TIMEOUT, call)
         .await

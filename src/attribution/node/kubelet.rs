@@ -207,18 +207,30 @@ impl<'a> Index<'a> {
 
     /// The allocations naming device `info`, in the answer's order.
     pub fn holders(&self, info: &DeviceInfo, minors: &mut Minors) -> Vec<&'a Allocation> {
-        let mut out: Vec<(usize, &Allocation)> = self
+        let by_uuid: &[(usize, &Allocation)] = self
             .by_uuid
             .get(info.uuid.as_str())
-            .cloned()
-            .unwrap_or_default();
-        out.extend(
-            self.others
-                .iter()
-                .filter(|(_, a)| minors.matches(&a.id, info)),
-        );
-        out.sort_unstable_by_key(|(i, _)| *i);
-        out.into_iter().map(|(_, a)| a).collect()
+            .map_or(&[], Vec::as_slice);
+        let others: Vec<(usize, &Allocation)> = self
+            .others
+            .iter()
+            .filter(|(_, a)| minors.matches(&a.id, info))
+            .copied()
+            .collect();
+        // Both are in the answer's order: merge them.
+        let (mut i, mut j) = (0, 0);
+        let mut out = Vec::with_capacity(by_uuid.len() + others.len());
+        while i < by_uuid.len() || j < others.len() {
+            let take_uuid = j == others.len() || (i < by_uuid.len() && by_uuid[i].0 < others[j].0);
+            if take_uuid {
+                out.push(by_uuid[i].1);
+                i += 1;
+            } else {
+                out.push(others[j].1);
+                j += 1;
+            }
+        }
+        out
     }
 }
 

@@ -170,13 +170,17 @@ fn pod_resource(node: &ProtoResource, pod: &PodRef) -> ProtoResource {
     }
     for (key, value) in own {
         attributes.retain(|kv| kv.key != key);
-        attributes.push(ProtoKeyValue {
-            key: key.to_string(),
-            value: text(value),
-            ..Default::default()
-        });
+        // The node's attributes are sorted by key: keep them so.
+        let at = attributes.partition_point(|kv| kv.key.as_str() < key);
+        attributes.insert(
+            at,
+            ProtoKeyValue {
+                key: key.to_string(),
+                value: text(value),
+                ..Default::default()
+            },
+        );
     }
-    attributes.sort_by(|a, b| a.key.cmp(&b.key));
     ProtoResource {
         attributes,
         ..Default::default()
