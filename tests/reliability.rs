@@ -236,12 +236,80 @@ fn nvml_comes_back_by_itself() {
             "GPU {i} after recovery"
         );
     }
-    // Init at 0 s and 1 s failed, at 3 s it worked.
-    assert_eq!(
-        nvml_errors(&rx, "nvmlInit_v2", "NVML_ERROR_DRIVER_NOT_LOADED"),
-        Some(2.0)
-    );
+    // Retried every sample interval (100 ms) for 2.5 s, each failure counted, said once.
+    let failed = nvml_errors(&rx, "nvmlInit_v2", "NVML_ERROR_DRIVER_NOT_LOADED").unwrap();
+    assert!((10.0..=26.0).contains(&failed), "{failed} failed inits");
     assert_eq!(count_lines(&agent, "NVML_ERROR_DRIVER_NOT_LOADED"), 1);
+    stop_ok(&mut agent);
+}
+
+/// A driver reload: from t = 1 s to 19 s every NVML call fails, init included (18 s). The
+/// agent notices (one line), is not ready, retries init at most one sample interval (1 s)
+/// apart, and is ready again within two sample intervals of NVML answering (before, the
+/// backoff had doubled to 16 s by then: ready ~15 s late). The failure and the recovery are
+/// each said once.
+#[test]
+fn nvml_back_after_18_s_is_followed_within_two_sample_intervals() {
+    let path = scenario_with("four-gpu.json", "driver-reload", |v| {
+        v["faults"] = json!([
+            { "call": "*", "from_s": 1.0, "to_s": 19.0, "code": 9 },
+            { "call": "nvmlInit*", "from_s": 1.0, "to_s": 19.0, "code": 9 },
+        ]);
+    });
+    let rx = Receiver::start(Protocol::Grpc);
+    let spawned = Instant::now();
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "1s")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+        .env_mock_path(&path)
+        .spawn();
+    // The mock's clock starts at the first init, which comes just before this line.
+    assert!(
+        agent.wait_for_stderr("sampling started", WAIT),
+        "{}",
+        agent.dump()
+    );
+    let first_init = Instant::now();
+    assert!(
+        agent.wait_for_stderr("NVML_ERROR_DRIVER_NOT_LOADED", WAIT),
+        "{}",
+        agent.dump()
+    );
+    let body = wait_ready(&agent, 503, WAIT);
+    assert_eq!(body["checks"]["nvml"]["ok"], false, "{body:#}");
+    // NVML answers again 19 s after the mock's first init.
+    wait_ready(&agent, 200, Duration::from_secs(40));
+    let back = first_init.elapsed();
+    println!("ready again {back:?} after the first init (NVML answers from 19 s)");
+    assert!(
+        spawned.elapsed() >= Duration::from_secs(19),
+        "ready at {back:?}\n{}",
+        agent.dump()
+    );
+    // Two sample intervals, and half a second for the test's own polling and reading.
+    assert!(
+        back <= Duration::from_millis(19_000 + 2_000 + 500),
+        "ready {back:?} after the first init: more than two sample intervals after NVML answered\n{}",
+        agent.dump()
+    );
+    assert_eq!(
+        count_lines(&agent, "NVML_ERROR_DRIVER_NOT_LOADED"),
+        1,
+        "{}",
+        agent.dump()
+    );
+    assert_eq!(count_lines(&agent, "NVML is back"), 1, "{}", agent.dump());
+    assert_eq!(
+        count_lines(&agent, "NVML answers again"),
+        1,
+        "{}",
+        agent.dump()
+    );
+    assert!(rx.wait_until(WAIT, |r| value(
+        &r.last_points("hw.power"),
+        &[("hw.id", &uuid(3))]
+    ) == Some(400.0)));
     stop_ok(&mut agent);
 }
 
