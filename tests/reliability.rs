@@ -482,7 +482,10 @@ fn wedged_driver_call_is_caught_by_the_watchdog() {
             .flat_map(|sm| &sm.metrics)
             .map(|m| m.name.as_str())
             .collect();
-        assert!(names.contains("gpu_sidecar.export.failures"), "{names:?}");
+        assert!(
+            names.contains("gpu_sidecar.export.last_success"),
+            "{names:?}"
+        );
         assert!(
             !names.contains("hw.power"),
             "stale values exported: {names:?}"

@@ -119,7 +119,7 @@ pub static EXPORT_FAILURES: AgentMetricDef = AgentMetricDef {
     name: "gpu_sidecar.export.failures",
     instrument: AgentInstrument::Counter,
     unit: "{export}",
-    description: "Metric exports that failed since start (after the exporter's own retries); the data of a failed export is dropped, cumulative counters stay continuous.",
+    description: "Metric exports that failed since start (after the exporter's own retries); the data of a failed export is dropped, cumulative counters stay continuous. Absent until the first failure.",
     attributes: "none",
     source: "the metric exporter's answer to each export; read at each export",
 };

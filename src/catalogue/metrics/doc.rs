@@ -169,20 +169,21 @@ pub fn markdown() -> String {
     }
     s.push_str(
         "\n## Recorded as they happen\n\n\
-         Synchronous instruments, counting from 0 at the agent's start (start time: the agent's start), \
-         stamped with the export's time. Every `nvidia.gpu.alerts` series the rules may produce (each \
-         enabled rule, firing and resolved, for each device) is exported at 0 from the device's first \
-         sample, so a first firing is an increase that `increase()` and `rate()` see. An \
-         `nvidia.gpu.xid.errors` series appears with the first XID of its code on its device (the codes \
-         are not known in advance); alert on `nvidia.gpu.alerts{nvidia.gpu.alert.rule=xid}` (as the \
-         shipped `GPUXidError` rule does), which exists at 0 before.\n\n",
+         Synchronous instruments, counting from 0 at the agent's start, stamped with the export's \
+         time. **A counter series is born with its first event** (nothing is exported for what never \
+         happened): an `nvidia.gpu.xid.errors` series with the first XID of its code on its device, an \
+         `nvidia.gpu.alerts` series with the first firing (or resolution) of its rule on its device. \
+         Its start time is the agent's start, so its first point (1 for one event) says that the \
+         count went from 0 to 1 since then: backends that take start times as created timestamps \
+         see the step, and the shipped Prometheus rules catch a series born non-zero (`increase(x[5m]) \
+         > 0 or (x unless last_over_time(x[5m] offset 5m))`: see [events.md](events.md#first-occurrences)).\n\n",
     );
     agent_table(&mut s, RECORDED);
     s.push_str(
         "\n## Self-metrics\n\n\
          How the agent's own NVML calls and exports fare, read from its counters at each export and \
          exported with the GPU metrics (same resource and scope). The counters count from the agent's \
-         start (start time: the agent's start).\n\n",
+         start (start time: the agent's start), each series born with its first event.\n\n",
     );
     agent_table(&mut s, SELF_METRICS);
     s

@@ -401,12 +401,13 @@ impl Encoder {
             })
             .collect();
         sum(self, &NVML_STUCK, stuck, out);
-        sum(
-            self,
-            &EXPORT_FAILURES,
-            vec![(Vec::new(), own.export_failures)],
-            out,
-        );
+        // Born with the first failure, counting from the agent's start, as every count of
+        // events is: nothing is exported for failures that never happened.
+        let failures = (own.export_failures > 0)
+            .then(|| (Vec::new(), own.export_failures))
+            .into_iter()
+            .collect();
+        sum(self, &EXPORT_FAILURES, failures, out);
         if let Some(t) = own.last_success {
             let secs = t
                 .duration_since(UNIX_EPOCH)
