@@ -95,6 +95,8 @@ fn slow_groups_run_at_their_cadence_with_gpm_and_pcie_bytes() {
         .env("GPU_SIDECAR_PCIE_INTERVAL", "400ms")
         .env("GPU_SIDECAR_PROCESS_INTERVAL", "1s")
         .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        // The sample durations by group, and the pipes at 0 (folded by default).
+        .env("GPU_SIDECAR_METRICS_DETAIL", "true")
         .spawn();
     let uuid0 = gpu0["uuid"].as_str().unwrap();
     let uuid1 = gpu1["uuid"].as_str().unwrap();

@@ -113,7 +113,8 @@ impl Telemetry {
             config.otlp.temporality,
             (slowest * 3).max(Duration::from_secs(3600)),
             SystemTime::now(),
-        );
+        )
+        .with_detail(config.metrics_detail);
         let exporter = Arc::new(clock::Exporter {
             encoder: Mutex::new(encoder),
             transport,
@@ -133,6 +134,7 @@ impl Telemetry {
             timing.export_interval,
             timing.export_idle,
             max_age,
+            config.metrics_detail,
         );
         Ok(Self {
             exporter: Some(exporter),

@@ -65,9 +65,9 @@ pub static SAMPLE_DURATION: AgentMetricDef = AgentMetricDef {
     name: "gpu_sidecar.sample.duration",
     instrument: AgentInstrument::Histogram,
     unit: "s",
-    description: "Time one group of NVML calls took, over all devices, each time the group ran (the agent's own cost; see the schedule in the README).",
-    attributes: "`gpu_sidecar.sample.group` = `static` | `fast` | `energy` | `pcie` | `process` | `gpm`",
-    source: "wall-clock time around the group's calls on the `nvml-sampler` thread",
+    description: "Time the NVML calls of one sample took, over all devices (the agent's own cost; see the schedule in the README); with `GPU_SIDECAR_METRICS_DETAIL=true`, one group of calls, each time the group ran.",
+    attributes: "none by default; with `GPU_SIDECAR_METRICS_DETAIL=true` `gpu_sidecar.sample.group` = `static` | `fast` | `energy` | `pcie` | `process` | `gpm`",
+    source: "wall-clock time around the groups' calls on the `nvml-sampler` thread (a session's device listing, `static`, counts in its first sample)",
 };
 
 /// `nvidia.gpu.alerts`: one per alert transition of the rules engine.
