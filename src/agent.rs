@@ -121,8 +121,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
     // only way out is the shutdown sequence.
     let (events, telemetry) = {
         let _guard = runtime.enter();
-        let events = Events::start(&config, resource.clone()).map_err(TelemetryError::from)?;
         let telemetry = Telemetry::start(&config, &timing, resource.clone(), hub.clone())?;
+        let events = Events::start(&config, resource.clone(), &telemetry.recorded())?;
         (events, telemetry)
     };
     checks.exports_started(telemetry.status.clone());

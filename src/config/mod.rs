@@ -29,7 +29,7 @@ mod values;
 pub use otel::{otel_variable, otel_variables_markdown, OtelUse, OtelVariable, OTEL_VARIABLES};
 pub use otlp::{
     LogsBatch, OtlpConfig, OtlpExporter, Pem, Protocol, Secret, Signal, TemporalityPreference,
-    TlsFiles,
+    TlsFiles, DEFAULT_EVENTS_QUEUE_SIZE,
 };
 pub use rules::{RuleSettings, RulesConfig};
 pub use settings::PREFIX;
@@ -248,7 +248,7 @@ pub struct Config {
     /// default 30000. The OTLP exporter's own timeout bounds it too (see
     /// [`Config::metrics_export_bound`]).
     pub metric_export_timeout: Duration,
-    /// The events' batch processor (`OTEL_BLRP_*`).
+    /// The events' queue and batches (`OTEL_BLRP_*`).
     pub logs_batch: LogsBatch,
     /// `OTEL_SDK_DISABLED=true`: nothing is exported (metrics and events), whatever the
     /// exporters say; sampling, rules, the run report, the sample log and health go on.

@@ -135,10 +135,21 @@ pub static EXPORT_LAST_SUCCESS: AgentMetricDef = AgentMetricDef {
     source: "the metric exporter's answer to each export; read at each export",
 };
 
+/// `gpu_sidecar.events.dropped`: events the outbox could not hold or deliver.
+pub static EVENTS_DROPPED: AgentMetricDef = AgentMetricDef {
+    name: "gpu_sidecar.events.dropped",
+    instrument: AgentInstrument::Counter,
+    unit: "{event}",
+    description: "Events (log records: alerts, XID and ECC errors, the run report) dropped since start: the oldest, when the queue (`OTEL_BLRP_MAX_QUEUE_SIZE`) was full while the collector did not take them; those the collector refused for good; those still queued at the shutdown bound. The first drop of an outage is logged once. Absent until the first drop.",
+    attributes: "none",
+    source: "the events' queue (`src/telemetry/outbox.rs`), as it drops them",
+};
+
 /// Every self-metric, in documentation order.
 pub static SELF_METRICS: &[&AgentMetricDef] = &[
     &NVML_ERRORS,
     &NVML_STUCK,
     &EXPORT_FAILURES,
     &EXPORT_LAST_SUCCESS,
+    &EVENTS_DROPPED,
 ];

@@ -21,7 +21,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
 
-mod proto;
+pub(crate) mod proto;
 
 use super::recorded::{HistogramValue, Recorded};
 use super::self_metrics::OwnValues;
@@ -31,7 +31,7 @@ use crate::catalogue::metrics::{
 };
 use crate::config::TemporalityPreference;
 use crate::sampling::Snapshot;
-use proto::{attributes, histogram_point, number, point, temporality};
+use proto::{histogram_point, number, point, temporality};
 
 /// The OTel instrument kinds, as the temporality preference tells them apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,16 +127,8 @@ impl Encoder {
         retention: Duration,
         started: SystemTime,
     ) -> Self {
-        let mut attrs: Vec<KeyValue> = resource
-            .iter()
-            .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
-            .collect();
-        attrs.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
         Self {
-            resource: ProtoResource {
-                attributes: attributes(&attrs),
-                ..Default::default()
-            },
+            resource: proto::resource(resource),
             scope: InstrumentationScope {
                 name: super::SCOPE.to_string(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
