@@ -477,7 +477,10 @@ pub fn markdown() -> String {
          a backend that reads start times sees the step from 0). A series born non-zero has no earlier \
          point, so `increase()` alone misses it; the shipped Prometheus rules \
          (`docker/prometheus-rules.yaml`) add the series that did not exist before: \
-         `increase(x[5m]) > 0 or (x unless last_over_time(x[5m] offset 5m))`. So `GPUXidError` \
+         `increase(x[5m]) > 0 or (x unless last_over_time(x[5m] offset 5m))` (`last_over_time` \
+         rather than an instant `x offset 5m`, which a stale scrape 5 minutes back would empty; a \
+         Prometheus that starts with no history sees every existing series as new for 5 minutes). \
+         So `GPUXidError` \
          (on `nvidia_gpu_xid_errors_total`, one alert per GPU and code) fires on an XID in the \
          agent's first export interval and on the first report of a code never seen before, as on \
          any later one, and holds for 5 minutes after the last. The events themselves \
