@@ -133,10 +133,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let timeline = EventTimeline::new();
     let (events, telemetry) = {
         let _guard = runtime.enter();
-        let events = Events::start(&config, resource.clone())
-            .map_err(TelemetryError::from)?
-            .with_tap(timeline.tap());
         let telemetry = Telemetry::start(&config, &timing, resource.clone(), hub.clone())?;
+        let events = Events::start(&config, resource.clone(), &telemetry.recorded())?
+            .with_tap(timeline.tap());
         (events, telemetry)
     };
     checks.exports_started(telemetry.status.clone());

@@ -205,6 +205,7 @@ fn events_use_the_same_tls() {
             Events::start(
                 &config,
                 opentelemetry_sdk::Resource::builder_empty().build(),
+                &gpu_otel_sidecar::telemetry::recorded::Recorded::new(),
             )
             .unwrap()
         };

@@ -29,7 +29,7 @@ mod values;
 pub use otel::{otel_variable, otel_variables_markdown, OtelUse, OtelVariable, OTEL_VARIABLES};
 pub use otlp::{
     LogsBatch, OtlpConfig, OtlpExporter, Pem, Protocol, Secret, Signal, TemporalityPreference,
-    TlsFiles,
+    TlsFiles, DEFAULT_EVENTS_QUEUE_SIZE,
 };
 pub use rules::{RuleSettings, RulesConfig};
 pub use settings::PREFIX;
@@ -192,6 +192,10 @@ pub struct Config {
     pub export_interval: Duration,
     /// Cadence of the slow NVML groups (`GPU_SIDECAR_{PROCESS,GPM,ENERGY,PCIE}_INTERVAL`).
     pub slow_intervals: SlowIntervals,
+    /// Export the detail series from the start (every clock-event reason, pipe and
+    /// per-process video engine; the sample duration by group), `GPU_SIDECAR_METRICS_DETAIL`;
+    /// default false (the series budget, docs/metrics.md).
+    pub metrics_detail: bool,
     /// Which GPUs, `GPU_SIDECAR_DEVICES`; default all.
     pub devices: DeviceSelection,
     /// Kubelet pod-resources socket, `GPU_SIDECAR_POD_RESOURCES_SOCKET`; default
@@ -256,7 +260,7 @@ pub struct Config {
     /// default 30000. The OTLP exporter's own timeout bounds it too (see
     /// [`Config::metrics_export_bound`]).
     pub metric_export_timeout: Duration,
-    /// The events' batch processor (`OTEL_BLRP_*`).
+    /// The events' queue and batches (`OTEL_BLRP_*`).
     pub logs_batch: LogsBatch,
     /// `OTEL_SDK_DISABLED=true`: nothing is exported (metrics and events), whatever the
     /// exporters say; sampling, rules, the run report, the sample log and health go on.
@@ -408,6 +412,7 @@ impl Config {
             energy: parse_duration(S::ENERGY_INTERVAL.name, env.value(&S::ENERGY_INTERVAL))?,
             pcie: parse_duration(S::PCIE_INTERVAL.name, env.value(&S::PCIE_INTERVAL))?,
         };
+        let metrics_detail = parse_bool(S::METRICS_DETAIL.name, env.value(&S::METRICS_DETAIL))?;
         let devices = parse_devices(env.value(&S::DEVICES))?;
         if devices == DeviceSelection::PodResources
             && (get("K8S_POD_NAME").is_none() || get("K8S_NAMESPACE_NAME").is_none())
@@ -553,6 +558,7 @@ impl Config {
             sample_interval,
             export_interval,
             slow_intervals,
+            metrics_detail,
             devices,
             pod_resources_socket,
             exit_with_process,
