@@ -2,7 +2,7 @@
 //! assembles the root filesystem the Dockerfile would produce (the Debian bookworm packages
 //! of `gcr.io/distroless/cc-debian12`, distroless's users, and the release binary where the
 //! Dockerfile copies it), then runs these tests with `--ignored` and
-//! `GPU_SIDECAR_TEST_ROOTFS` set. Each test runs the binary in it through
+//! `GPU_OTEL_SIDECAR_TEST_ROOTFS` set. Each test runs the binary in it through
 //! `scripts/run-in-image-rootfs.sh`: UID/GID 65532, no_new_privs, a read-only root, the mock
 //! NVML library mounted where the NVIDIA Container Toolkit mounts `libnvidia-ml.so.1`, and
 //! the image's environment (distroless's `PATH` and `SSL_CERT_FILE`, the Dockerfile's `ENV`).
@@ -28,11 +28,11 @@ const NEEDS: &str =
 const NVML_IN_IMAGE: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
 const BUNDLE_IN_IMAGE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-/// The assembled root filesystem (`GPU_SIDECAR_TEST_ROOTFS`).
+/// The assembled root filesystem (`GPU_OTEL_SIDECAR_TEST_ROOTFS`).
 fn rootfs() -> PathBuf {
-    let dir = std::env::var_os("GPU_SIDECAR_TEST_ROOTFS")
+    let dir = std::env::var_os("GPU_OTEL_SIDECAR_TEST_ROOTFS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| panic!("GPU_SIDECAR_TEST_ROOTFS is not set: these tests {NEEDS}"));
+        .unwrap_or_else(|| panic!("GPU_OTEL_SIDECAR_TEST_ROOTFS is not set: these tests {NEEDS}"));
     assert!(
         dir.join("gpu-otel-sidecar").is_file(),
         "{} has no /gpu-otel-sidecar: {NEEDS}",
@@ -41,10 +41,10 @@ fn rootfs() -> PathBuf {
     dir
 }
 
-/// The mock NVML library (`GPU_SIDECAR_TEST_MOCK`, the release build from the script), else
+/// The mock NVML library (`GPU_OTEL_SIDECAR_TEST_MOCK`, the release build from the script), else
 /// the tests' own build.
 fn mock() -> PathBuf {
-    std::env::var_os("GPU_SIDECAR_TEST_MOCK")
+    std::env::var_os("GPU_OTEL_SIDECAR_TEST_MOCK")
         .map(PathBuf::from)
         .unwrap_or_else(common::mock_library)
 }

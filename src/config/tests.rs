@@ -311,6 +311,10 @@ fn tls_files_are_read_and_checked() {
     // Mutual TLS needs both halves.
     let e = cfg(&[("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &p(&crt))]).unwrap_err();
     assert_eq!(e.var, "OTEL_EXPORTER_OTLP_CLIENT_KEY");
+    assert_eq!(
+        e.to_string(),
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY is not set: expected a private key file: OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE is set, and mutual TLS needs both"
+    );
     let e = cfg(&[("OTEL_EXPORTER_OTLP_CLIENT_KEY", &p(&pem_key))]).unwrap_err();
     assert_eq!(e.var, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE");
     std::fs::remove_dir_all(dir).unwrap();
@@ -385,7 +389,10 @@ fn bad_rule_settings_name_the_variable() {
     );
     // A rule without a threshold has no such setting.
     let e = cfg(&[("GPU_SIDECAR_RULE_GPU_LOST_THRESHOLD", "1")]).unwrap_err();
-    assert!(e.expected.starts_with("no such setting"), "{e}");
+    assert!(
+        matches!(e.problem, ConfigProblem::NoSuchSetting { .. }),
+        "{e}"
+    );
 }
 
 #[test]
@@ -595,6 +602,34 @@ fn every_otel_variable_is_honoured_or_named_in_the_warning() {
         c.otel_not_applied
     );
     assert_eq!(c.otel_not_applied[1].1, "the agent exports no traces");
+    // A misspelled standard name is warned about with the name it is probably a typo of;
+    // nothing is refused.
+    let c = cfg(&[
+        ("OTEL_EXPORTER_OTLP_ENDPIONT", "http://collector:4317"),
+        ("OTEL_METRICS_EXPORT_INTERVAL", "1000"),
+        ("OTEL_SEMCONV_STABILITY_OPT_IN", "http"),
+    ])
+    .unwrap();
+    let warned: BTreeMap<&str, &str> = c
+        .otel_not_applied
+        .iter()
+        .map(|(k, why)| (k.as_str(), why.as_str()))
+        .collect();
+    assert!(
+        warned["OTEL_EXPORTER_OTLP_ENDPIONT"]
+            .ends_with("; did you mean OTEL_EXPORTER_OTLP_ENDPOINT?"),
+        "{warned:?}"
+    );
+    assert!(
+        warned["OTEL_METRICS_EXPORT_INTERVAL"]
+            .ends_with("; did you mean OTEL_METRIC_EXPORT_INTERVAL?"),
+        "{warned:?}"
+    );
+    assert!(
+        !warned["OTEL_SEMCONV_STABILITY_OPT_IN"].contains("did you mean"),
+        "{warned:?}"
+    );
+    assert_eq!(c.otlp.metrics.endpoint, "http://localhost:4317");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

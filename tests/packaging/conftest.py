@@ -3,7 +3,7 @@
 Tools come from the environment the check script prepares:
   HELM       path of the helm binary (required for the Helm tests)
   PROMTOOL   path of promtool (the rule tests skip, loudly, without it)
-  GPU_SIDECAR_BINARY, REQUIRE_RELEASE_BINARY: see test_binary.py
+  GPU_OTEL_SIDECAR_BINARY, REQUIRE_RELEASE_BINARY: see test_binary.py
 """
 
 import os
@@ -157,9 +157,9 @@ def kube_env(container, fields=FIELD_VALUES, secrets=None):
 
 @pytest.fixture(scope="session")
 def agent_binary():
-    """The agent binary: $GPU_SIDECAR_BINARY, else target/release, else target/debug. Without
+    """The agent binary: $GPU_OTEL_SIDECAR_BINARY, else target/release, else target/debug. Without
     one the test skips, unless REQUIRE_RELEASE_BINARY=1 (CI builds it first)."""
-    candidates = [os.environ.get("GPU_SIDECAR_BINARY")] + [
+    candidates = [os.environ.get("GPU_OTEL_SIDECAR_BINARY")] + [
         str(ROOT / "target" / p / "gpu-otel-sidecar") for p in ("release", "debug")
     ]
     for path in candidates:
