@@ -497,12 +497,10 @@ fn console_exporter_prints_otlp_json_lines_on_stdout() {
 /// subcommand and the exit codes.
 #[test]
 fn help_lists_every_setting_and_the_subcommands() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-otel-sidecar"))
-        .arg("--help")
-        .output()
-        .expect("runs");
-    assert!(out.status.success());
-    let help = String::from_utf8(out.stdout).unwrap();
+    let mut agent = Agent::builder().arg("--help").echo(false).spawn();
+    let status = agent.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert!(status.success());
+    let help = agent.stdout_lines().join("\n");
     let doc = common::read_text(common::workspace_root().join("docs/settings.md"));
     let documented: BTreeSet<&str> = doc
         .lines()
