@@ -640,6 +640,114 @@ fn shutdown_during_an_outage_is_bounded() {
     }
 }
 
+/// NVML is shut down on every stop, at the default settings too (a 5 s sample interval and
+/// a 5 s shutdown bound): the event watcher's wait ends within half a second of the stop, so
+/// `nvmlShutdown` is called before the agent exits, whether the stop is quick (nothing to
+/// export) or waits on a collector that is not there.
+#[test]
+fn nvml_is_shut_down_on_every_stop_at_the_default_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = Receiver::start(Protocol::Grpc);
+    down.stop();
+    let runs: [(&str, AgentBuilder); 2] = [
+        (
+            "nothing to export",
+            Agent::builder()
+                .env("OTEL_METRICS_EXPORTER", "none")
+                .env("OTEL_LOGS_EXPORTER", "none"),
+        ),
+        ("no collector", Agent::builder().otlp(&down)),
+    ];
+    let mut agents: Vec<(&str, Agent, std::path::PathBuf)> = runs
+        .into_iter()
+        .enumerate()
+        .map(|(i, (what, b))| {
+            let log = dir.path().join(format!("calls-{i}.json"));
+            let agent = b
+                .env_mock("h200-under-load.json")
+                .env("NVML_MOCK_CALL_LOG", &log)
+                .spawn();
+            (what, agent, log)
+        })
+        .collect();
+    for (what, agent, _) in &agents {
+        assert!(
+            agent.wait_for_stderr("sampling started", WAIT),
+            "{what}\n{}",
+            agent.dump()
+        );
+    }
+    // The event watchers are inside a wait now (registration takes microseconds).
+    std::thread::sleep(Duration::from_millis(1500));
+    for (what, agent, log) in &mut agents {
+        agent.sigint();
+        let status = agent.wait_exit(WAIT).expect("exits");
+        assert_eq!(status.code(), Some(0), "{what}\n{}", agent.dump());
+        let calls = common::read_json(&*log);
+        assert!(
+            calls["nvmlEventSetWait_v2"].as_u64().unwrap_or(0) >= 1,
+            "{what}: the event watcher ran: {calls:#}"
+        );
+        assert_eq!(
+            calls["nvmlShutdown"],
+            1,
+            "{what}: {calls:#}\n{}",
+            agent.dump()
+        );
+        assert!(
+            !agent.dump().contains("NVML is not shut down"),
+            "{what}\n{}",
+            agent.dump()
+        );
+    }
+}
+
+/// A second SIGINT or SIGTERM during the stop ends it at once, exit 0, with one line saying
+/// what was skipped (here the stop waits on a collector that answers nothing for 60 s).
+#[test]
+fn a_second_signal_ends_the_stop_at_once() {
+    for (first, second, name) in [
+        (libc::SIGINT, libc::SIGINT, "SIGINT"),
+        (libc::SIGTERM, libc::SIGTERM, "SIGTERM"),
+    ] {
+        let hanging = Receiver::start(Protocol::Grpc);
+        hanging.set_mode(Mode::Delay(Duration::from_secs(60)));
+        let mut agent = fast(&hanging)
+            .env_mock("four-gpu.json")
+            .env("OTEL_EXPORTER_OTLP_TIMEOUT", "30000")
+            .env("GPU_SIDECAR_SHUTDOWN_TIMEOUT", "20s")
+            .spawn();
+        assert!(hanging.wait_until(WAIT, |r| !r.attempts().is_empty()));
+        agent.signal(first);
+        assert!(
+            agent.wait_for_stderr("shutting down: final sample and export", WAIT),
+            "{}",
+            agent.dump()
+        );
+        // Into the stop: the final sample is taken, the exports wait on the collector.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(agent.is_running(), "still stopping: {}", agent.dump());
+        let t = Instant::now();
+        agent.signal(second);
+        let status = agent.wait_exit(WAIT).expect("exits");
+        let took = t.elapsed();
+        assert_eq!(status.code(), Some(0), "{}", agent.dump());
+        assert!(
+            took < Duration::from_secs(2),
+            "took {took:?}\n{}",
+            agent.dump()
+        );
+        let line = agent
+            .stderr_lines()
+            .into_iter()
+            .find(|l| l.contains(&format!("{name} again: stopping at once, without ")))
+            .unwrap_or_else(|| panic!("no line says what was skipped\n{}", agent.dump()));
+        assert!(line.contains("the final metrics export"), "{line}");
+        assert!(line.ends_with("(exit 0)"), "{line}");
+        assert!(!agent.dump().contains(" stopped"), "{}", agent.dump());
+    }
+}
+
 /// No collector, over HTTP: the metrics' failure line and the events' (the run report at
 /// shutdown is the only event here) each say what failed underneath ("Connection refused"),
 /// not only "network error" (opentelemetry-otlp's, for the events); the events' line names the logs endpoint

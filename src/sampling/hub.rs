@@ -324,6 +324,14 @@ impl Hub {
             .clone()
     }
 
+    /// How many event watcher threads (`nvml-events`) are running. Each holds its NVML
+    /// session and, when it is the last holder, shuts it down as it ends: after the sampler
+    /// stopped, 0 means NVML has been shut down (`nvmlShutdown` called), more that a watcher
+    /// is still inside a driver call.
+    pub fn event_watchers_running(&self) -> usize {
+        self.watchers_running.load(Ordering::SeqCst)
+    }
+
     /// The event watcher of the current NVML session: whether it runs, the NVML call it is
     /// inside and for how long (a wait far past its own timeout is stuck in the driver), and
     /// how many watchers of earlier sessions have not returned yet.
