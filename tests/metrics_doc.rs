@@ -73,3 +73,180 @@ fn every_index_is_explained() {
     assert!(read("docs/metrics.md").contains(note), "docs/metrics.md");
     assert!(read("docs/events.md").contains(note), "docs/events.md");
 }
+
+/// Every Markdown file of the repository (README, docs/, the chart's README, the mock's and
+/// the fixture's), outside `target/`.
+fn markdown_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if name.starts_with('.') || name == "target" || name == "node_modules" {
+                continue;
+            }
+            if p.is_dir() {
+                walk(&p, out);
+            } else if name.ends_with(".md") {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, &mut out);
+    out.sort();
+    out
+}
+
+/// The text outside fenced code blocks and inline code spans (where `[x](y)` is not a link).
+fn prose(text: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            out.push('\n');
+            continue;
+        }
+        if !fenced {
+            let mut in_code = false;
+            for c in line.chars() {
+                if c == '`' {
+                    in_code = !in_code;
+                } else if !in_code {
+                    out.push(c);
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// GitHub's anchors of a Markdown file's headings: lower case, punctuation dropped (letters,
+/// digits, `-` and `_` kept), spaces to `-`, a repeated one suffixed `-1`, `-2`, …
+fn anchors(text: &str) -> std::collections::BTreeSet<String> {
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    let mut out = std::collections::BTreeSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let Some(heading) = line.strip_prefix('#') else {
+            continue;
+        };
+        if fenced {
+            continue;
+        }
+        let heading = heading.trim_start_matches('#');
+        if !heading.starts_with(' ') {
+            continue;
+        }
+        // Link text stays, its target goes: "[a](b)" -> "a".
+        let mut plain = String::new();
+        let mut rest = heading;
+        while let Some(i) = rest.find("](") {
+            plain.push_str(&rest[..i]);
+            rest = &rest[i + 2..];
+            rest = &rest[rest.find(')').map_or(rest.len(), |j| j + 1)..];
+        }
+        plain.push_str(rest);
+        let slug: String = plain
+            .trim()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .flat_map(char::to_lowercase)
+            .collect();
+        let n = seen.entry(slug.clone()).or_insert(0);
+        out.insert(if *n == 0 {
+            slug.clone()
+        } else {
+            format!("{slug}-{n}")
+        });
+        *n += 1;
+    }
+    out
+}
+
+/// Every relative link of every Markdown file (README, docs/ with the generated ones, the
+/// chart's README) names a file or directory that exists and, with `#anchor`, a heading
+/// of that file; and no doc points at "the README" in words instead of by a link (the
+/// sections such prose meant had moved to docs/).
+#[test]
+fn links_and_anchors_resolve() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = markdown_files(root);
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+        .collect();
+    for needed in [
+        "README.md",
+        "docs/metrics.md",
+        "helm/gpu-otel-sidecar/README.md",
+    ] {
+        assert!(
+            names.iter().any(|n| n == needed),
+            "{needed} not found: {names:?}"
+        );
+    }
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let name = file.strip_prefix(root).unwrap().display().to_string();
+        let text = std::fs::read_to_string(file).unwrap();
+        let prose = prose(&text);
+        for (i, _) in prose.match_indices("](") {
+            let tail = &prose[i + 2..];
+            let Some(end) = tail.find(')') else { continue };
+            let target = tail[..end].split_whitespace().next().unwrap_or("");
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let resolved = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            if !resolved.exists() {
+                broken.push(format!("{name}: {target} (no such file)"));
+                continue;
+            }
+            if !anchor.is_empty() && resolved.extension().is_some_and(|e| e == "md") {
+                let there = anchors(&std::fs::read_to_string(&resolved).unwrap());
+                if !there.contains(anchor) {
+                    broken.push(format!("{name}: {target} (no heading #{anchor} there)"));
+                }
+            }
+        }
+        if name != "README.md" {
+            // "see the README, Shared GPUs": a pointer in words, not a link.
+            let mut without_links = String::new();
+            let mut rest = prose.as_str();
+            while let Some(open) = rest.find('[') {
+                without_links.push_str(&rest[..open]);
+                let after = &rest[open..];
+                match after.find("](").zip(after.find(')')) {
+                    Some((mid, close)) if mid < close => rest = &after[close + 1..],
+                    _ => {
+                        without_links.push('[');
+                        rest = &after[1..];
+                    }
+                }
+            }
+            without_links.push_str(rest);
+            for line in without_links.lines().filter(|l| l.contains("README")) {
+                broken.push(format!("{name}: names a README without linking it: {line}"));
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} links found");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}

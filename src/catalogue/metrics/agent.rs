@@ -65,9 +65,9 @@ pub static SAMPLE_DURATION: AgentMetricDef = AgentMetricDef {
     name: "gpu_sidecar.sample.duration",
     instrument: AgentInstrument::Histogram,
     unit: "s",
-    description: "Time one group of NVML calls took, over all devices, each time the group ran (the agent's own cost; see the schedule in the README).",
+    description: "Time one group of NVML calls took, over all devices, each time the group ran (the agent's own cost).",
     attributes: "`gpu_sidecar.sample.group` = `static` | `fast` | `energy` | `pcie` | `process` | `gpm`",
-    source: "wall-clock time around the group's calls on the `nvml-sampler` thread",
+    source: "wall-clock time around the group's calls on the `nvml-sampler` thread (the groups and when each runs: [Sampling schedule](sampling.md#sampling-schedule))",
 };
 
 /// `nvidia.gpu.alerts`: one per alert transition of the rules engine.

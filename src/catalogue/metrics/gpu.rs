@@ -67,7 +67,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "By",
         description: "GPU memory used.",
         attributes: "",
-        source: "`nvmlDeviceGetMemoryInfo_v2` (`.used`), bytes; on drivers without it `nvmlDeviceGetMemoryInfo` (v1: `.used` includes the reserved memory; see README, Older drivers)",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.used`), bytes; on drivers without it `nvmlDeviceGetMemoryInfo` (v1: `.used` includes the reserved memory; see [Older drivers](operations.md#older-drivers))",
         extract: |d, out| push(out, d.memory_used_bytes.map(|b| b as f64), vec![]),
     },
     MetricDef {
@@ -287,7 +287,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         group: SampleGroup::Fast,
         unit: "By",
         description: "GPU memory held by one compute process. A process that has ended is no longer reported (no stale series).",
-        attributes: "`process.pid` (host PID, as NVML reports it); `process.executable.name` where `/proc` shows the host PID namespace (see README)",
+        attributes: "`process.pid` (host PID, as NVML reports it); `process.executable.name` where `/proc` shows the host PID namespace (see [Process IDs](sampling.md#processes-mig-and-events))",
         source: "`nvmlDeviceGetComputeRunningProcesses_v3` (or `_v2`, v1 on older drivers; `usedGpuMemory`; entry layout chosen for the driver, R535's 32-byte struct included), every tick; a GPU in MIG mode reports its processes on its MIG devices; name from `/proc/<pid>/comm`",
         extract: |d, out| per_process(d, out, |p| p.used_memory_bytes.map(|b| b as f64), &[]),
     },
