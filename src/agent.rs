@@ -354,10 +354,12 @@ impl Flow {
 fn log_start(config: &Config) {
     let destination = match config.metrics_exporter {
         ExporterKind::Otlp => format!(
-            "OTLP {:?} to {} ({:?})",
-            config.otlp.metrics.protocol, config.otlp.metrics.endpoint, config.otlp.temporality
+            "OTLP {} to {} ({} temporality)",
+            config.otlp.metrics.protocol.as_str(),
+            config.otlp.metrics.endpoint,
+            config.otlp.temporality.as_str()
         ),
-        other => format!("{other:?}"),
+        other => other.as_str().to_string(),
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -382,9 +384,9 @@ fn log_start(config: &Config) {
     }
     if config.sample_interval > config.export_interval {
         tracing::warn!(
-            "GPU_SIDECAR_SAMPLE_INTERVAL ({:?}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({:?}): GPU metrics are exported once per sample, less often than the export interval",
-            config.sample_interval,
-            config.export_interval
+            "GPU_SIDECAR_SAMPLE_INTERVAL ({}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({}): GPU metrics are exported once per sample, less often than the export interval",
+            humantime::format_duration(config.sample_interval),
+            humantime::format_duration(config.export_interval)
         );
     }
 }

@@ -132,4 +132,99 @@ mod tests {
         }
         assert!(l.seen.len() <= MAX_KEYS);
     }
+
+    /// The source of every `tracing::{error,warn,info,debug,trace}!` call in `src/` (tests
+    /// left out), each with its file and line.
+    fn log_calls() -> Vec<(String, String)> {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|e| e == "rs") {
+                    out.push(p);
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        walk(&root.join("src"), &mut files);
+        let mut calls = Vec::new();
+        for file in files {
+            let name = file.strip_prefix(root).unwrap().display().to_string();
+            if name.contains("tests") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            let text = match text.find("#[cfg(test)]\nmod tests") {
+                Some(i) => &text[..i],
+                None => &text[..],
+            };
+            for level in ["error", "warn", "info", "debug", "trace"] {
+                let open = format!("tracing::{level}!(");
+                for (start, _) in text.match_indices(&open) {
+                    // The macro's arguments: up to the matching parenthesis, strings skipped.
+                    let body = &text[start + open.len()..];
+                    let (mut depth, mut end, mut chars) = (1, 0, body.char_indices());
+                    while let Some((i, c)) = chars.next() {
+                        match c {
+                            '(' => depth += 1,
+                            ')' => depth -= 1,
+                            '"' => {
+                                while let Some((_, c)) = chars.next() {
+                                    match c {
+                                        '\\' => {
+                                            chars.next();
+                                        }
+                                        '"' => break,
+                                        _ => {}
+                                    }
+                                }
+                            }
+                            _ => {}
+                        }
+                        if depth == 0 {
+                            end = i;
+                            break;
+                        }
+                    }
+                    let line = text[..start].lines().count();
+                    calls.push((format!("{name}:{line}"), body[..end].to_string()));
+                }
+            }
+        }
+        calls
+    }
+
+    /// The agent's log lines are read by people: no value in them is Rust's `Debug` text
+    /// (`Uuid("GPU-…")`, `[SmOccupancy, …]`, `Grpc`, `Some(…)`). A field is written with
+    /// `%` (Display) or as a plain value, never with `?`; a message never uses `{:?}`
+    /// (durations go through `humantime::format_duration`). A GPM line printed Rust enum
+    /// names, and others device ids and protocol names, before this test.
+    #[test]
+    fn log_lines_carry_no_debug_formatting() {
+        let calls = log_calls();
+        assert!(calls.len() > 100, "{} log calls found", calls.len());
+        let mut found = Vec::new();
+        for (at, body) in &calls {
+            let debug_field = body.split(',').any(|arg| {
+                let arg = arg.trim();
+                arg.starts_with('?')
+                    || arg
+                        .split_once('=')
+                        .is_some_and(|(_, v)| v.trim().starts_with('?'))
+            });
+            if debug_field || body.contains(":?}") || body.contains(":#?}") {
+                found.push(format!(
+                    "{at}: {}",
+                    body.split_whitespace().collect::<Vec<_>>().join(" ")
+                ));
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "Debug formatting in log lines:\n{}",
+            found.join("\n")
+        );
+    }
 }

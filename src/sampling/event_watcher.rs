@@ -57,6 +57,17 @@ pub enum DeviceEventKind {
     EccDoubleBit,
 }
 
+/// In words, for log lines: `XID 79`, `single-bit ECC error`, `double-bit ECC error`.
+impl std::fmt::Display for DeviceEventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceEventKind::Xid(code) => write!(f, "XID {code}"),
+            DeviceEventKind::EccSingleBit => f.write_str("single-bit ECC error"),
+            DeviceEventKind::EccDoubleBit => f.write_str("double-bit ECC error"),
+        }
+    }
+}
+
 /// One event from a GPU.
 #[derive(Debug, Clone)]
 pub struct DeviceEvent {
@@ -433,7 +444,7 @@ fn deliver(
         .find(|(_, d)| unsafe { d.handle() } == ev.device)
         .map(|(i, _)| &targets[*i]);
     let Some(target) = target else {
-        tracing::debug!(?kind, "event from a GPU that is not watched");
+        tracing::debug!(%kind, "event from a GPU that is not watched");
         return;
     };
     let Some(device) = attribute(
@@ -444,7 +455,7 @@ fn deliver(
         ev.compute_instance_id,
     ) else {
         tracing::debug!(
-            ?kind,
+            %kind,
             gpu = %target.info.uuid,
             gpu_instance_id = ev.gpu_instance_id,
             compute_instance_id = ev.compute_instance_id,

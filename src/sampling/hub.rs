@@ -219,7 +219,7 @@ impl Hub {
             if lost == full || lost / 1000 != (lost - full) / 1000 {
                 tracing::warn!(
                     lost_so_far = lost,
-                    kind = ?event.kind,
+                    kind = %event.kind,
                     uuid = %event.device.uuid,
                     "a device event did not reach a consumer whose queue is full (it is stuck); said for the first and every 1000th"
                 );

@@ -425,7 +425,8 @@ fn session(
             let left = until.saturating_duration_since(Instant::now());
             if done.recv_timeout(left).is_err() {
                 tracing::debug!(
-                    "the event watcher did not return from its wait in {left:?}; it shuts NVML down when it does"
+                    "the event watcher did not return from its wait in {}; it shuts NVML down when it does",
+                    humantime::format_duration(left)
                 );
             }
         }

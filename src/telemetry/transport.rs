@@ -204,7 +204,10 @@ impl Transport {
                 (Instant::now() + delay < deadline).then_some(delay)
             })
             .notify(|e: &ExportError, delay| {
-                tracing::debug!("metrics export attempt failed: {e}; retrying in {delay:?}");
+                tracing::debug!(
+                    "metrics export attempt failed: {e}; retrying in {}",
+                    humantime::format_duration(delay)
+                );
             });
         let result = tokio::time::timeout(bound, outcome).await;
         let attempts = attempts.load(std::sync::atomic::Ordering::Relaxed);
@@ -324,7 +327,8 @@ fn grpc_error(status: &tonic::Status) -> ExportError {
         .get_details_retry_info()
         .and_then(|info| info.retry_delay);
     let message = format!(
-        "the collector answered {:?}: {}",
+        "the collector answered gRPC status {} ({}): {}",
+        i32::from(status.code()),
         status.code(),
         status.message()
     );

@@ -190,8 +190,8 @@ async fn run(
     state.shutting_down.store(true, Ordering::Relaxed);
     tracing::info!(
         signal,
-        "shutting down: answering for {:?} more ({}), then finishing the requests in flight",
-        settings.shutdown_delay,
+        "shutting down: answering for {} more ({}), then finishing the requests in flight",
+        humantime::format_duration(settings.shutdown_delay),
         settings::SHUTDOWN_DELAY.name
     );
     tokio::time::sleep(settings.shutdown_delay).await;
@@ -201,7 +201,10 @@ async fn run(
         .await
         .unwrap_or(false);
     if !flushed {
-        tracing::warn!("the webhook's final metrics export did not finish within {DRAIN:?}");
+        tracing::warn!(
+            "the webhook's final metrics export did not finish within {}",
+            humantime::format_duration(DRAIN)
+        );
     }
     tracing::info!("stopped");
     ExitCode::SUCCESS
