@@ -156,7 +156,7 @@ mod tests {
                 continue;
             }
             let text = std::fs::read_to_string(&file).unwrap();
-            let text = match text.find("#[cfg(test)]\nmod tests") {
+            let text = match text.find("#[cfg(test)]\nmod tests {") {
                 Some(i) => &text[..i],
                 None => &text[..],
             };

@@ -250,3 +250,76 @@ fn links_and_anchors_resolve() {
     assert!(checked > 50, "only {checked} links found");
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// Every thread the agent and the webhook name (`std::thread::Builder::name`, the tokio
+/// runtimes' `thread_name`, the bounded shutdown threads, each `ConsumerThread`), the main
+/// thread and the SDK's events batch processor (the names in the text logs) is a row of the
+/// README's thread table, and every row is such a thread.
+#[test]
+fn readme_thread_table_lists_every_thread() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&root.join("src"), &mut files);
+    let first_string = |s: &str| -> Option<String> {
+        let s = s.trim_start();
+        let s = s.strip_prefix('"')?;
+        Some(s[..s.find('"')?].to_string())
+    };
+    let mut threads = std::collections::BTreeSet::from([
+        "main".to_string(),
+        // opentelemetry_sdk's BatchLogProcessor (src/telemetry/events.rs).
+        "OpenTelemetry.Logs.BatchProcessor".to_string(),
+    ]);
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let text = match text.find("#[cfg(test)]\nmod tests {") {
+            Some(i) => &text[..i],
+            None => &text[..],
+        };
+        if file.to_string_lossy().contains("tests") {
+            continue;
+        }
+        for call in [
+            ".name(",
+            ".thread_name(",
+            "run_bounded(",
+            "ConsumerThread::start(",
+        ] {
+            for (i, _) in text.match_indices(call) {
+                if let Some(name) = first_string(&text[i + call.len()..]) {
+                    threads.insert(name);
+                }
+            }
+        }
+    }
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let table: std::collections::BTreeSet<String> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| thread | what it does |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .flat_map(|row| {
+            let cell = row.split('|').nth(1).unwrap_or("").to_string();
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(threads.len() > 12, "{threads:?}");
+    assert_eq!(
+        table, threads,
+        "the README's thread table (left) and the threads the code names (right)"
+    );
+}

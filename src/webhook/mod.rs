@@ -164,7 +164,7 @@ async fn run(
         } else {
             "native (initContainers)"
         },
-        gpu_visibility = ?template.gpu_visibility,
+        gpu_visibility = template.gpu_visibility.as_str(),
         "admission webhook listening on https://{} (POST /mutate, /mutate/namespace)",
         tcp.local_addr().map_or(settings.addr, |a| a)
     );
