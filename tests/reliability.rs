@@ -951,7 +951,21 @@ fn health_command_reports_readiness_by_exit_code() {
     drop(free);
     let (code, _, err) = probe(&format!("0.0.0.0:{port}"));
     assert_eq!(code, Some(1));
-    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    // What it tried, why nothing answered, and what that means (not only reqwest's "error
+    // sending request").
+    assert!(
+        err.contains(&format!(
+            "asked http://127.0.0.1:{port}/readyz, and nothing answered ("
+        )),
+        "{err}"
+    );
+    assert!(err.contains("Connection refused"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "no agent is running here with GPU_SIDECAR_HEALTH_ADDR=0.0.0.0:{port}"
+        )),
+        "{err}"
+    );
     let (code, _, err) = probe("off");
     assert_eq!(code, Some(1));
     assert!(err.contains("off"), "{err}");

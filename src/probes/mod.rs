@@ -626,7 +626,8 @@ pub fn probe_target(addr: SocketAddr) -> SocketAddr {
 /// `gpu-otel-sidecar health`. Returns the HTTP status and the body.
 ///
 /// # Errors
-/// A line saying why no answer came (connection refused, timeout).
+/// A sentence saying what was tried, why no answer came (connection refused, timeout, with
+/// the causes) and what that means.
 pub fn probe(addr: SocketAddr, timeout: Duration) -> Result<(u16, String), String> {
     crate::telemetry::tls::install_crypto_provider();
     let url = format!("http://{}/readyz", probe_target(addr));
@@ -635,7 +636,21 @@ pub fn probe(addr: SocketAddr, timeout: Duration) -> Result<(u16, String), Strin
         .no_proxy()
         .build()
         .map_err(|e| format!("HTTP client: {e}"))?;
-    let response = client.get(&url).send().map_err(|e| format!("{url}: {e}"))?;
+    let response = client.get(&url).send().map_err(|e| {
+        let why = crate::logging::with_sources(&e);
+        if e.is_timeout() {
+            format!(
+                "asked {url}, and no answer came within {}: an agent listens there but does not answer (overloaded, or stopped in a debugger)",
+                humantime::format_duration(timeout)
+            )
+        } else if e.is_connect() {
+            format!(
+                "asked {url}, and nothing answered ({why}): no agent is running here with GPU_SIDECAR_HEALTH_ADDR={addr} (an agent with another address, or with the endpoint off, is not found)"
+            )
+        } else {
+            format!("asked {url}: {why}")
+        }
+    })?;
     let status = response.status().as_u16();
     let body = response.text().map_err(|e| format!("{url}: {e}"))?;
     Ok((status, body))
