@@ -323,3 +323,55 @@ fn readme_thread_table_lists_every_thread() {
         "the README's thread table (left) and the threads the code names (right)"
     );
 }
+
+/// The shell commands of the docs run as pasted: no `<placeholder>` (a shell reads
+/// `--set image.repository=<registry>/x` as a redirection from a file named `registry`);
+/// a value the reader must choose is a variable set on the line before.
+#[test]
+fn shell_blocks_have_no_angle_bracket_placeholders() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for file in markdown_files(root) {
+        let name = file.strip_prefix(root).unwrap().display().to_string();
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut fence: Option<String> = None;
+        for (n, line) in text.lines().enumerate() {
+            if let Some(info) = line.trim_start().strip_prefix("```") {
+                fence = match fence {
+                    Some(_) => None,
+                    None => Some(info.trim().to_string()),
+                };
+                continue;
+            }
+            let shell = match &fence {
+                Some(lang) => ["sh", "bash", "shell", "console", ""].contains(&lang.as_str()),
+                None => line.starts_with("    ") && !line.trim_start().starts_with(['-', '*', '|']),
+            };
+            if !shell {
+                continue;
+            }
+            let code = line.split(" #").next().unwrap_or("");
+            if code.trim_start().starts_with('#') {
+                continue;
+            }
+            let mut rest = code;
+            while let Some(i) = rest.find('<') {
+                let tail = &rest[i + 1..];
+                let word: String = tail
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                    .collect();
+                if !word.is_empty() && tail[word.len()..].starts_with('>') {
+                    found.push(format!("{name}:{}: {}", n + 1, line.trim()));
+                    break;
+                }
+                rest = tail;
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "placeholders in shell commands:\n{}",
+        found.join("\n")
+    );
+}
