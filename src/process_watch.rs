@@ -50,17 +50,17 @@ mod tests {
 
     #[test]
     fn finds_a_process_by_comm() {
-        let root = std::env::temp_dir().join(format!("proc-watch-{}", std::process::id()));
+        let guard = tempfile::tempdir().unwrap();
+        let root = guard.path();
         std::fs::create_dir_all(root.join("42")).unwrap();
         std::fs::create_dir_all(root.join("self")).unwrap();
         std::fs::write(root.join("42/comm"), "python\n").unwrap();
         std::fs::write(root.join("self/comm"), "trainer\n").unwrap();
-        assert!(is_running(&root, "python"));
+        assert!(is_running(root, "python"));
         assert!(
-            !is_running(&root, "trainer"),
+            !is_running(root, "trainer"),
             "non-numeric entries are not processes"
         );
-        assert!(!is_running(&root, "pytho"));
-        std::fs::remove_dir_all(&root).unwrap();
+        assert!(!is_running(root, "pytho"));
     }
 }

@@ -20,11 +20,9 @@ const WAIT: Duration = Duration::from_secs(20);
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-/// `<temp>/gpu-sidecar-reliability-<pid>/<name>` (the directory is created).
+/// `<scratch>/<name>`: [`common::temp_path`] (removed when the test process exits).
 fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-reliability-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::temp_path(name)
 }
 
 /// Writes `tests/scenarios/<base>` with `edit` applied to a temp file; returns its path.
@@ -595,8 +593,8 @@ fn collector_faults_over_http() {
 /// (`nvmlShutdown` in the mock's call log).
 #[test]
 fn shutdown_during_an_outage_is_bounded() {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-shutdown-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
     let hanging = Receiver::start(Protocol::Grpc);
     hanging.set_mode(Mode::Delay(Duration::from_secs(60)));
     let down = Receiver::start(Protocol::Http);

@@ -27,10 +27,9 @@ fn load(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(scenario(name)).unwrap()).unwrap()
 }
 
+/// `<scratch>/<name>`: [`common::temp_path`] (removed when the test process exits).
 fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-time-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::temp_path(name)
 }
 
 fn write_scenario(name: &str, v: &Value) -> PathBuf {

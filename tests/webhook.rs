@@ -37,17 +37,18 @@ fn read_json(path: &Path) -> Value {
 
 /// A CA and the server certificates it issues, written where the webhook reads them.
 struct Pki {
-    dir: PathBuf,
+    /// The keys and certificates; removed when the test ends (pass or fail).
+    dir: tempfile::TempDir,
     ca: rcgen::Certificate,
     ca_key: KeyPair,
 }
 
 impl Pki {
     fn new(name: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("gpu-sidecar-webhook-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("gpu-sidecar-webhook-{name}-"))
+            .tempdir()
+            .unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params
@@ -74,7 +75,7 @@ impl Pki {
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+        self.dir.path().join(name)
     }
 
     /// Writes `text` to `name` the way a Kubernetes Secret volume updates: a new file
@@ -439,7 +440,6 @@ fn fixtures_through_the_binary_over_tls() {
 
     agent.sigterm();
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 #[test]
@@ -475,7 +475,6 @@ fn dra_sidecar_joins_the_pods_claim() {
     );
     agent.sigterm();
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 #[test]
@@ -501,7 +500,6 @@ fn classic_sidecar_is_a_container_with_a_shared_process_namespace() {
     assert!(pod["spec"].get("initContainers").is_none());
     agent.sigterm();
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 /// Replace the files, and the next handshake serves the new certificate; a broken pair is
@@ -544,7 +542,6 @@ fn renewed_certificate_is_served_from_the_next_handshake() {
 
     agent.sigterm();
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 /// After SIGTERM it goes on answering for the shutdown delay, not ready, then exits 0.
@@ -565,7 +562,6 @@ fn sigterm_answers_through_the_delay_then_exits() {
     assert_eq!(response["auditAnnotations"]["outcome"], "injected");
     let status = agent.wait_exit(WAIT).unwrap();
     assert!(status.success(), "{}", agent.dump());
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 /// A bad setting or file stops the webhook with exit 2 and one line naming the variable.
@@ -636,7 +632,6 @@ fn bad_settings_and_files_are_refused_by_name() {
         "{}",
         agent.dump()
     );
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 /// `docs/settings.md` lists every webhook setting with its default, and `--help` the

@@ -247,17 +247,19 @@ fn health_addr_default_off_and_bad() {
     assert_eq!(c.watchdog_timeout, Duration::from_secs(2));
 }
 
-/// A fresh directory under the system temp dir for one test.
-fn temp_dir(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("gpu-sidecar-config-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory under the system temp dir for one test, removed when the guard drops
+/// (at the end of the test, passed or failed: TLS keys are written there).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("gpu-sidecar-config-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 #[test]
 fn tls_files_are_read_and_checked() {
-    let dir = temp_dir("tls");
+    let guard = temp_dir("tls");
+    let dir = guard.path();
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
         .unwrap()
@@ -317,7 +319,6 @@ fn tls_files_are_read_and_checked() {
     );
     let e = cfg(&[("OTEL_EXPORTER_OTLP_CLIENT_KEY", &p(&pem_key))]).unwrap_err();
     assert_eq!(e.var, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -544,7 +545,8 @@ fn temporality_sdk_disabled_and_export_timeout() {
 /// leaves it as it was and is named in the warning, with the table's reason.
 #[test]
 fn every_otel_variable_is_honoured_or_named_in_the_warning() {
-    let dir = temp_dir("otel-vars");
+    let guard = temp_dir("otel-vars");
+    let dir = guard.path();
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
         .unwrap()
@@ -630,7 +632,6 @@ fn every_otel_variable_is_honoured_or_named_in_the_warning() {
         "{warned:?}"
     );
     assert_eq!(c.otlp.metrics.endpoint, "http://localhost:4317");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// A generated page (`path` from the repository root) equals `generated`; with `UPDATE_DOCS`
