@@ -326,7 +326,10 @@ fn readme_thread_table_lists_every_thread() {
 
 /// The shell commands of the docs run as pasted: no `<placeholder>` (a shell reads
 /// `--set image.repository=<registry>/x` as a redirection from a file named `registry`);
-/// a value the reader must choose is a variable set on the line before.
+/// a value the reader must choose is a variable set on the line before. And they leave no
+/// file in the checkout: the settings that write files (`GPU_SIDECAR_REPORT_FILE`,
+/// `GPU_SIDECAR_SAMPLE_LOG`) are `-` or an absolute path (the run-report example wrote
+/// `gpu-samples.csv` into the checkout).
 #[test]
 fn shell_blocks_have_no_angle_bracket_placeholders() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -353,6 +356,19 @@ fn shell_blocks_have_no_angle_bracket_placeholders() {
             let code = line.split(" #").next().unwrap_or("");
             if code.trim_start().starts_with('#') {
                 continue;
+            }
+            for writes in ["GPU_SIDECAR_REPORT_FILE=", "GPU_SIDECAR_SAMPLE_LOG="] {
+                for (i, _) in code.match_indices(writes) {
+                    let value = code[i + writes.len()..].trim_start_matches(['"', '\'']);
+                    if !(value.starts_with('-') || value.starts_with('/') || value.starts_with('$'))
+                    {
+                        found.push(format!(
+                            "{name}:{}: writes into the checkout: {}",
+                            n + 1,
+                            line.trim()
+                        ));
+                    }
+                }
             }
             let mut rest = code;
             while let Some(i) = rest.find('<') {

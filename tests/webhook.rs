@@ -600,7 +600,7 @@ fn bad_settings_and_files_are_refused_by_name() {
         (
             "GPU_SIDECAR_WEBHOOK_ADRESS",
             PathBuf::from("0.0.0.0:8443"),
-            "invalid GPU_SIDECAR_WEBHOOK_ADRESS=",
+            "GPU_SIDECAR_WEBHOOK_ADRESS is not a setting; did you mean GPU_SIDECAR_WEBHOOK_ADDR?",
         ),
     ];
     for (var, value, message) in cases {
@@ -625,10 +625,9 @@ fn bad_settings_and_files_are_refused_by_name() {
         .spawn();
     assert_eq!(agent.wait_exit(WAIT).unwrap().code(), Some(2));
     assert!(
-        agent
-            .stderr_lines()
-            .iter()
-            .any(|l| l.contains("GPU_SIDECAR_WEBHOOK_TLS_CERT") && l.contains("required")),
+        agent.stderr_lines().iter().any(|l| l
+            .contains("GPU_SIDECAR_WEBHOOK_TLS_CERT is not set: expected ")
+            && l.contains("required")),
         "{}",
         agent.dump()
     );

@@ -18,7 +18,6 @@
 //! failed OTLP export is logged like a failed metric export ([`ExportStatus`]): the first one
 //! at once, with the endpoint and the cause, then at most once a minute.
 
-use std::io::Write;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime};
 
@@ -151,9 +150,7 @@ impl LogExporter for ConsoleLogExporter {
         };
         let line = serde_json::to_string(&request)
             .map_err(|e| OTelSdkError::InternalFailure(format!("JSON encoding: {e}")))?;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{line}")
-            .and_then(|()| out.flush())
+        super::transport::console_line(&line)
             .map_err(|e| OTelSdkError::InternalFailure(format!("stdout: {e}")))
     }
 

@@ -313,10 +313,30 @@ fn http_body(request: &ExportMetricsServiceRequest, gzip: bool) -> Result<Vec<u8
 pub fn console(request: &ExportMetricsServiceRequest) -> Result<(), ExportError> {
     let line = serde_json::to_string(request)
         .map_err(|e| ExportError::permanent(format!("JSON encoding: {e}")))?;
+    console_line(&line).map_err(|e| ExportError::permanent(format!("stdout: {e}")))
+}
+
+/// Writes one line on stdout, for the console exporters (metrics and events). Once stdout's
+/// reader has gone (`… | jq` or `… | head` ended: Ctrl-C ends the whole pipeline), the
+/// lines have nowhere to go: that is said once, at info level, and not as an export failure
+/// (`Broken pipe` on each later export, the final one included, read like a fault).
+///
+/// # Errors
+/// Any other write error.
+pub(crate) fn console_line(line: &str) -> std::io::Result<()> {
+    static READER_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")
-        .and_then(|()| out.flush())
-        .map_err(|e| ExportError::permanent(format!("stdout: {e}")))
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            if !READER_GONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::info!(
+                    "stdout was closed by its reader (the end of a pipe such as `| jq`): console output stops here"
+                );
+            }
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// A gRPC status as an export error, retryable as the specification says.

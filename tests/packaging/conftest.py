@@ -432,3 +432,12 @@ def metrics_catalogue():
 def load_yaml(path):
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
+
+
+def trainer_settings():
+    """The TRAIN_* variables docker/trainer/train.py reads (env_int("TRAIN_…") and
+    os.environ.get("TRAIN_…")), each with its default as the script writes it."""
+    text = (DOCKER / "trainer" / "train.py").read_text()
+    found = dict(re.findall(r'(?:env_int|os\.environ\.get)\("(TRAIN_[A-Z_]+)", "?([^")]*)"?\)', text))
+    assert len(found) >= 6, found
+    return found

@@ -19,6 +19,7 @@ from conftest import (
     load_yaml,
     render,
     sidecar_of,
+    trainer_settings,
 )
 
 VALUES = load_yaml(CHART / "values.yaml")
@@ -329,6 +330,16 @@ def test_example_job_runs_the_compose_training_script(helm):
     assert vol["configMap"]["name"] == cm["metadata"]["name"]
     assert trainer["command"][-1] == "/opt/trainer/train.py"
     assert not render(helm, "example.enabled=false").of_kind("Job")
+
+
+def test_example_job_passes_every_trainer_setting(helm):
+    """The example Job sets each TRAIN_* the training script reads, with the script's
+    default, and a value changes it."""
+    want = trainer_settings()
+    env = env_map(container(render(helm).pod_spec, TRAINER))
+    assert {k: v for k, v in env.items() if k.startswith("TRAIN_")} == want
+    env = env_map(container(render(helm, "example.imageSize=224", "example.mixedPrecision=true").pod_spec, TRAINER))
+    assert (env["TRAIN_IMAGE_SIZE"], env["TRAIN_MIXED_PRECISION"]) == ("224", "1")
 
 
 def test_prometheus_rule_is_the_docker_rules_file(helm):
