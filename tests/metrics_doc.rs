@@ -1,5 +1,7 @@
 //! `docs/metrics.md` is generated from the catalogue; this test fails when they disagree.
-//! Regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`.
+//! Regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`. Also the checks of every
+//! doc against the repository (links and anchors, shell commands, the README's thread
+//! table) and of the agent's log lines (no Debug text).
 
 use gpu_otel_sidecar::catalogue::metrics::{markdown, CATALOGUE, RECORDED, SELF_METRICS};
 
@@ -74,10 +76,10 @@ fn every_index_is_explained() {
     assert!(read("docs/events.md").contains(note), "docs/events.md");
 }
 
-/// Every Markdown file of the repository (README, docs/, the chart's README, the mock's and
-/// the fixture's), outside `target/`.
-fn markdown_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
-    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+/// Every file under `dir` whose name ends with `.<ext>`, sorted; hidden directories,
+/// `target/` and `node_modules/` left out.
+fn files_under(dir: &std::path::Path, ext: &str) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, ext: &str, out: &mut Vec<std::path::PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();
             let name = p.file_name().unwrap().to_string_lossy().to_string();
@@ -85,16 +87,22 @@ fn markdown_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
                 continue;
             }
             if p.is_dir() {
-                walk(&p, out);
-            } else if name.ends_with(".md") {
+                walk(&p, ext, out);
+            } else if p.extension().is_some_and(|e| e == ext) {
                 out.push(p);
             }
         }
     }
     let mut out = Vec::new();
-    walk(root, &mut out);
+    walk(dir, ext, &mut out);
     out.sort();
     out
+}
+
+/// Every Markdown file of the repository (README, docs/, the chart's README, the mock's and
+/// the fixture's).
+fn markdown_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    files_under(root, "md")
 }
 
 /// The text outside fenced code blocks and inline code spans (where `[x](y)` is not a link).
@@ -258,18 +266,6 @@ fn links_and_anchors_resolve() {
 #[test]
 fn readme_thread_table_lists_every_thread() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|e| e == "rs") {
-                out.push(p);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(&root.join("src"), &mut files);
     let first_string = |s: &str| -> Option<String> {
         let s = s.trim_start();
         let s = s.strip_prefix('"')?;
@@ -280,15 +276,7 @@ fn readme_thread_table_lists_every_thread() {
         // opentelemetry_sdk's BatchLogProcessor (src/telemetry/events.rs).
         "OpenTelemetry.Logs.BatchProcessor".to_string(),
     ]);
-    for file in &files {
-        let text = std::fs::read_to_string(file).unwrap();
-        let text = match text.find("#[cfg(test)]\nmod tests {") {
-            Some(i) => &text[..i],
-            None => &text[..],
-        };
-        if file.to_string_lossy().contains("tests") {
-            continue;
-        }
+    for (_, text) in agent_sources() {
         for call in [
             ".name(",
             ".thread_name(",
@@ -388,6 +376,100 @@ fn shell_blocks_have_no_angle_bracket_placeholders() {
     assert!(
         found.is_empty(),
         "placeholders in shell commands:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The agent's Rust sources (`src/**/*.rs`) without their tests: each file's path relative
+/// to the repository and its text up to its `#[cfg(test)] mod tests { … }` (files of tests,
+/// `tests.rs`, `tests_*.rs`, `tests/`, left out).
+fn agent_sources() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    files_under(&root.join("src"), "rs")
+        .into_iter()
+        .filter_map(|file| {
+            let name = file.strip_prefix(root).unwrap().display().to_string();
+            if name.contains("tests") {
+                return None;
+            }
+            let mut text = std::fs::read_to_string(&file).unwrap();
+            if let Some(i) = text.find("#[cfg(test)]\nmod tests {") {
+                text.truncate(i);
+            }
+            Some((name, text))
+        })
+        .collect()
+}
+
+/// The source of every `tracing::{error,warn,info,debug,trace}!` call in `src/` (tests
+/// left out), each with its file and line.
+fn log_calls() -> Vec<(String, String)> {
+    let mut calls = Vec::new();
+    for (name, text) in agent_sources() {
+        for level in ["error", "warn", "info", "debug", "trace"] {
+            let open = format!("tracing::{level}!(");
+            for (start, _) in text.match_indices(&open) {
+                // The macro's arguments: up to the matching parenthesis, strings skipped.
+                let body = &text[start + open.len()..];
+                let (mut depth, mut end, mut chars) = (1, 0, body.char_indices());
+                while let Some((i, c)) = chars.next() {
+                    match c {
+                        '(' => depth += 1,
+                        ')' => depth -= 1,
+                        '"' => {
+                            while let Some((_, c)) = chars.next() {
+                                match c {
+                                    '\\' => {
+                                        chars.next();
+                                    }
+                                    '"' => break,
+                                    _ => {}
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        end = i;
+                        break;
+                    }
+                }
+                let line = text[..start].lines().count();
+                calls.push((format!("{name}:{line}"), body[..end].to_string()));
+            }
+        }
+    }
+    calls
+}
+
+/// The agent's log lines are read by people: no value in them is Rust's `Debug` text
+/// (`Uuid("GPU-…")`, `[SmOccupancy, …]`, `Grpc`, `Some(…)`). A field is written with
+/// `%` (Display) or as a plain value, never with `?`; a message never uses `{:?}`
+/// (durations go through `humantime::format_duration`). A GPM line printed Rust enum
+/// names, and others device ids and protocol names, before this test.
+#[test]
+fn log_lines_carry_no_debug_formatting() {
+    let calls = log_calls();
+    assert!(calls.len() > 100, "{} log calls found", calls.len());
+    let mut found = Vec::new();
+    for (at, body) in &calls {
+        let debug_field = body.split(',').any(|arg| {
+            let arg = arg.trim();
+            arg.starts_with('?')
+                || arg
+                    .split_once('=')
+                    .is_some_and(|(_, v)| v.trim().starts_with('?'))
+        });
+        if debug_field || body.contains(":?}") || body.contains(":#?}") {
+            found.push(format!(
+                "{at}: {}",
+                body.split_whitespace().collect::<Vec<_>>().join(" ")
+            ));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "Debug formatting in log lines:\n{}",
         found.join("\n")
     );
 }
