@@ -113,7 +113,7 @@ def test_sidecar_environment_passes_the_agents_config_check(compose, agent_binar
     rc, out, err = check_config(agent_binary, env)
     assert rc == 0, f"the agent refuses the compose environment: {err}"
     assert out["resource"]["container.name"] == "trainer"
-    assert out["otlp"]["metrics_endpoint"] == env["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    assert out["otlp"]["metrics"]["endpoint"] == env["OTEL_EXPORTER_OTLP_ENDPOINT"]
 
 
 def test_collector_mounted_with_its_config(compose):

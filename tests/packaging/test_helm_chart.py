@@ -454,8 +454,8 @@ def test_rendered_environment_passes_the_agents_config_check(helm, agent_binary,
     env = kube_env(sc, secrets={("otlp", "headers"): "authorization=Bearer%20t0k"})
     rc, out, err = check_config(agent_binary, env)
     assert rc == 0, f"the agent refuses the rendered environment: {err}"
-    assert out["otlp"]["metrics_endpoint"] == "http://10.0.0.7:4317"
-    assert out["otlp"]["header_names"] == ["authorization"]
+    assert out["otlp"]["metrics"]["endpoint"] == "http://10.0.0.7:4317"
+    assert out["otlp"]["metrics"]["header_names"] == ["authorization"]
 
 
 @pytest.mark.parametrize("key", ["a,b", "a=b", "a b", "50%"])
