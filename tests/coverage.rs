@@ -20,11 +20,9 @@ fn load(name: &str) -> Value {
     common::read_json(scenario(name))
 }
 
-/// A private temporary file path for this test process.
+/// `<scratch>/<name>`: [`common::temp_path`] (removed when the test process exits).
 fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-coverage-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::temp_path(name)
 }
 
 fn write_scenario(name: &str, v: &Value) -> PathBuf {

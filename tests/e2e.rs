@@ -494,12 +494,10 @@ fn console_exporter_prints_otlp_json_lines_on_stdout() {
 /// subcommand and the exit codes.
 #[test]
 fn help_lists_every_setting_and_the_subcommands() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-otel-sidecar"))
-        .arg("--help")
-        .output()
-        .expect("runs");
-    assert!(out.status.success());
-    let help = String::from_utf8(out.stdout).unwrap();
+    let mut agent = Agent::builder().arg("--help").echo(false).spawn();
+    let status = agent.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert!(status.success());
+    let help = agent.stdout_lines().join("\n");
     let doc = common::read_text(common::workspace_root().join("docs/settings.md"));
     let documented: BTreeSet<&str> = doc
         .lines()
@@ -554,13 +552,89 @@ fn check_config_prints_what_the_agent_understood() {
     assert_eq!(res["city"], "Zürich");
     assert_eq!(res["service.instance.id"], "ml.train-0");
     assert_eq!(
-        out["otlp"]["header_names"],
+        out["otlp"]["metrics"]["header_names"],
         serde_json::json!(["authorization"])
     );
     assert!(
         !agent.dump().contains("secret"),
         "header values never shown"
     );
+    // The defaults of what the first version left out: the rules, the report file, the
+    // sample log, the shutdown bound and the watchdog.
+    assert_eq!(out["shutdown_timeout_ms"], 5000);
+    assert_eq!(out["watchdog_timeout_ms"], 15000);
+    assert_eq!(out["report_file"], Value::Null);
+    assert_eq!(out["sample_log"], Value::Null);
+    assert_eq!(
+        out["rules"]["memory_near_full"],
+        serde_json::json!({"enabled": true, "threshold": 95.0, "duration_ms": 10000})
+    );
+    assert_eq!(out["rules"].as_object().unwrap().len(), 12, "{out:#}");
+
+    // Everything set, as the settings write it: plain JSON values, no Rust debug text.
+    let mut agent = Agent::builder()
+        .arg("check-config")
+        .env("GPU_SIDECAR_DEVICES", "0,GPU-8f6c1e2d,MIG-5e6f7a8b")
+        .env("GPU_SIDECAR_REPORT_FILE", "/out/report.json")
+        .env("GPU_SIDECAR_SAMPLE_LOG", "-")
+        .env("GPU_SIDECAR_SAMPLE_LOG_FORMAT", "jsonl")
+        .env("GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES", "1MiB")
+        .env("GPU_SIDECAR_SHUTDOWN_TIMEOUT", "3s")
+        .env("GPU_SIDECAR_WATCHDOG_TIMEOUT", "40s")
+        .env("GPU_SIDECAR_RULE_TENSOR_CORES_IDLE_UTILIZATION", "80%")
+        .env("GPU_SIDECAR_RULE_TEMPERATURE_HIGH_SAMPLES", "4")
+        .env("GPU_SIDECAR_RULE_XID_ENABLED", "false")
+        .env("OTEL_METRICS_EXPORTER", "console")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta")
+        .env("OTEL_EXPORTER_OTLP_ENDPIONT", "http://collector:4318")
+        .spawn();
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits at once");
+    assert_eq!(status.code(), Some(0), "{}", agent.dump());
+    let text = agent.stdout_lines().join("\n");
+    let out: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        out["devices"],
+        serde_json::json!(["0", "GPU-8f6c1e2d", "MIG-5e6f7a8b"])
+    );
+    assert_eq!(out["report_file"], "/out/report.json");
+    assert_eq!(
+        out["sample_log"],
+        serde_json::json!({"target": "-", "format": "jsonl", "max_bytes": 1_048_576})
+    );
+    assert_eq!(out["shutdown_timeout_ms"], 3000);
+    assert_eq!(out["watchdog_timeout_ms"], 40000);
+    assert_eq!(out["rules"]["tensor_cores_idle"]["utilization"], 80.0);
+    assert_eq!(out["rules"]["temperature_high"]["samples"], 4);
+    assert_eq!(out["rules"]["xid"]["enabled"], false);
+    assert_eq!(out["metrics_exporter"], "console");
+    assert_eq!(out["logs_exporter"], "console");
+    assert_eq!(out["otlp"]["metrics"]["protocol"], "http/protobuf");
+    assert_eq!(out["otlp"]["temporality"], "delta");
+    assert!(
+        out["otel_not_applied"]["OTEL_EXPORTER_OTLP_ENDPIONT"]
+            .as_str()
+            .unwrap()
+            .ends_with("did you mean OTEL_EXPORTER_OTLP_ENDPOINT?"),
+        "{out:#}"
+    );
+    // Rust's Debug forms: enum variants with payloads, struct braces, capitalized variants.
+    for debug in [
+        "Index(",
+        "Uuid(",
+        "Some(",
+        "Duration",
+        "Grpc",
+        "HttpProtobuf",
+        "Console",
+        "Delta",
+        "Csv",
+        "Jsonl",
+    ] {
+        assert!(!text.contains(debug), "{debug} in {out:#}");
+    }
 
     let mut agent = Agent::builder()
         .arg("check-config")

@@ -23,11 +23,9 @@ use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// `<temp>/gpu-sidecar-faults-<pid>/<name>` (the directory is created).
+/// `<scratch>/<name>`: [`common::temp_path`] (removed when the test process exits).
 fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-faults-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::temp_path(name)
 }
 
 /// `tests/scenarios/<base>` with `edit` applied, written to a file of its own.

@@ -20,11 +20,9 @@ const WAIT: Duration = Duration::from_secs(20);
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-/// `<temp>/gpu-sidecar-reliability-<pid>/<name>` (the directory is created).
+/// `<scratch>/<name>`: [`common::temp_path`] (removed when the test process exits).
 fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-reliability-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::temp_path(name)
 }
 
 /// Writes `tests/scenarios/<base>` with `edit` applied to a temp file; returns its path.
@@ -733,8 +731,8 @@ fn collector_faults_over_http() {
 /// (`nvmlShutdown` in the mock's call log).
 #[test]
 fn shutdown_during_an_outage_is_bounded() {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-shutdown-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
     let hanging = Receiver::start(Protocol::Grpc);
     hanging.set_mode(Mode::Delay(Duration::from_secs(60)));
     let down = Receiver::start(Protocol::Http);
@@ -775,6 +773,114 @@ fn shutdown_during_an_outage_is_bounded() {
         let calls = common::read_json(dir.join(format!("calls-{i}.json")));
         assert_eq!(calls["nvmlShutdown"], 1, "{calls:#}");
         assert!(agent.dump().contains("stopped"));
+    }
+}
+
+/// NVML is shut down on every stop, at the default settings too (a 5 s sample interval and
+/// a 5 s shutdown bound): the event watcher's wait ends within half a second of the stop, so
+/// `nvmlShutdown` is called before the agent exits, whether the stop is quick (nothing to
+/// export) or waits on a collector that is not there.
+#[test]
+fn nvml_is_shut_down_on_every_stop_at_the_default_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = Receiver::start(Protocol::Grpc);
+    down.stop();
+    let runs: [(&str, AgentBuilder); 2] = [
+        (
+            "nothing to export",
+            Agent::builder()
+                .env("OTEL_METRICS_EXPORTER", "none")
+                .env("OTEL_LOGS_EXPORTER", "none"),
+        ),
+        ("no collector", Agent::builder().otlp(&down)),
+    ];
+    let mut agents: Vec<(&str, Agent, std::path::PathBuf)> = runs
+        .into_iter()
+        .enumerate()
+        .map(|(i, (what, b))| {
+            let log = dir.path().join(format!("calls-{i}.json"));
+            let agent = b
+                .env_mock("h200-under-load.json")
+                .env("NVML_MOCK_CALL_LOG", &log)
+                .spawn();
+            (what, agent, log)
+        })
+        .collect();
+    for (what, agent, _) in &agents {
+        assert!(
+            agent.wait_for_stderr("sampling started", WAIT),
+            "{what}\n{}",
+            agent.dump()
+        );
+    }
+    // The event watchers are inside a wait now (registration takes microseconds).
+    std::thread::sleep(Duration::from_millis(1500));
+    for (what, agent, log) in &mut agents {
+        agent.sigint();
+        let status = agent.wait_exit(WAIT).expect("exits");
+        assert_eq!(status.code(), Some(0), "{what}\n{}", agent.dump());
+        let calls = common::read_json(&*log);
+        assert!(
+            calls["nvmlEventSetWait_v2"].as_u64().unwrap_or(0) >= 1,
+            "{what}: the event watcher ran: {calls:#}"
+        );
+        assert_eq!(
+            calls["nvmlShutdown"],
+            1,
+            "{what}: {calls:#}\n{}",
+            agent.dump()
+        );
+        assert!(
+            !agent.dump().contains("NVML is not shut down"),
+            "{what}\n{}",
+            agent.dump()
+        );
+    }
+}
+
+/// A second SIGINT or SIGTERM during the stop ends it at once, exit 0, with one line saying
+/// what was skipped (here the stop waits on a collector that answers nothing for 60 s).
+#[test]
+fn a_second_signal_ends_the_stop_at_once() {
+    for (first, second, name) in [
+        (libc::SIGINT, libc::SIGINT, "SIGINT"),
+        (libc::SIGTERM, libc::SIGTERM, "SIGTERM"),
+    ] {
+        let hanging = Receiver::start(Protocol::Grpc);
+        hanging.set_mode(Mode::Delay(Duration::from_secs(60)));
+        let mut agent = fast(&hanging)
+            .env_mock("four-gpu.json")
+            .env("OTEL_EXPORTER_OTLP_TIMEOUT", "30000")
+            .env("GPU_SIDECAR_SHUTDOWN_TIMEOUT", "20s")
+            .spawn();
+        assert!(hanging.wait_until(WAIT, |r| !r.attempts().is_empty()));
+        agent.signal(first);
+        assert!(
+            agent.wait_for_stderr("shutting down: final sample and export", WAIT),
+            "{}",
+            agent.dump()
+        );
+        // Into the stop: the final sample is taken, the exports wait on the collector.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(agent.is_running(), "still stopping: {}", agent.dump());
+        let t = Instant::now();
+        agent.signal(second);
+        let status = agent.wait_exit(WAIT).expect("exits");
+        let took = t.elapsed();
+        assert_eq!(status.code(), Some(0), "{}", agent.dump());
+        assert!(
+            took < Duration::from_secs(2),
+            "took {took:?}\n{}",
+            agent.dump()
+        );
+        let line = agent
+            .stderr_lines()
+            .into_iter()
+            .find(|l| l.contains(&format!("{name} again: stopping at once, without ")))
+            .unwrap_or_else(|| panic!("no line says what was skipped\n{}", agent.dump()));
+        assert!(line.contains("the final metrics export"), "{line}");
+        assert!(line.ends_with("(exit 0)"), "{line}");
+        assert!(!agent.dump().contains(" stopped"), "{}", agent.dump());
     }
 }
 
@@ -1194,7 +1300,21 @@ fn health_command_reports_readiness_by_exit_code() {
     drop(free);
     let (code, _, err) = probe(&format!("0.0.0.0:{port}"));
     assert_eq!(code, Some(1));
-    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    // What it tried, why nothing answered, and what that means (not only reqwest's "error
+    // sending request").
+    assert!(
+        err.contains(&format!(
+            "asked http://127.0.0.1:{port}/readyz, and nothing answered ("
+        )),
+        "{err}"
+    );
+    assert!(err.contains("Connection refused"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "no agent is running here with GPU_SIDECAR_HEALTH_ADDR=0.0.0.0:{port}"
+        )),
+        "{err}"
+    );
     let (code, _, err) = probe("off");
     assert_eq!(code, Some(1));
     assert!(err.contains("off"), "{err}");
@@ -1244,6 +1364,10 @@ fn self_metrics_are_documented() {
 /// kernel objects are written.
 #[test]
 fn agent_holds_no_file_open_for_writing() {
+    // What the shell of `exec 3>>file` or `/usr/bin/time -o FILE cargo test` hands the test
+    // process: the agent must not be blamed for it.
+    let dir = tempfile::tempdir().unwrap();
+    let _inherited = common::agent::inheritable_file_for_writing(&dir.path().join("time.out"));
     let rx = Receiver::start(Protocol::Http);
     let mut agent = fast(&rx).env_mock("four-gpu.json").spawn();
     assert!(rx.wait_for_metric("hw.energy", WAIT));

@@ -560,10 +560,7 @@ fn h200_recording_fires_only_the_power_cap() {
 fn xid_at_start_is_a_series_born_at_1_from_the_agents_start() {
     let mut v: serde_json::Value = common::read_json(common::scenario("h200-under-load.json"));
     v["events"] = serde_json::json!([{ "t": 2.0, "device": 0, "type": "xid", "data": 79 }]);
-    let path = std::env::temp_dir().join(format!(
-        "gpu-sidecar-xid-at-start-{}.json",
-        std::process::id()
-    ));
+    let path = common::temp_path("xid-at-start.json");
     std::fs::write(&path, v.to_string()).unwrap();
     let rx = Receiver::start(Protocol::Grpc);
     let spawned = now_ns();

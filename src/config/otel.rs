@@ -177,6 +177,40 @@ pub fn otel_variable(name: &str) -> Option<&'static OtelVariable> {
     })
 }
 
+/// The variable of [`OTEL_VARIABLES`] (a whole name, not a `PREFIX_*` row) nearest to
+/// `unknown`, when it is near enough to be a typo of it: normalized Damerau-Levenshtein
+/// similarity of at least 0.85 over the names without `OTEL_` (one or two letters wrong,
+/// swapped, missing or extra). Used for the start-up warning; an unknown `OTEL_*` name is
+/// never refused (the SDKs of other languages and the OpenTelemetry Operator set names
+/// this table does not hold).
+pub fn nearest_otel_variable(unknown: &str) -> Option<&'static str> {
+    let bare = |n: &str| n.strip_prefix("OTEL_").unwrap_or(n).to_string();
+    let unknown = bare(unknown);
+    OTEL_VARIABLES
+        .iter()
+        .filter(|v| !v.name.ends_with('*'))
+        .map(|v| {
+            (
+                strsim::normalized_damerau_levenshtein(&unknown, &bare(v.name)),
+                v.name,
+            )
+        })
+        .filter(|(similarity, _)| *similarity >= 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| name)
+}
+
+/// Why a set `OTEL_*` variable that [`OTEL_VARIABLES`] does not hold is ignored, with the
+/// nearest known name when one is close ([`nearest_otel_variable`]).
+pub fn unknown_otel_variable(name: &str) -> String {
+    const UNKNOWN: &str =
+        "not a variable of the OpenTelemetry SDK or OTLP exporter specifications that the agent knows";
+    match nearest_otel_variable(name) {
+        Some(near) => format!("{UNKNOWN}; did you mean {near}?"),
+        None => UNKNOWN.to_string(),
+    }
+}
+
 /// `docs/otel-variables.md`, generated from [`OTEL_VARIABLES`].
 pub fn otel_variables_markdown() -> String {
     let mut s = String::from(
@@ -187,7 +221,9 @@ pub fn otel_variables_markdown() -> String {
          reach a metrics-and-logs exporter, and what the agent does with it. *Honoured*: read and applied; \
          a bad value stops the agent with exit code 2 and one line naming the variable and what it accepts. \
          *Not applied*: when set, it is named, with the reason, in one warning at start, and ignored; any \
-         other `OTEL_*` variable that is set is named in that warning as unknown. A per-signal variable \
+         other `OTEL_*` variable that is set is named in that warning as unknown, with the nearest \
+         known name when one is close (`did you mean OTEL_EXPORTER_OTLP_ENDPOINT?` for \
+         `OTEL_EXPORTER_OTLP_ENDPIONT`); none is refused. A per-signal variable \
          (`OTEL_EXPORTER_OTLP_METRICS_*`, `OTEL_EXPORTER_OTLP_LOGS_*`) wins over the general one for its \
          signal; the events are the logs signal. An empty variable counts as unset.\n\n",
     );

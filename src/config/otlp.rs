@@ -16,6 +16,16 @@ pub enum Protocol {
     HttpProtobuf,
 }
 
+impl Protocol {
+    /// The `OTEL_EXPORTER_OTLP_PROTOCOL` value: `grpc` or `http/protobuf`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::HttpProtobuf => "http/protobuf",
+        }
+    }
+}
+
 /// A string whose value never appears in logs, errors or debug output (OTLP header values
 /// carry tokens).
 #[derive(Clone, PartialEq, Eq)]
@@ -144,6 +154,18 @@ pub enum TemporalityPreference {
     /// happen: XIDs, alerts, sample durations) are delta; observable counters (read from
     /// NVML or the agent's state) and up-down counters stay cumulative.
     LowMemory,
+}
+
+impl TemporalityPreference {
+    /// The `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` value: `cumulative`, `delta`
+    /// or `lowmemory`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TemporalityPreference::Cumulative => "cumulative",
+            TemporalityPreference::Delta => "delta",
+            TemporalityPreference::LowMemory => "lowmemory",
+        }
+    }
 }
 
 /// OTLP settings for both signals the agent exports.

@@ -96,6 +96,13 @@ pub fn init_backoff(sample_interval: Duration) -> impl Iterator<Item = Duration>
         .build()
 }
 
+/// The longest one event wait (`nvmlEventSetWait_v2`) may be: a wait is bounded by one
+/// sample interval and by this, so that the event watcher notices a stop within half a
+/// second, returns, and NVML is shut down before the agent exits (at the default 5 s sample
+/// interval a whole-interval wait outlasted the stop). An event ends a wait at once
+/// whatever its bound; an idle watcher wakes twice a second (one driver call each).
+pub const EVENT_WAIT_MAX: Duration = Duration::from_millis(500);
+
 /// Most event watcher threads at once: the current session's and one of an earlier session
 /// still inside a driver call. Past it no new watcher is started until one returns (a stuck
 /// driver call cannot be interrupted), so stuck threads never pile up.
@@ -126,9 +133,10 @@ impl Sampler {
 
     /// Asks for one final sample and NVML shutdown, and waits up to `timeout` for it. A
     /// sampler wedged inside a driver call cannot be interrupted: then this returns `false`
-    /// after `timeout` and the thread is left behind. The event watcher is given up to half
-    /// of what is left after the final sample to return from its current wait (at most one
-    /// sample interval); if it has not, it shuts NVML down itself when it returns.
+    /// after `timeout` and the thread is left behind. The event watcher is given what is
+    /// left of `timeout` after the final sample to return from its current wait (at most
+    /// [`EVENT_WAIT_MAX`]); if it has not, it shuts NVML down itself when it returns (see
+    /// [`Hub::event_watchers_running`]).
     pub fn stop(mut self, timeout: Duration) -> bool {
         let _ = self.commands.send(Command::FinalSampleAndStop {
             until: Instant::now() + timeout,
@@ -420,9 +428,9 @@ fn session(
     let mut cadence = carry.cadence.take().unwrap_or_else(|| settings.cadence());
     cadence.new_session();
     let targets = reader.event_targets();
-    // One wait per sample interval at most when nothing happens (an event ends a wait at
-    // once, whatever its bound).
-    let wait = settings.interval;
+    // One wait per sample interval when nothing happens, and at most EVENT_WAIT_MAX (an
+    // event ends a wait at once, whatever its bound).
+    let wait = settings.interval.min(EVENT_WAIT_MAX);
     let mut watcher = start_watcher(nvml, &targets, wait, hub, false);
     let mut refused = 0u32;
     let end = ticks(
@@ -452,14 +460,15 @@ fn session(
     hub.set_watcher(WatcherSlot::None);
     if let Some(Watcher { stop, done }) = watcher {
         drop(stop);
-        // At shutdown only: give the watcher part of what is left to return from its wait,
-        // so that NVML is shut down here. Never when re-initializing: a stuck watcher must
-        // not hold the recovery.
+        // At shutdown only: give the watcher what is left of the sampler's bound to return
+        // from its wait (at most EVENT_WAIT_MAX), so that NVML is shut down here. Never when
+        // re-initializing: a stuck watcher must not hold the recovery.
         if let SessionEnd::Stop(Some(until)) = end {
-            let left = until.saturating_duration_since(Instant::now()) / 2;
+            let left = until.saturating_duration_since(Instant::now());
             if done.recv_timeout(left).is_err() {
                 tracing::debug!(
-                    "the event watcher did not return from its wait in {left:?}; it shuts NVML down when it does"
+                    "the event watcher did not return from its wait in {}; it shuts NVML down when it does",
+                    humantime::format_duration(left)
                 );
             }
         }

@@ -247,7 +247,10 @@ impl Transport {
                 (Instant::now() + delay < deadline).then_some(delay)
             })
             .notify(|e: &ExportError, delay| {
-                tracing::debug!("export attempt failed: {e}; retrying in {delay:?}");
+                tracing::debug!(
+                    "export attempt failed: {e}; retrying in {}",
+                    humantime::format_duration(delay)
+                );
             });
         let result = tokio::time::timeout(bound, outcome).await;
         let attempts = attempts.load(std::sync::atomic::Ordering::Relaxed);
@@ -380,10 +383,30 @@ fn http_body<R: OtlpRequest>(request: &R, gzip: bool) -> Result<Vec<u8>, ExportE
 pub fn console<R: OtlpRequest>(request: &R) -> Result<(), ExportError> {
     let line = serde_json::to_string(request)
         .map_err(|e| ExportError::permanent(format!("JSON encoding: {e}")))?;
+    console_line(&line).map_err(|e| ExportError::permanent(format!("stdout: {e}")))
+}
+
+/// Writes one line on stdout, for the console exporters (metrics and events). Once stdout's
+/// reader has gone (`… | jq` or `… | head` ended: Ctrl-C ends the whole pipeline), the
+/// lines have nowhere to go: that is said once, at info level, and not as an export failure
+/// (`Broken pipe` on each later export, the final one included, read like a fault).
+///
+/// # Errors
+/// Any other write error.
+pub(crate) fn console_line(line: &str) -> std::io::Result<()> {
+    static READER_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")
-        .and_then(|()| out.flush())
-        .map_err(|e| ExportError::permanent(format!("stdout: {e}")))
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            if !READER_GONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::info!(
+                    "stdout was closed by its reader (the end of a pipe such as `| jq`): console output stops here"
+                );
+            }
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// A gRPC status as an export error, retryable as the specification says.
@@ -394,7 +417,8 @@ fn grpc_error(status: &tonic::Status) -> ExportError {
         .get_details_retry_info()
         .and_then(|info| info.retry_delay);
     let message = format!(
-        "the collector answered {:?}: {}",
+        "the collector answered gRPC status {} ({}): {}",
+        i32::from(status.code()),
         status.code(),
         status.message()
     );

@@ -65,9 +65,9 @@ pub static SAMPLE_DURATION: AgentMetricDef = AgentMetricDef {
     name: "gpu_sidecar.sample.duration",
     instrument: AgentInstrument::Histogram,
     unit: "s",
-    description: "Time the NVML calls of one sample took, over all devices (the agent's own cost; see the schedule in the README); with `GPU_SIDECAR_METRICS_DETAIL=true`, one group of calls, each time the group ran.",
+    description: "Time the NVML calls of one sample took, over all devices (the agent's own cost); with `GPU_SIDECAR_METRICS_DETAIL=true`, one group of calls, each time the group ran.",
     attributes: "none by default; with `GPU_SIDECAR_METRICS_DETAIL=true` `gpu_sidecar.sample.group` = `static` | `fast` | `energy` | `pcie` | `process` | `gpm`",
-    source: "wall-clock time around the groups' calls on the `nvml-sampler` thread (a session's device listing, `static`, counts in its first sample)",
+    source: "wall-clock time around the groups' calls on the `nvml-sampler` thread (a session's device listing, `static`, counts in its first sample; the groups and when each runs: [Sampling schedule](sampling.md#sampling-schedule))",
 };
 
 /// `nvidia.gpu.alerts`: one per alert transition of the rules engine.

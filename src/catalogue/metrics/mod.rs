@@ -133,7 +133,7 @@ impl Fold {
 }
 
 /// Attributes on every GPU data point.
-pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), on a MIG device `hw.parent` (its GPU's UUID), and on a GPU shared with other pods `nvidia.gpu.sharing` = `time_slicing` | `mps` (its values are the whole GPU's; see the README, Shared GPUs)";
+pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), on a MIG device `hw.parent` (its GPU's UUID), and on a GPU shared with other pods `nvidia.gpu.sharing` = `time_slicing` | `mps` (its values are the whole GPU's; see [Shared GPUs](kubernetes.md#shared-gpus-time-slicing-mps))";
 
 /// The attribute that marks a shared GPU ([`crate::sampling::Sharing`]).
 pub const SHARING: &str = "nvidia.gpu.sharing";
