@@ -24,7 +24,7 @@
 //! device carries a GPM window ending every 10 s, so the profiling rules judge too. Read
 //! together, the rows are the rules' cost per tick against the run's length. These are wall
 //! times; on a shared machine another process's load inflates them. With
-//! `GPU_SIDECAR_BENCH_RULES_CURVE=1` the bench instead prints the same curve in this thread's
+//! `GPU_OTEL_SIDECAR_BENCH_RULES_CURVE=1` the bench instead prints the same curve in this thread's
 //! CPU time (`CLOCK_THREAD_CPUTIME_ID`, which waiting for a core does not count), one line
 //! per minute of one run: 64 devices at 1 s for 30 minutes, then at 100 ms for 10 minutes.
 //!
@@ -74,7 +74,7 @@ static ALLOC: AllocProfiler = AllocProfiler::system();
 const DEVICES: &[usize] = &[1, 8, 56];
 
 fn main() {
-    if std::env::var_os("GPU_SIDECAR_BENCH_RULES_CURVE").is_some() {
+    if std::env::var_os("GPU_OTEL_SIDECAR_BENCH_RULES_CURVE").is_some() {
         rules_curve();
         return;
     }

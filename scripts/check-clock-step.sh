@@ -4,24 +4,24 @@
 # Debian's libfaketime preloaded steps its wall clock back one hour mid-run (the monotonic
 # clock left alone, DONT_FAKE_MONOTONIC=1), and no exported point may end before it starts.
 #
-# libfaketime comes from $GPU_SIDECAR_TEST_LIBFAKETIME, else from a cache, else it is
+# libfaketime comes from $GPU_OTEL_SIDECAR_TEST_LIBFAKETIME, else from a cache, else it is
 # extracted from Debian's `libfaketime` package with `apt-get download` + `dpkg-deb -x`
 # (nothing is installed; about 50 kB, once). Where no apt-get/dpkg-deb exists the script says
 # so and exits 0 (the test is then not run, loudly); a failed download or test exits non-zero.
 #
 # Usage: scripts/check-clock-step.sh
-# Cache: ${GPU_SIDECAR_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci}/libfaketime
+# Cache: ${GPU_OTEL_SIDECAR_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci}/libfaketime
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${GPU_SIDECAR_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci}"
+CACHE="${GPU_OTEL_SIDECAR_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci}"
 
 find_libfaketime() {
-  if [ -n "${GPU_SIDECAR_TEST_LIBFAKETIME:-}" ]; then return 0; fi
+  if [ -n "${GPU_OTEL_SIDECAR_TEST_LIBFAKETIME:-}" ]; then return 0; fi
   local dir="$CACHE/libfaketime"
   local lib
   lib="$(find "$dir" -name 'libfaketimeMT.so.1' 2>/dev/null | head -n 1 || true)"
-  if [ -n "$lib" ]; then GPU_SIDECAR_TEST_LIBFAKETIME="$lib"; return 0; fi
+  if [ -n "$lib" ]; then GPU_OTEL_SIDECAR_TEST_LIBFAKETIME="$lib"; return 0; fi
   if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
     echo "SKIPPED: libfaketime not obtainable here (no apt-get/dpkg-deb); the wall-clock step test is not run"
     exit 0
@@ -49,11 +49,11 @@ find_libfaketime() {
   lib="$(find "$dir.tmp" -name 'libfaketimeMT.so.1' | head -n 1)"
   [ -n "$lib" ] || { echo "ERROR: $deb has no libfaketimeMT.so.1" >&2; exit 1; }
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
-  GPU_SIDECAR_TEST_LIBFAKETIME="$(find "$dir" -name 'libfaketimeMT.so.1' | head -n 1)"
+  GPU_OTEL_SIDECAR_TEST_LIBFAKETIME="$(find "$dir" -name 'libfaketimeMT.so.1' | head -n 1)"
 }
 
 find_libfaketime
-echo "libfaketime: $GPU_SIDECAR_TEST_LIBFAKETIME"
+echo "libfaketime: $GPU_OTEL_SIDECAR_TEST_LIBFAKETIME"
 cd "$ROOT"
-GPU_SIDECAR_TEST_LIBFAKETIME="$GPU_SIDECAR_TEST_LIBFAKETIME" \
+GPU_OTEL_SIDECAR_TEST_LIBFAKETIME="$GPU_OTEL_SIDECAR_TEST_LIBFAKETIME" \
   cargo test --test time -- --ignored --exact wall_clock_step_back_of_an_hour_never_gives_a_point_before_its_start

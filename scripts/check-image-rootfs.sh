@@ -23,12 +23,12 @@
 #
 # Needs: root (mount namespaces, chroot), a Debian bookworm apt (the packages are bookworm's,
 # as distroless/cc-debian12's are), unshare, setpriv, chroot. The .debs are cached in
-# ${GPU_SIDECAR_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci}/distroless-cc-debian12.
+# ${GPU_OTEL_SIDECAR_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci}/distroless-cc-debian12.
 # Exits non-zero if anything is missing or fails; nothing is skipped.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${GPU_SIDECAR_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci}/distroless-cc-debian12"
+CACHE="${GPU_OTEL_SIDECAR_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci}/distroless-cc-debian12"
 BINARY="$ROOT/target/release/gpu-otel-sidecar"
 MOCK="$ROOT/target/release/libnvml_mock.so"
 KEEP=""
@@ -190,5 +190,5 @@ echo "== the binary's libraries resolve in the image (as 65532, read-only root)"
 env -i PATH=/usr/bin:/bin "$ROOT/scripts/run-in-image-rootfs.sh" "$FS" -- /gpu-otel-sidecar --version
 echo "== tests/image_rootfs.rs in the image"
 cd "$ROOT"
-GPU_SIDECAR_TEST_ROOTFS="$FS" GPU_SIDECAR_TEST_MOCK="$MOCK" \
+GPU_OTEL_SIDECAR_TEST_ROOTFS="$FS" GPU_OTEL_SIDECAR_TEST_MOCK="$MOCK" \
   cargo test --test image_rootfs -- --ignored --test-threads=1

@@ -21,12 +21,12 @@
 #                   binary check uses target/release/gpu-otel-sidecar if present, else skips.
 #
 # Tools are installed once into ${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci
-# (override with GPU_SIDECAR_CI_CACHE) and reused. Exits non-zero if any check fails; a
+# (override with GPU_OTEL_SIDECAR_CI_CACHE) and reused. Exits non-zero if any check fails; a
 # download failure is a failure, never silent.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${GPU_SIDECAR_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci}"
+CACHE="${GPU_OTEL_SIDECAR_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-otel-sidecar-ci}"
 CHART="$ROOT/helm/gpu-otel-sidecar"
 
 HELM_VERSION=3.17.2
@@ -294,7 +294,7 @@ check_promtool_available() {
 check_pytest() {
   local -a env=(HELM="$HELM")
   [ -n "$PROMTOOL" ] && env+=(PROMTOOL="$PROMTOOL")
-  if [ -n "$BINARY" ]; then env+=(GPU_SIDECAR_BINARY="$BINARY" REQUIRE_RELEASE_BINARY=1); fi
+  if [ -n "$BINARY" ]; then env+=(GPU_OTEL_SIDECAR_BINARY="$BINARY" REQUIRE_RELEASE_BINARY=1); fi
   (cd "$ROOT" && env "${env[@]}" "$VENV/bin/python" -m pytest tests/packaging -p no:cacheprovider -q -rs)
 }
 

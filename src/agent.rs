@@ -151,10 +151,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let timeline = EventTimeline::new();
     let (events, telemetry) = {
         let _guard = runtime.enter();
-        let events = Events::start(&config, resource.clone())
-            .map_err(TelemetryError::from)?
-            .with_tap(timeline.tap());
         let telemetry = Telemetry::start(&config, &timing, resource.clone(), hub.clone())?;
+        let events = Events::start(&config, resource.clone(), &telemetry.recorded())?
+            .with_tap(timeline.tap());
         (events, telemetry)
     };
     checks.exports_started(telemetry.status.clone());
@@ -163,11 +162,83 @@ pub fn run(config: Config) -> Result<(), StartError> {
     );
 
     let signal = runtime.block_on(signals.recv());
-    tracing::info!(signal, "shutting down: final sample and export");
-    flow.stop(&config, &hub, &resource);
+    tracing::info!(
+        signal,
+        "shutting down: final sample and export (a second SIGINT or SIGTERM stops at once)"
+    );
+    let steps = StopSteps::new(config.sample_log.is_some());
+    runtime.spawn(second_signal(signals, steps.clone()));
+    flow.stop(&config, &hub, &resource, &steps);
     runtime.shutdown_background();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What the stop has still to do, in its order: a second signal names what it skips.
+struct StopSteps(std::sync::Mutex<Vec<&'static str>>);
+
+impl StopSteps {
+    const FINAL_SAMPLE: &'static str = "the final sample";
+    const NVML_SHUTDOWN: &'static str = "NVML's shutdown (nvmlShutdown)";
+    const SAMPLE_LOG: &'static str = "the sample log's last rows";
+    const RULES: &'static str = "the alert rules' judgement of the last samples";
+    const DEVICE_EVENTS: &'static str = "the XID and ECC events still being recorded";
+    const RUN_REPORT: &'static str = "the run report";
+    const EVENTS: &'static str = "the events still queued for the collector";
+    const FINAL_EXPORT: &'static str = "the final metrics export";
+
+    fn new(sample_log: bool) -> Arc<Self> {
+        let mut steps = vec![Self::FINAL_SAMPLE, Self::NVML_SHUTDOWN];
+        if sample_log {
+            steps.push(Self::SAMPLE_LOG);
+        }
+        steps.extend([
+            Self::RULES,
+            Self::DEVICE_EVENTS,
+            Self::RUN_REPORT,
+            Self::EVENTS,
+            Self::FINAL_EXPORT,
+        ]);
+        Arc::new(Self(std::sync::Mutex::new(steps)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<&'static str>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `step` is done (or given up on, with its own warning).
+    fn done(&self, step: &'static str) {
+        self.lock().retain(|s| *s != step);
+    }
+
+    /// What is left, in words: `a, b and c`.
+    fn left(&self) -> String {
+        let steps = self.lock();
+        match steps.as_slice() {
+            [] => String::new(),
+            [one] => (*one).to_string(),
+            [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+        }
+    }
+}
+
+/// A second SIGINT or SIGTERM during the stop: one line saying what is skipped, then exit 0
+/// at once (the user asked twice; nothing waits on the collector or on NVML any longer).
+async fn second_signal(mut signals: Signals, steps: Arc<StopSteps>) {
+    // Signals only: the trainer's end (already the cause, or not) is no reason to hurry.
+    let signal = Signals::signal(&mut signals.term, &mut signals.int).await;
+    let left = steps.left();
+    if left.is_empty() {
+        tracing::warn!("{signal} again: stopping at once; nothing was left to do (exit 0)");
+    } else {
+        tracing::warn!("{signal} again: stopping at once, without {left} (exit 0)");
+    }
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit(2) ends the process without running exit handlers: none of the loaded
+    // libraries' (NVML's among them) may run while another thread is inside one of its calls.
+    unsafe { libc::_exit(0) }
 }
 
 /// The running flow, from the export clock to the sampler, in start order.
@@ -230,8 +301,9 @@ impl Flow {
     }
 
     /// Stops everything in reverse under one deadline, `GPU_SIDECAR_SHUTDOWN_TIMEOUT` from
-    /// now; the report goes out before the events and the metrics are flushed.
-    fn stop(self, config: &Config, hub: &Hub, resource: &Resource) {
+    /// now; the report goes out before the events and the metrics are flushed. Each step
+    /// done is struck off `steps`.
+    fn stop(self, config: &Config, hub: &Hub, resource: &Resource, steps: &StopSteps) {
         let Flow {
             events,
             timeline,
@@ -245,13 +317,20 @@ impl Flow {
         let deadline = Instant::now() + config.shutdown_timeout;
         let left = || deadline.saturating_duration_since(Instant::now());
         telemetry.pause_exports(config.shutdown_timeout / 4);
-        // Half the bound at most for the final sample, so that a stuck driver call leaves
-        // time for the final export.
+        // Half the bound at most for the final sample and NVML's shutdown, so that a stuck
+        // driver call leaves time for the final export.
         let sampler_bound = config.shutdown_timeout / 2;
-        if !sampler.stop(sampler_bound) {
+        let sampled = sampler.stop(sampler_bound);
+        if sampled {
+            steps.done(StopSteps::FINAL_SAMPLE);
+        } else {
             tracing::warn!(
-                "the NVML sampler did not finish its final sample within {sampler_bound:?} (a driver call is stuck); exporting without it"
+                "the NVML sampler did not finish its final sample within {} (a driver call is stuck); exporting without it, and NVML is not shut down",
+                humantime::format_duration(sampler_bound)
             );
+        }
+        if sampled && hub.event_watchers_running() == 0 {
+            steps.done(StopSteps::NVML_SHUTDOWN);
         }
         // Every sample is in: end the subscriptions; each consumer drains and finishes.
         hub.close_subscriptions();
@@ -259,6 +338,7 @@ impl Flow {
             if !log.finish(left().min(Duration::from_secs(1))) {
                 tracing::warn!("the sample log is stuck writing; exiting without its last rows");
             }
+            steps.done(StopSteps::SAMPLE_LOG);
         }
         let (mut report, curves) = run_report.finish(left(), resource);
         if !rules.stop(left()) {
@@ -266,23 +346,44 @@ impl Flow {
                 "the rules did not finish judging the last samples before the shutdown bound"
             );
         }
+        steps.done(StopSteps::RULES);
         if !device_events.stop(left()) {
             tracing::warn!("device events were still being recorded at the shutdown bound");
         }
+        steps.done(StopSteps::DEVICE_EVENTS);
         (report.events, report.events_dropped) = timeline.take();
         report.publish(&events, config.report_file.as_ref());
         if let Some(path) = &config.report_html {
             crate::report::page::write_report(path, &report, curves.as_ref());
         }
+        steps.done(StopSteps::RUN_REPORT);
         // Events get half of what is left, so a slow collector cannot starve the final
         // export of the metrics.
         if !events.shutdown(left() / 2) {
             tracing::warn!("queued events could not be exported before the shutdown bound");
         }
+        steps.done(StopSteps::EVENTS);
         if !telemetry.shutdown(left()) {
             tracing::warn!(
-                "the final export did not finish within GPU_SIDECAR_SHUTDOWN_TIMEOUT ({:?}); exiting without it",
-                config.shutdown_timeout
+                "the final export did not finish within GPU_SIDECAR_SHUTDOWN_TIMEOUT ({}); exiting without it",
+                humantime::format_duration(config.shutdown_timeout)
+            );
+        }
+        steps.done(StopSteps::FINAL_EXPORT);
+        // The event watcher of the last NVML session shuts NVML down when its wait returns
+        // (within EVENT_WAIT_MAX, usually before the sampler's bound ran out): it is given
+        // what is left of the bound.
+        if !sampled {
+            return;
+        }
+        while hub.event_watchers_running() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if hub.event_watchers_running() == 0 {
+            steps.done(StopSteps::NVML_SHUTDOWN);
+        } else {
+            tracing::warn!(
+                "NVML is not shut down: the XID/ECC event watcher is inside a driver call that has not returned by the shutdown bound"
             );
         }
     }
@@ -292,10 +393,12 @@ impl Flow {
 fn log_start(config: &Config) {
     let destination = match config.metrics_exporter {
         ExporterKind::Otlp => format!(
-            "OTLP {:?} to {} ({:?})",
-            config.otlp.metrics.protocol, config.otlp.metrics.endpoint, config.otlp.temporality
+            "OTLP {} to {} ({} temporality)",
+            config.otlp.metrics.protocol.as_str(),
+            config.otlp.metrics.endpoint,
+            config.otlp.temporality.as_str()
         ),
-        other => format!("{other:?}"),
+        other => other.as_str().to_string(),
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -321,9 +424,9 @@ fn log_start(config: &Config) {
     }
     if config.sample_interval > config.export_interval {
         tracing::warn!(
-            "GPU_SIDECAR_SAMPLE_INTERVAL ({:?}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({:?}): GPU metrics are exported once per sample, less often than the export interval",
-            config.sample_interval,
-            config.export_interval
+            "GPU_SIDECAR_SAMPLE_INTERVAL ({}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({}): GPU metrics are exported once per sample, less often than the export interval",
+            humantime::format_duration(config.sample_interval),
+            humantime::format_duration(config.export_interval)
         );
     }
 }

@@ -22,8 +22,8 @@
 //!   skeleton ([`sampling::consumer`]).
 //! - [`telemetry`]: the metric catalogue, each export built as OTLP messages from an export
 //!   tick's snapshot and sent over gRPC, HTTP or to stdout (`export-clock`); device events
-//!   counted and sent as log records (`device-events`); events through the OTel SDK's logs
-//!   pipeline.
+//!   counted and sent as log records (`device-events`); events held in a bounded queue
+//!   until the same OTLP transport delivers them.
 //! - [`rules`]: judges every sample and XID; alerts and diagnoses as events and counters.
 //! - [`report`]: the run report and the sample log.
 //! - [`attribution`]: the resource; [`probes`]: the Kubernetes probes and the NVML watchdog.

@@ -26,7 +26,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use gpu_otel_sidecar::config::{Config, DeviceSelection, LogFormat};
+use gpu_otel_sidecar::config::{Config, LogFormat};
 use gpu_otel_sidecar::{agent, attribution, logging, probes, report};
 
 const USAGE: &str = "\
@@ -101,7 +101,7 @@ fn main() -> ExitCode {
     };
     logging::init(&config.log_level, config.log_format == LogFormat::Json);
     if !dropped.is_empty() {
-        tracing::warn!(attributes = ?dropped, "node mode: these resource attributes name one pod and are left out of the node's resource (each pod's share carries its own)");
+        tracing::warn!(attributes = %dropped.join(", "), "node mode: these resource attributes name one pod and are left out of the node's resource (each pod's share carries its own)");
     }
     match agent::run(config) {
         Ok(()) => ExitCode::SUCCESS,
@@ -123,50 +123,9 @@ fn check_config_command() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    println!("{}", config_summary(&config));
+    let resource = attribution::resource(&config);
+    println!("{}", gpu_otel_sidecar::config::summary(&config, &resource));
     ExitCode::SUCCESS
-}
-
-/// The `OTEL_EXPORTER_OTLP_PROTOCOL` value of a protocol.
-fn protocol(p: gpu_otel_sidecar::config::Protocol) -> &'static str {
-    match p {
-        gpu_otel_sidecar::config::Protocol::Grpc => "grpc",
-        gpu_otel_sidecar::config::Protocol::HttpProtobuf => "http/protobuf",
-    }
-}
-
-/// What `check-config` prints.
-fn config_summary(config: &Config) -> serde_json::Value {
-    let resource: std::collections::BTreeMap<String, String> = attribution::resource(config)
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let devices = match &config.devices {
-        DeviceSelection::All => "all".to_string(),
-        DeviceSelection::PodResources | DeviceSelection::Allocated(_) => {
-            "pod-resources".to_string()
-        }
-        DeviceSelection::List(ids) => format!("{ids:?}"),
-    };
-    serde_json::json!({
-        "resource": resource,
-        "metrics_exporter": format!("{:?}", config.metrics_exporter).to_lowercase(),
-        "logs_exporter": format!("{:?}", config.logs_exporter).to_lowercase(),
-        "otlp": {
-            "protocol": protocol(config.otlp.metrics.protocol),
-            "metrics_endpoint": config.otlp.metrics.endpoint,
-            "logs_protocol": protocol(config.otlp.logs.protocol),
-            "logs_endpoint": config.otlp.logs.endpoint,
-            "header_names": config.otlp.metrics.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
-            "timeout_ms": config.otlp.metrics.timeout.as_millis() as u64,
-            "temporality": format!("{:?}", config.otlp.temporality).to_lowercase(),
-        },
-        "otel_not_applied": config.otel_not_applied.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
-        "export_interval_ms": config.export_interval.as_millis() as u64,
-        "sample_interval_ms": config.sample_interval.as_millis() as u64,
-        "devices": devices,
-        "health_addr": config.health_addr.as_ref().map(|a| a.to_string()),
-    })
 }
 
 /// `gpu-otel-sidecar health [--liveness]`: prints the `/readyz` (or `/healthz`) body; exit 0

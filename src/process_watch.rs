@@ -253,14 +253,10 @@ pub fn start(
 mod tests {
     use super::*;
 
-    /// A fake `/proc`: (pid, comm, state, cgroup).
-    fn fake(procs: &[(u32, &str, &str, &str)]) -> PathBuf {
-        let root = std::env::temp_dir().join(format!(
-            "proc-watch-{}-{}",
-            std::process::id(),
-            procs.len() * 7 + procs.first().map_or(0, |p| p.0 as usize)
-        ));
-        let _ = std::fs::remove_dir_all(&root);
+    /// A fake `/proc`: (pid, comm, state, cgroup), removed when the guard drops.
+    fn fake(procs: &[(u32, &str, &str, &str)]) -> tempfile::TempDir {
+        let guard = tempfile::tempdir().unwrap();
+        let root = guard.path();
         for (pid, comm, state, cgroup) in procs {
             let dir = root.join(pid.to_string());
             std::fs::create_dir_all(&dir).unwrap();
@@ -269,7 +265,7 @@ mod tests {
             std::fs::write(dir.join("cgroup"), format!("0::{cgroup}\n")).unwrap();
         }
         std::fs::create_dir_all(root.join("self")).unwrap();
-        root
+        guard
     }
 
     fn me(pid: u32) -> Me {
@@ -282,7 +278,7 @@ mod tests {
 
     #[test]
     fn other_containers_are_told_by_their_cgroup() {
-        let root = fake(&[
+        let guard = fake(&[
             (1, "pause", "S", "/../sandbox"),
             (7, "torchrun", "S", "/../trainer"),
             (9, "python3", "R", "/../trainer"),
@@ -291,8 +287,9 @@ mod tests {
             (31, "gpu-otel-sideca", "S", "/"),
             (33, "python3", "S", "/"),
         ]);
+        let root = guard.path();
         assert_eq!(
-            scan(&root, &me(20), Some("python3")),
+            scan(root, &me(20), Some("python3")),
             Scan {
                 others: 2,
                 named: 2
@@ -303,15 +300,14 @@ mod tests {
             pid1_is_infra: false,
             ..me(20)
         };
-        assert_eq!(scan(&root, &compose, None).others, 3);
-        assert_eq!(scan(&root, &compose, Some("pause")).named, 1);
+        assert_eq!(scan(root, &compose, None).others, 3);
+        assert_eq!(scan(root, &compose, Some("pause")).named, 1);
         // Without its own cgroup, only the agent's PID is its own.
         let unknown = Me {
             cgroup: None,
             ..me(20)
         };
-        assert_eq!(scan(&root, &unknown, None).others, 4);
-        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(scan(root, &unknown, None).others, 4);
     }
 
     #[test]

@@ -20,11 +20,7 @@ static INIT: Mutex<()> = Mutex::new(());
 /// One sample of `selection` from a fresh copy of the mock replaying `name` at t = 0.
 fn sample_once(name: &str, selection: DeviceSelection) -> Vec<DeviceSample> {
     let _guard = INIT.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!(
-        "gpu-otel-sidecar-bench-scenarios-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir();
     // A new file each time: overwriting a loaded library (the mock is never unloaded) crashes.
     static COPIES: AtomicUsize = AtomicUsize::new(0);
     let n = COPIES.fetch_add(1, Ordering::Relaxed);
@@ -143,12 +139,11 @@ fn mig_scenario_gpus_are_in_mig_mode_with_seven_instances_processes() {
 
 #[test]
 fn scenario_files_are_what_the_generator_writes() {
-    let dir =
-        std::env::temp_dir().join(format!("gpu-otel-sidecar-bench-gen-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
     let status = Command::new("python3")
         .arg(workspace_root().join("scripts/make-bench-scenarios.py"))
-        .arg(&dir)
+        .arg(dir)
         .status()
         .expect("python3 runs");
     assert!(status.success());
@@ -160,5 +155,4 @@ fn scenario_files_are_what_the_generator_writes() {
             "{name} differs from scripts/make-bench-scenarios.py's output: run it"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,11 +20,9 @@ fn load(name: &str) -> Value {
     common::read_json(scenario(name))
 }
 
-/// A private temporary file path for this test process.
+/// `<scratch>/<name>`: [`common::temp_path`] (removed when the test process exits).
 fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-coverage-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::temp_path(name)
 }
 
 fn write_scenario(name: &str, v: &Value) -> PathBuf {
@@ -95,6 +93,8 @@ fn slow_groups_run_at_their_cadence_with_gpm_and_pcie_bytes() {
         .env("GPU_SIDECAR_PCIE_INTERVAL", "400ms")
         .env("GPU_SIDECAR_PROCESS_INTERVAL", "1s")
         .env("OTEL_METRIC_EXPORT_INTERVAL", "300")
+        // The sample durations by group, and the pipes at 0 (folded by default).
+        .env("GPU_SIDECAR_METRICS_DETAIL", "true")
         .spawn();
     let uuid0 = gpu0["uuid"].as_str().unwrap();
     let uuid1 = gpu1["uuid"].as_str().unwrap();
@@ -694,9 +694,10 @@ fn xid_events_are_counted_and_emitted_and_pending_remap_degrades() {
     assert_eq!(retries.len(), 1, "{}", agent.dump());
     assert!(retries[0].contains("nvmlDeviceRegisterEvents"));
 
-    // The xid alert series of the GPU existed at 0 before the first XID (t = 3 s), so the
-    // first firing is an increase a backend sees (the shipped GPUXidError rule).
-    let xid_alert: Vec<f64> = rx
+    // The xid alert series of the GPU is born with the first XID (t = 3 s), at 1, counting
+    // from the agent's start (its start time precedes the first XID's record): nothing at 0
+    // before (the shipped GPUXidError rule catches a series born at 1).
+    let xid_alert: Vec<_> = rx
         .points("nvidia.gpu.alerts")
         .into_iter()
         .filter(|p| {
@@ -704,10 +705,21 @@ fn xid_events_are_counted_and_emitted_and_pending_remap_degrades() {
                 && p.attr("nvidia.gpu.alert.state") == Some("firing")
                 && p.attr("hw.id") == Some(uuid)
         })
-        .map(|p| p.value)
         .collect();
-    assert_eq!(xid_alert.first(), Some(&0.0), "{xid_alert:?}");
-    assert!(xid_alert.iter().any(|v| *v >= 1.0), "{xid_alert:?}");
+    assert!(
+        xid_alert.first().is_some_and(|p| p.value >= 1.0),
+        "{xid_alert:?}"
+    );
+    let first_xid = rx
+        .log_events("nvidia.gpu.xid")
+        .iter()
+        .map(|r| r.time_unix_nano)
+        .min()
+        .unwrap();
+    assert!(
+        xid_alert.iter().all(|p| p.start_time_unix_nano < first_xid),
+        "{xid_alert:?}"
+    );
 
     let counter = rx.last_points("nvidia.gpu.xid.errors");
     for p in &counter {

@@ -8,6 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::{h200_recording, read_json, scenario, Agent, Kind, Point, Protocol, Receiver};
+use gpu_otel_sidecar::catalogue::metrics::{
+    H200_DEFAULT_SERIES, H200_DETAIL_SERIES, SERIES_BUDGET,
+};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -190,14 +193,8 @@ fn h200_end_to_end(protocol: Protocol, extra: &[(&str, &str)]) -> (Receiver, Age
         one(&reasons, ("nvidia.gpu.clocks_event.reason", "sw_power_cap")).value,
         1.0
     );
-    assert_eq!(
-        one(
-            &reasons,
-            ("nvidia.gpu.clocks_event.reason", "hw_thermal_slowdown")
-        )
-        .value,
-        0.0
-    );
+    // The other reasons were never active: not exported (the series budget).
+    assert_eq!(reasons.len(), 1, "{reasons:#?}");
     let status = rx.last_points("hw.status");
     assert_eq!(
         one(&status, ("hw.state", "ok")).value,
@@ -497,12 +494,10 @@ fn console_exporter_prints_otlp_json_lines_on_stdout() {
 /// subcommand and the exit codes.
 #[test]
 fn help_lists_every_setting_and_the_subcommands() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-otel-sidecar"))
-        .arg("--help")
-        .output()
-        .expect("runs");
-    assert!(out.status.success());
-    let help = String::from_utf8(out.stdout).unwrap();
+    let mut agent = Agent::builder().arg("--help").echo(false).spawn();
+    let status = agent.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert!(status.success());
+    let help = agent.stdout_lines().join("\n");
     let doc = common::read_text(common::workspace_root().join("docs/settings.md"));
     let documented: BTreeSet<&str> = doc
         .lines()
@@ -557,13 +552,89 @@ fn check_config_prints_what_the_agent_understood() {
     assert_eq!(res["city"], "Zürich");
     assert_eq!(res["service.instance.id"], "ml.train-0");
     assert_eq!(
-        out["otlp"]["header_names"],
+        out["otlp"]["metrics"]["header_names"],
         serde_json::json!(["authorization"])
     );
     assert!(
         !agent.dump().contains("secret"),
         "header values never shown"
     );
+    // The defaults of what the first version left out: the rules, the report file, the
+    // sample log, the shutdown bound and the watchdog.
+    assert_eq!(out["shutdown_timeout_ms"], 5000);
+    assert_eq!(out["watchdog_timeout_ms"], 15000);
+    assert_eq!(out["report_file"], Value::Null);
+    assert_eq!(out["sample_log"], Value::Null);
+    assert_eq!(
+        out["rules"]["memory_near_full"],
+        serde_json::json!({"enabled": true, "threshold": 95.0, "duration_ms": 10000})
+    );
+    assert_eq!(out["rules"].as_object().unwrap().len(), 12, "{out:#}");
+
+    // Everything set, as the settings write it: plain JSON values, no Rust debug text.
+    let mut agent = Agent::builder()
+        .arg("check-config")
+        .env("GPU_SIDECAR_DEVICES", "0,GPU-8f6c1e2d,MIG-5e6f7a8b")
+        .env("GPU_SIDECAR_REPORT_FILE", "/out/report.json")
+        .env("GPU_SIDECAR_SAMPLE_LOG", "-")
+        .env("GPU_SIDECAR_SAMPLE_LOG_FORMAT", "jsonl")
+        .env("GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES", "1MiB")
+        .env("GPU_SIDECAR_SHUTDOWN_TIMEOUT", "3s")
+        .env("GPU_SIDECAR_WATCHDOG_TIMEOUT", "40s")
+        .env("GPU_SIDECAR_RULE_TENSOR_CORES_IDLE_UTILIZATION", "80%")
+        .env("GPU_SIDECAR_RULE_TEMPERATURE_HIGH_SAMPLES", "4")
+        .env("GPU_SIDECAR_RULE_XID_ENABLED", "false")
+        .env("OTEL_METRICS_EXPORTER", "console")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "delta")
+        .env("OTEL_EXPORTER_OTLP_ENDPIONT", "http://collector:4318")
+        .spawn();
+    let status = agent
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits at once");
+    assert_eq!(status.code(), Some(0), "{}", agent.dump());
+    let text = agent.stdout_lines().join("\n");
+    let out: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        out["devices"],
+        serde_json::json!(["0", "GPU-8f6c1e2d", "MIG-5e6f7a8b"])
+    );
+    assert_eq!(out["report_file"], "/out/report.json");
+    assert_eq!(
+        out["sample_log"],
+        serde_json::json!({"target": "-", "format": "jsonl", "max_bytes": 1_048_576})
+    );
+    assert_eq!(out["shutdown_timeout_ms"], 3000);
+    assert_eq!(out["watchdog_timeout_ms"], 40000);
+    assert_eq!(out["rules"]["tensor_cores_idle"]["utilization"], 80.0);
+    assert_eq!(out["rules"]["temperature_high"]["samples"], 4);
+    assert_eq!(out["rules"]["xid"]["enabled"], false);
+    assert_eq!(out["metrics_exporter"], "console");
+    assert_eq!(out["logs_exporter"], "console");
+    assert_eq!(out["otlp"]["metrics"]["protocol"], "http/protobuf");
+    assert_eq!(out["otlp"]["temporality"], "delta");
+    assert!(
+        out["otel_not_applied"]["OTEL_EXPORTER_OTLP_ENDPIONT"]
+            .as_str()
+            .unwrap()
+            .ends_with("did you mean OTEL_EXPORTER_OTLP_ENDPOINT?"),
+        "{out:#}"
+    );
+    // Rust's Debug forms: enum variants with payloads, struct braces, capitalized variants.
+    for debug in [
+        "Index(",
+        "Uuid(",
+        "Some(",
+        "Duration",
+        "Grpc",
+        "HttpProtobuf",
+        "Console",
+        "Delta",
+        "Csv",
+        "Jsonl",
+    ] {
+        assert!(!text.contains(debug), "{debug} in {out:#}");
+    }
 
     let mut agent = Agent::builder()
         .arg("check-config")
@@ -777,4 +848,174 @@ fn per_signal_settings_and_delta_temporality() {
         .collect();
     assert_eq!(warned.len(), 1, "{}", agent.dump());
     assert!(warned[0].contains("OTEL_TRACES_EXPORTER"), "{}", warned[0]);
+}
+
+/// A series: its metric's name and its attributes.
+type Series = (String, Vec<(String, String)>);
+
+/// The series of one export: (metric name, its attributes), one per data point.
+fn series_of(
+    r: &common::Received<
+        opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest,
+    >,
+) -> BTreeSet<Series> {
+    let mut out = BTreeSet::new();
+    for name in r
+        .request
+        .resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+        .map(|m| m.name.clone())
+        .collect::<BTreeSet<_>>()
+    {
+        for p in common::receiver::request_points(&r.request, &name) {
+            let n = out.len();
+            out.insert((name.clone(), p.attrs.into_iter().collect()));
+            assert_eq!(
+                out.len(),
+                n + 1,
+                "{name}: two points with one attribute set"
+            );
+        }
+    }
+    out
+}
+
+/// The H200 recording's exports with every slow group in each (as with the defaults, where
+/// energy, GPM and per-process utilization come every 10 s with each export): each export's
+/// series, and all of them together.
+fn h200_series(detail: bool) -> (Vec<BTreeSet<Series>>, Receiver) {
+    let rx = Receiver::start(Protocol::Grpc);
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock("h200-under-load.json")
+        .env("NVML_MOCK_NO_LATENCY", "1")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "500ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+        .env("GPU_SIDECAR_ENERGY_INTERVAL", "1s")
+        .env("GPU_SIDECAR_GPM_INTERVAL", "1s")
+        .env("GPU_SIDECAR_PROCESS_INTERVAL", "1s")
+        .env("GPU_SIDECAR_METRICS_DETAIL", detail.to_string())
+        .spawn();
+    assert!(
+        rx.wait_until(WAIT, |r| r.metrics_requests().len() >= 6),
+        "{}",
+        agent.dump()
+    );
+    agent.sigterm();
+    assert!(
+        agent.wait_exit(WAIT).is_some_and(|s| s.success()),
+        "{}",
+        agent.dump()
+    );
+    let exports = rx.metrics_requests().iter().map(series_of).collect();
+    (exports, rx)
+}
+
+/// The series budget: the H200 recording's default export carries at most 40 series for its
+/// one GPU (everything in the export counted, the agent's own included), each saying
+/// something, and exactly the count docs/metrics.md states; the detail setting exports the
+/// folded series too (its count is stated there as well).
+#[test]
+fn h200_default_export_stays_within_the_series_budget() {
+    let (exports, rx) = h200_series(false);
+    let all: BTreeSet<_> = exports.iter().flatten().cloned().collect();
+    let most = exports.iter().map(BTreeSet::len).max().unwrap();
+    let names = |set: &BTreeSet<Series>, metric: &str| -> Vec<Vec<(String, String)>> {
+        set.iter()
+            .filter(|(n, _)| n == metric)
+            .map(|(_, a)| a.clone())
+            .collect()
+    };
+    println!(
+        "default: {most} series in the largest export, {} in all exports together",
+        all.len()
+    );
+    assert!(most <= SERIES_BUDGET, "{most} series: {all:#?}");
+    assert_eq!(
+        all.len(),
+        most,
+        "no series beyond those of the largest export: {all:#?}"
+    );
+    assert_eq!(
+        most, H200_DEFAULT_SERIES,
+        "update H200_DEFAULT_SERIES and docs/metrics.md: {all:#?}"
+    );
+    // Nothing at 0 for what never happened, and the folds: the reason that is active, no pipe
+    // at 0, the process's SM share only, one sample-duration series.
+    for counter in [
+        "nvidia.gpu.alerts",
+        "nvidia.gpu.xid.errors",
+        "gpu_sidecar.export.failures",
+    ] {
+        assert!(names(&all, counter).is_empty(), "{counter}");
+    }
+    let reasons = names(&all, "nvidia.gpu.clocks_event.active");
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(reasons[0].contains(&(
+        "nvidia.gpu.clocks_event.reason".into(),
+        "sw_power_cap".into()
+    )));
+    assert!(names(&all, "nvidia.gpu.pipe.activity").is_empty());
+    let tasks = names(&all, "nvidia.gpu.process.utilization");
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert!(tasks[0].contains(&("hw.gpu.task".into(), "general".into())));
+    assert_eq!(names(&all, "gpu_sidecar.sample.duration"), [vec![]]);
+    // What the dashboard and the rules read is all there.
+    for metric in [
+        "hw.gpu.utilization",
+        "hw.gpu.memory.usage",
+        "hw.gpu.memory.limit",
+        "hw.gpu.memory.utilization",
+        "nvidia.gpu.memory.reserved",
+        "nvidia.gpu.memory_controller.utilization",
+        "hw.temperature",
+        "hw.power",
+        "nvidia.gpu.power.limit",
+        "hw.energy",
+        "nvidia.gpu.clock.frequency",
+        "nvidia.gpu.performance_state",
+        "hw.errors",
+        "hw.status",
+        "nvidia.gpu.tensor.activity",
+        "nvidia.gpu.dram.activity",
+        "nvidia.gpu.sm.activity",
+        "gpu_sidecar.export.last_success",
+    ] {
+        assert!(!names(&all, metric).is_empty(), "{metric} missing");
+    }
+    assert_eq!(
+        names(&all, "hw.gpu.utilization").len(),
+        3,
+        "general, encoder, decoder"
+    );
+    assert_eq!(names(&all, "hw.status").len(), 3, "ok, degraded, failed");
+    let count = rx.last_points("gpu_sidecar.sample.duration")[0]
+        .count
+        .unwrap();
+    assert!(count >= 6, "one value per sample: {count}");
+
+    let (exports, _) = h200_series(true);
+    let all: BTreeSet<_> = exports.iter().flatten().cloned().collect();
+    let most = exports.iter().map(BTreeSet::len).max().unwrap();
+    println!(
+        "detail: {most} series in the largest export, {} in all exports together",
+        all.len()
+    );
+    assert_eq!(
+        most, H200_DETAIL_SERIES,
+        "update H200_DETAIL_SERIES and docs/metrics.md: {all:#?}"
+    );
+    assert_eq!(names(&all, "nvidia.gpu.clocks_event.active").len(), 9);
+    assert_eq!(
+        names(&all, "nvidia.gpu.pipe.activity").len(),
+        3,
+        "fp16, fp32, fp64 (no integer on the H200)"
+    );
+    assert_eq!(names(&all, "nvidia.gpu.process.utilization").len(), 3);
+    assert!(
+        names(&all, "gpu_sidecar.sample.duration").len() >= 4,
+        "by group"
+    );
 }

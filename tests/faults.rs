@@ -23,11 +23,9 @@ use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// `<temp>/gpu-sidecar-faults-<pid>/<name>` (the directory is created).
+/// `<scratch>/<name>`: [`common::temp_path`] (removed when the test process exits).
 fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-faults-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::temp_path(name)
 }
 
 /// `tests/scenarios/<base>` with `edit` applied, written to a file of its own.
@@ -223,10 +221,11 @@ fn a_stuck_event_watcher_is_not_ready_logged_once_counted_and_its_xids_arrive_la
 }
 
 /// The same hang, and NVML answering nothing from 2 s to 6 s: the sampler re-initializes
-/// NVML without waiting for the stuck watcher and is ready again after NVML recovers, while
-/// the old watcher is still inside its wait (it returns at ~13 s), with a new one watching.
-/// An XID at 10 s reaches both event sets: counted once (by the new watcher); the old one
-/// says how many queued events it does not report.
+/// NVML without waiting for the stuck watcher and is ready again after NVML recovers (within
+/// a sample interval of it), while the old watcher is still inside its wait (it returns at
+/// ~13 s), with a new one watching. The XIDs at 8 s and 10 s reach both event sets: counted
+/// once each (by the new watcher); the old one says how many queued events it does not
+/// report (the 3 s one, which only it saw, among them).
 #[test]
 fn a_stuck_event_watcher_does_not_hold_nvml_reinitialization() {
     let path = watcher_hang("watcher-hang-silent", |v| {
@@ -235,7 +234,7 @@ fn a_stuck_event_watcher_does_not_hold_nvml_reinitialization() {
         }));
         v["events"] = json!([
             { "t": 3.0, "device": 0, "type": "xid", "data": 13 },
-            { "t": 7.0, "device": 0, "type": "xid", "data": 13 },
+            { "t": 8.0, "device": 0, "type": "xid", "data": 13 },
             { "t": 10.0, "device": 0, "type": "xid", "data": 31 }
         ]);
     });
@@ -292,9 +291,12 @@ fn a_stuck_event_watcher_does_not_hold_nvml_reinitialization() {
     // The values flow again.
     let n = rx.points("hw.power").len();
     assert!(rx.wait_until(WAIT, |r| r.points("hw.power").len() > n));
-    // XID 31 (10 s) from the new watcher; the old one returns at ~13 s with all three queued
-    // and reports none of them.
-    let once = vec![(H200.to_string(), "31".to_string(), 1.0)];
+    // XIDs 13 (8 s) and 31 (10 s) from the new watcher; the old one returns at ~13 s with
+    // all three queued and reports none of them.
+    let once = vec![
+        (H200.to_string(), "13".to_string(), 1.0),
+        (H200.to_string(), "31".to_string(), 1.0),
+    ];
     assert!(rx.wait_until(WAIT, |r| xids(r) == once), "{:?}", xids(&rx));
     assert!(
         agent.wait_for_stderr("returned with XID/ECC events still queued", WAIT),
@@ -313,8 +315,8 @@ fn a_stuck_event_watcher_does_not_hold_nvml_reinitialization() {
 
 /// With 5 s sampling each wait of the watcher lasts up to 5 s, yet an XID is seen when NVML
 /// reports it (its event's time is the XID's, give or take the agent's start-up; not the
-/// watcher's next wake-up at ~5 s), and it reaches the collector within the logs batch
-/// processor's 1 s.
+/// watcher's next wake-up at ~5 s), and it reaches the collector within the events queue's
+/// 1 s.
 #[test]
 fn an_xid_is_seen_when_nvml_reports_it_not_at_the_next_wake_up() {
     let path = scenario_with("h200-event-watcher-hang.json", "xid-latency", |v| {

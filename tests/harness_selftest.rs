@@ -474,3 +474,29 @@ fn mock_library_is_built_and_paths_resolve() {
         common::fixture_dir().display()
     );
 }
+
+/// A descriptor the test process inherited without close-on-exec (a shell's `exec 3>>file`
+/// before `cargo test`) does not reach the program the harness starts: it is judged on what
+/// it opened itself.
+#[test]
+fn programs_started_by_the_harness_inherit_no_descriptor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("timing.log");
+    let _held = common::agent::inheritable_file_for_writing(&path);
+    let mut ls = Agent::builder()
+        .program("ls")
+        .args(["-l", "/proc/self/fd/"])
+        .echo(false)
+        .spawn();
+    assert!(ls.wait_exit(WAIT).expect("ls exits").success());
+    let listing = ls.stdout_lines().join("\n");
+    assert!(
+        listing.contains("/proc/"),
+        "ls lists its own descriptors: {listing}"
+    );
+    assert!(
+        !listing.contains(path.to_str().unwrap()),
+        "{} reached the child:\n{listing}",
+        path.display()
+    );
+}

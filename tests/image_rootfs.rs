@@ -2,7 +2,7 @@
 //! assembles the root filesystem the Dockerfile would produce (the Debian bookworm packages
 //! of `gcr.io/distroless/cc-debian12`, distroless's users, and the release binary where the
 //! Dockerfile copies it), then runs these tests with `--ignored` and
-//! `GPU_SIDECAR_TEST_ROOTFS` set. Each test runs the binary in it through
+//! `GPU_OTEL_SIDECAR_TEST_ROOTFS` set. Each test runs the binary in it through
 //! `scripts/run-in-image-rootfs.sh`: UID/GID 65532, no_new_privs, a read-only root, the mock
 //! NVML library mounted where the NVIDIA Container Toolkit mounts `libnvidia-ml.so.1`, and
 //! the image's environment (distroless's `PATH` and `SSL_CERT_FILE`, the Dockerfile's `ENV`).
@@ -28,11 +28,11 @@ const NEEDS: &str =
 const NVML_IN_IMAGE: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
 const BUNDLE_IN_IMAGE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-/// The assembled root filesystem (`GPU_SIDECAR_TEST_ROOTFS`).
+/// The assembled root filesystem (`GPU_OTEL_SIDECAR_TEST_ROOTFS`).
 fn rootfs() -> PathBuf {
-    let dir = std::env::var_os("GPU_SIDECAR_TEST_ROOTFS")
+    let dir = std::env::var_os("GPU_OTEL_SIDECAR_TEST_ROOTFS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| panic!("GPU_SIDECAR_TEST_ROOTFS is not set: these tests {NEEDS}"));
+        .unwrap_or_else(|| panic!("GPU_OTEL_SIDECAR_TEST_ROOTFS is not set: these tests {NEEDS}"));
     assert!(
         dir.join("gpu-otel-sidecar").is_file(),
         "{} has no /gpu-otel-sidecar: {NEEDS}",
@@ -41,10 +41,10 @@ fn rootfs() -> PathBuf {
     dir
 }
 
-/// The mock NVML library (`GPU_SIDECAR_TEST_MOCK`, the release build from the script), else
+/// The mock NVML library (`GPU_OTEL_SIDECAR_TEST_MOCK`, the release build from the script), else
 /// the tests' own build.
 fn mock() -> PathBuf {
-    std::env::var_os("GPU_SIDECAR_TEST_MOCK")
+    std::env::var_os("GPU_OTEL_SIDECAR_TEST_MOCK")
         .map(PathBuf::from)
         .unwrap_or_else(common::mock_library)
 }
@@ -274,9 +274,8 @@ fn tree(root: &Path) -> BTreeMap<PathBuf, (u64, SystemTime, u32)> {
 #[test]
 #[ignore = "needs root and an assembled image root filesystem: scripts/check-image-rootfs.sh"]
 fn writes_only_the_files_it_is_asked_for() {
-    let out = std::env::temp_dir().join(format!("gpu-sidecar-image-out-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::create_dir_all(&out).unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = out_dir.path().to_path_buf();
     std::os::unix::fs::chown(&out, Some(65532), Some(65532)).unwrap();
     let before = tree(&rootfs());
     let rx = Receiver::start(Protocol::Http);
@@ -316,7 +315,6 @@ fn writes_only_the_files_it_is_asked_for() {
         "GPU-0c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5"
     );
     assert!(read_text(out.join("samples.csv")).starts_with("timestamp,gpu_index,"));
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// A receiver serving TLS with a certificate of a new CA, and the image's CA bundle with that
@@ -347,10 +345,10 @@ fn tls_receiver(protocol: Protocol, dir: &Path) -> (Receiver, PathBuf) {
 #[test]
 #[ignore = "needs root and an assembled image root filesystem: scripts/check-image-rootfs.sh"]
 fn https_works_with_the_images_ca_bundle() {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-image-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
     for protocol in [Protocol::Grpc, Protocol::Http] {
-        let (rx, bundle) = tls_receiver(protocol, &dir);
+        let (rx, bundle) = tls_receiver(protocol, dir);
         assert!(rx.endpoint().starts_with("https://"));
         let mut agent = Run::new()
             .otlp(&rx)
@@ -366,7 +364,6 @@ fn https_works_with_the_images_ca_bundle() {
         stop_ok(&mut agent);
         assert!(!agent.dump().contains("export failed"), "{}", agent.dump());
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The same `https://` endpoints in an image without a CA bundle (an empty `/etc/ssl/certs`):
@@ -374,12 +371,12 @@ fn https_works_with_the_images_ca_bundle() {
 #[test]
 #[ignore = "needs root and an assembled image root filesystem: scripts/check-image-rootfs.sh"]
 fn https_without_a_ca_bundle_fails_in_one_clear_line() {
-    let dir =
-        std::env::temp_dir().join(format!("gpu-sidecar-image-nocerts-{}", std::process::id()));
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
     let empty = dir.join("empty-certs");
     std::fs::create_dir_all(&empty).unwrap();
     for protocol in [Protocol::Grpc, Protocol::Http] {
-        let (rx, _) = tls_receiver(protocol, &dir);
+        let (rx, _) = tls_receiver(protocol, dir);
         let mut agent = Run::new()
             .otlp(&rx)
             .env("GPU_SIDECAR_SAMPLE_INTERVAL", "250ms")
@@ -404,5 +401,4 @@ fn https_without_a_ca_bundle_fails_in_one_clear_line() {
             errors[0]
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -154,12 +154,8 @@ fn serve_kubelet(
 }
 
 fn exports_only_the_pods_gpus(get_enabled: bool) {
-    let dir = std::env::temp_dir().join(format!(
-        "pod-resources-{}-{get_enabled}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (socket, _rt) = start_kubelet(get_enabled, &dir);
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, _rt) = start_kubelet(get_enabled, dir.path());
     let rx = Receiver::start(Protocol::Grpc);
     let mut agent = Agent::builder()
         .otlp(&rx)
@@ -195,7 +191,6 @@ fn exports_only_the_pods_gpus(get_enabled: bool) {
             .and_then(|s| s.code()),
         Some(0)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -234,7 +229,7 @@ fn all_gpus_in_a_pod_is_warned_about() {
 fn classic_sidecar_exits_when_the_training_process_ends() {
     // A copy of `sleep` under a unique name stands for the training process.
     let name = format!("trn{}", std::process::id() % 100_000);
-    let bin = std::env::temp_dir().join(&name);
+    let bin = common::temp_path(&name);
     std::fs::copy("/bin/sleep", &bin).unwrap();
     // Another test thread forking while the copy was open for writing makes exec fail with
     // ETXTBSY for a moment: retry.

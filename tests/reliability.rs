@@ -20,11 +20,9 @@ const WAIT: Duration = Duration::from_secs(20);
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-/// `<temp>/gpu-sidecar-reliability-<pid>/<name>` (the directory is created).
+/// `<scratch>/<name>`: [`common::temp_path`] (removed when the test process exits).
 fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-reliability-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::temp_path(name)
 }
 
 /// Writes `tests/scenarios/<base>` with `edit` applied to a temp file; returns its path.
@@ -303,12 +301,80 @@ fn nvml_comes_back_by_itself() {
             "GPU {i} after recovery"
         );
     }
-    // Init at 0 s and 1 s failed, at 3 s it worked.
-    assert_eq!(
-        nvml_errors(&rx, "nvmlInit_v2", "NVML_ERROR_DRIVER_NOT_LOADED"),
-        Some(2.0)
-    );
+    // Retried every sample interval (100 ms) for 2.5 s, each failure counted, said once.
+    let failed = nvml_errors(&rx, "nvmlInit_v2", "NVML_ERROR_DRIVER_NOT_LOADED").unwrap();
+    assert!((10.0..=26.0).contains(&failed), "{failed} failed inits");
     assert_eq!(count_lines(&agent, "NVML_ERROR_DRIVER_NOT_LOADED"), 1);
+    stop_ok(&mut agent);
+}
+
+/// A driver reload: from t = 1 s to 19 s every NVML call fails, init included (18 s). The
+/// agent notices (one line), is not ready, retries init at most one sample interval (1 s)
+/// apart, and is ready again within two sample intervals of NVML answering (before, the
+/// backoff had doubled to 16 s by then: ready ~15 s late). The failure and the recovery are
+/// each said once.
+#[test]
+fn nvml_back_after_18_s_is_followed_within_two_sample_intervals() {
+    let path = scenario_with("four-gpu.json", "driver-reload", |v| {
+        v["faults"] = json!([
+            { "call": "*", "from_s": 1.0, "to_s": 19.0, "code": 9 },
+            { "call": "nvmlInit*", "from_s": 1.0, "to_s": 19.0, "code": 9 },
+        ]);
+    });
+    let rx = Receiver::start(Protocol::Grpc);
+    let spawned = Instant::now();
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "1s")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+        .env_mock_path(&path)
+        .spawn();
+    // The mock's clock starts at the first init, which comes just before this line.
+    assert!(
+        agent.wait_for_stderr("sampling started", WAIT),
+        "{}",
+        agent.dump()
+    );
+    let first_init = Instant::now();
+    assert!(
+        agent.wait_for_stderr("NVML_ERROR_DRIVER_NOT_LOADED", WAIT),
+        "{}",
+        agent.dump()
+    );
+    let body = wait_ready(&agent, 503, WAIT);
+    assert_eq!(body["checks"]["nvml"]["ok"], false, "{body:#}");
+    // NVML answers again 19 s after the mock's first init.
+    wait_ready(&agent, 200, Duration::from_secs(40));
+    let back = first_init.elapsed();
+    println!("ready again {back:?} after the first init (NVML answers from 19 s)");
+    assert!(
+        spawned.elapsed() >= Duration::from_secs(19),
+        "ready at {back:?}\n{}",
+        agent.dump()
+    );
+    // Two sample intervals, and half a second for the test's own polling and reading.
+    assert!(
+        back <= Duration::from_millis(19_000 + 2_000 + 500),
+        "ready {back:?} after the first init: more than two sample intervals after NVML answered\n{}",
+        agent.dump()
+    );
+    assert_eq!(
+        count_lines(&agent, "NVML_ERROR_DRIVER_NOT_LOADED"),
+        1,
+        "{}",
+        agent.dump()
+    );
+    assert_eq!(count_lines(&agent, "NVML is back"), 1, "{}", agent.dump());
+    assert_eq!(
+        count_lines(&agent, "NVML answers again"),
+        1,
+        "{}",
+        agent.dump()
+    );
+    assert!(rx.wait_until(WAIT, |r| value(
+        &r.last_points("hw.power"),
+        &[("hw.id", &uuid(3))]
+    ) == Some(400.0)));
     stop_ok(&mut agent);
 }
 
@@ -481,7 +547,10 @@ fn wedged_driver_call_is_caught_by_the_watchdog() {
             .flat_map(|sm| &sm.metrics)
             .map(|m| m.name.as_str())
             .collect();
-        assert!(names.contains("gpu_sidecar.export.failures"), "{names:?}");
+        assert!(
+            names.contains("gpu_sidecar.export.last_success"),
+            "{names:?}"
+        );
         assert!(
             !names.contains("hw.power"),
             "stale values exported: {names:?}"
@@ -662,8 +731,8 @@ fn collector_faults_over_http() {
 /// (`nvmlShutdown` in the mock's call log).
 #[test]
 fn shutdown_during_an_outage_is_bounded() {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-shutdown-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
     let hanging = Receiver::start(Protocol::Grpc);
     hanging.set_mode(Mode::Delay(Duration::from_secs(60)));
     let down = Receiver::start(Protocol::Http);
@@ -704,6 +773,114 @@ fn shutdown_during_an_outage_is_bounded() {
         let calls = common::read_json(dir.join(format!("calls-{i}.json")));
         assert_eq!(calls["nvmlShutdown"], 1, "{calls:#}");
         assert!(agent.dump().contains("stopped"));
+    }
+}
+
+/// NVML is shut down on every stop, at the default settings too (a 5 s sample interval and
+/// a 5 s shutdown bound): the event watcher's wait ends within half a second of the stop, so
+/// `nvmlShutdown` is called before the agent exits, whether the stop is quick (nothing to
+/// export) or waits on a collector that is not there.
+#[test]
+fn nvml_is_shut_down_on_every_stop_at_the_default_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = Receiver::start(Protocol::Grpc);
+    down.stop();
+    let runs: [(&str, AgentBuilder); 2] = [
+        (
+            "nothing to export",
+            Agent::builder()
+                .env("OTEL_METRICS_EXPORTER", "none")
+                .env("OTEL_LOGS_EXPORTER", "none"),
+        ),
+        ("no collector", Agent::builder().otlp(&down)),
+    ];
+    let mut agents: Vec<(&str, Agent, std::path::PathBuf)> = runs
+        .into_iter()
+        .enumerate()
+        .map(|(i, (what, b))| {
+            let log = dir.path().join(format!("calls-{i}.json"));
+            let agent = b
+                .env_mock("h200-under-load.json")
+                .env("NVML_MOCK_CALL_LOG", &log)
+                .spawn();
+            (what, agent, log)
+        })
+        .collect();
+    for (what, agent, _) in &agents {
+        assert!(
+            agent.wait_for_stderr("sampling started", WAIT),
+            "{what}\n{}",
+            agent.dump()
+        );
+    }
+    // The event watchers are inside a wait now (registration takes microseconds).
+    std::thread::sleep(Duration::from_millis(1500));
+    for (what, agent, log) in &mut agents {
+        agent.sigint();
+        let status = agent.wait_exit(WAIT).expect("exits");
+        assert_eq!(status.code(), Some(0), "{what}\n{}", agent.dump());
+        let calls = common::read_json(&*log);
+        assert!(
+            calls["nvmlEventSetWait_v2"].as_u64().unwrap_or(0) >= 1,
+            "{what}: the event watcher ran: {calls:#}"
+        );
+        assert_eq!(
+            calls["nvmlShutdown"],
+            1,
+            "{what}: {calls:#}\n{}",
+            agent.dump()
+        );
+        assert!(
+            !agent.dump().contains("NVML is not shut down"),
+            "{what}\n{}",
+            agent.dump()
+        );
+    }
+}
+
+/// A second SIGINT or SIGTERM during the stop ends it at once, exit 0, with one line saying
+/// what was skipped (here the stop waits on a collector that answers nothing for 60 s).
+#[test]
+fn a_second_signal_ends_the_stop_at_once() {
+    for (first, second, name) in [
+        (libc::SIGINT, libc::SIGINT, "SIGINT"),
+        (libc::SIGTERM, libc::SIGTERM, "SIGTERM"),
+    ] {
+        let hanging = Receiver::start(Protocol::Grpc);
+        hanging.set_mode(Mode::Delay(Duration::from_secs(60)));
+        let mut agent = fast(&hanging)
+            .env_mock("four-gpu.json")
+            .env("OTEL_EXPORTER_OTLP_TIMEOUT", "30000")
+            .env("GPU_SIDECAR_SHUTDOWN_TIMEOUT", "20s")
+            .spawn();
+        assert!(hanging.wait_until(WAIT, |r| !r.attempts().is_empty()));
+        agent.signal(first);
+        assert!(
+            agent.wait_for_stderr("shutting down: final sample and export", WAIT),
+            "{}",
+            agent.dump()
+        );
+        // Into the stop: the final sample is taken, the exports wait on the collector.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(agent.is_running(), "still stopping: {}", agent.dump());
+        let t = Instant::now();
+        agent.signal(second);
+        let status = agent.wait_exit(WAIT).expect("exits");
+        let took = t.elapsed();
+        assert_eq!(status.code(), Some(0), "{}", agent.dump());
+        assert!(
+            took < Duration::from_secs(2),
+            "took {took:?}\n{}",
+            agent.dump()
+        );
+        let line = agent
+            .stderr_lines()
+            .into_iter()
+            .find(|l| l.contains(&format!("{name} again: stopping at once, without ")))
+            .unwrap_or_else(|| panic!("no line says what was skipped\n{}", agent.dump()));
+        assert!(line.contains("the final metrics export"), "{line}");
+        assert!(line.ends_with("(exit 0)"), "{line}");
+        assert!(!agent.dump().contains(" stopped"), "{}", agent.dump());
     }
 }
 
@@ -755,6 +932,219 @@ fn failed_exports_over_http_name_their_cause_and_events_say_so_once() {
             .stderr_lines()
             .iter()
             .any(|l| l.contains("otel-logs-shutdown") && l.contains("Failed to shutdown")),
+        "{}",
+        agent.dump()
+    );
+}
+
+/// `(event.name, XID code)` of each record, in arrival order.
+fn xid_records(rx: &Receiver) -> Vec<(String, String)> {
+    rx.log_records()
+        .into_iter()
+        .filter(|r| r.event_name == "nvidia.gpu.xid" || r.event_name == "nvidia.gpu.alert.xid")
+        .map(|r| {
+            let code = r
+                .attr("nvidia.gpu.xid.code")
+                .unwrap_or_default()
+                .to_string();
+            (r.event_name, code)
+        })
+        .collect()
+}
+
+/// A scenario of the H200 with these XIDs: `(scenario time, code)`.
+fn h200_with_xids(name: &str, xids: &[(f64, u32)]) -> PathBuf {
+    scenario_with("h200-under-load.json", name, |v| {
+        v["events"] = xids
+            .iter()
+            .map(|(t, code)| json!({ "t": t, "device": 0, "type": "xid", "data": code }))
+            .collect();
+    })
+}
+
+/// The issue's case: the collector goes away for 60 s and comes back on the same port.
+/// Every XID event and every alert (the xid rule fires on the first report of each code)
+/// raised meanwhile arrives once, in order, soon after it is back; nothing is dropped. The
+/// records' encoded sizes are within what `DEFAULT_QUEUE_SIZE` was sized from.
+#[test]
+fn events_raised_during_a_60_s_outage_arrive_once_in_order() {
+    const CODES: [u32; 11] = [13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 92];
+    let xids: Vec<(f64, u32)> = CODES
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (5.0 * (i + 1) as f64, *c))
+        .collect();
+    let path = h200_with_xids("xids-during-outage", &xids);
+    let rx = Receiver::start(Protocol::Grpc);
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock_path(&path)
+        .env("NVML_MOCK_NO_LATENCY", "1")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "500ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "2000")
+        .spawn();
+    assert!(rx.wait_for_metric("hw.power", WAIT), "{}", agent.dump());
+    rx.stop();
+    let down = Instant::now();
+    // The first XID (t = 5 s) comes while it is down.
+    assert!(agent.wait_for_stderr("XID error", WAIT), "{}", agent.dump());
+    assert!(rx.log_records().is_empty(), "{:#?}", rx.log_records());
+    std::thread::sleep(Duration::from_secs(60).saturating_sub(down.elapsed()));
+    assert!(agent.wait_for_stderr("events export failed", WAIT));
+    assert!(
+        agent
+            .stderr_lines()
+            .iter()
+            .filter(|l| l.contains("XID error"))
+            .count()
+            >= 10
+    );
+    rx.restart();
+    let back = Instant::now();
+    let all = 2 * CODES.len();
+    assert!(
+        rx.wait_until(Duration::from_secs(20), |r| xid_records(r).len() >= all),
+        "{:#?}\n{}",
+        xid_records(&rx),
+        agent.dump()
+    );
+    println!(
+        "{all} events delivered {:?} after the collector came back",
+        back.elapsed()
+    );
+    stop_ok(&mut agent);
+    let got = xid_records(&rx);
+    // Once each.
+    let mut want: Vec<(String, String)> = CODES
+        .iter()
+        .flat_map(|c| {
+            [
+                ("nvidia.gpu.xid".to_string(), c.to_string()),
+                ("nvidia.gpu.alert.xid".to_string(), c.to_string()),
+            ]
+        })
+        .collect();
+    let mut sorted = got.clone();
+    sorted.sort();
+    want.sort();
+    assert_eq!(sorted, want, "each once: {got:#?}");
+    // In order: each kind in the order of the XIDs, and all of them by time.
+    for kind in ["nvidia.gpu.xid", "nvidia.gpu.alert.xid"] {
+        let codes: Vec<String> = got
+            .iter()
+            .filter(|(n, _)| n == kind)
+            .map(|(_, c)| c.clone())
+            .collect();
+        let expected: Vec<String> = CODES.iter().map(u32::to_string).collect();
+        assert_eq!(codes, expected, "{kind} in order");
+    }
+    let times: Vec<u64> = rx
+        .log_records()
+        .into_iter()
+        .filter(|r| r.event_name.contains("xid"))
+        .map(|r| r.time_unix_nano)
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert!(
+        !rx.has_metric("gpu_sidecar.events.dropped"),
+        "{:#?}",
+        rx.points("gpu_sidecar.events.dropped")
+    );
+    assert_eq!(count_lines(&agent, "events queue is full"), 0);
+    // One line for the outage (a second one a minute later at most).
+    assert!(
+        (1..=2).contains(&count_lines(&agent, "events export failed")),
+        "{}",
+        agent.dump()
+    );
+    assert_eq!(
+        count_lines(&agent, "events export works again"),
+        1,
+        "{}",
+        agent.dump()
+    );
+    // What the default queue size was sized from (DEFAULT_EVENTS_QUEUE_SIZE).
+    use prost::Message as _;
+    for req in rx.log_requests() {
+        for r in req
+            .request
+            .resource_logs
+            .iter()
+            .flat_map(|rl| &rl.scope_logs)
+            .flat_map(|sl| &sl.log_records)
+        {
+            let size = r.encoded_len();
+            let most = match r.event_name.as_str() {
+                "nvidia.gpu.xid" => 1024,
+                "nvidia.gpu.alert.xid" => 3 * 1024,
+                "gpu.run.report" => 8 * 1024,
+                _ => continue,
+            };
+            println!("{}: {size} bytes", r.event_name);
+            assert!(size <= most, "{}: {size} bytes", r.event_name);
+        }
+    }
+}
+
+/// A queue smaller than the outage: `OTEL_BLRP_MAX_QUEUE_SIZE=4` and eight XIDs while the
+/// collector is down. The four oldest are dropped (one line says so), the four newest
+/// arrive in order once it is back, and `gpu_sidecar.events.dropped` counts 4, born with
+/// the first drop.
+#[test]
+fn a_queue_smaller_than_the_outage_drops_the_oldest_and_counts_them() {
+    const CODES: [u32; 8] = [13, 31, 43, 45, 48, 61, 62, 63];
+    let xids: Vec<(f64, u32)> = CODES
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (0.5 * (i + 1) as f64, *c))
+        .collect();
+    let path = h200_with_xids("xids-small-queue", &xids);
+    let rx = Receiver::start(Protocol::Grpc);
+    rx.stop();
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock_path(&path)
+        .env("NVML_MOCK_NO_LATENCY", "1")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "500ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+        .env("OTEL_BLRP_MAX_QUEUE_SIZE", "4")
+        .env("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", "2")
+        .env("GPU_SIDECAR_RULE_XID_ENABLED", "false")
+        .spawn();
+    assert!(
+        agent.wait_for_stderr("events queue is full", WAIT),
+        "{}",
+        agent.dump()
+    );
+    // Every XID seen (the last at t = 4 s), then back.
+    assert!(common::wait_until(WAIT, || count_lines(&agent, "xid=63") == 1));
+    std::thread::sleep(Duration::from_secs(1));
+    rx.restart();
+    let last4: Vec<(String, String)> = CODES[4..]
+        .iter()
+        .map(|c| ("nvidia.gpu.xid".to_string(), c.to_string()))
+        .collect();
+    assert!(
+        rx.wait_until(WAIT, |r| xid_records(r).len() >= 4),
+        "{}",
+        agent.dump()
+    );
+    let dropped = |r: &Receiver| value(&r.last_points("gpu_sidecar.events.dropped"), &[]);
+    assert!(
+        rx.wait_until(WAIT, |r| dropped(r) == Some(4.0)),
+        "{:?}\n{}",
+        rx.points("gpu_sidecar.events.dropped"),
+        agent.dump()
+    );
+    stop_ok(&mut agent);
+    assert_eq!(xid_records(&rx), last4, "the four newest, in order");
+    let p = &rx.points("gpu_sidecar.events.dropped")[0];
+    assert_eq!((p.unit.as_str(), p.is_int), ("{event}", true));
+    assert_eq!(
+        count_lines(&agent, "events queue is full"),
+        1,
         "{}",
         agent.dump()
     );
@@ -910,7 +1300,21 @@ fn health_command_reports_readiness_by_exit_code() {
     drop(free);
     let (code, _, err) = probe(&format!("0.0.0.0:{port}"));
     assert_eq!(code, Some(1));
-    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    // What it tried, why nothing answered, and what that means (not only reqwest's "error
+    // sending request").
+    assert!(
+        err.contains(&format!(
+            "asked http://127.0.0.1:{port}/readyz, and nothing answered ("
+        )),
+        "{err}"
+    );
+    assert!(err.contains("Connection refused"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "no agent is running here with GPU_SIDECAR_HEALTH_ADDR=0.0.0.0:{port}"
+        )),
+        "{err}"
+    );
     let (code, _, err) = probe("off");
     assert_eq!(code, Some(1));
     assert!(err.contains("off"), "{err}");
@@ -960,6 +1364,10 @@ fn self_metrics_are_documented() {
 /// kernel objects are written.
 #[test]
 fn agent_holds_no_file_open_for_writing() {
+    // What the shell of `exec 3>>file` or `/usr/bin/time -o FILE cargo test` hands the test
+    // process: the agent must not be blamed for it.
+    let dir = tempfile::tempdir().unwrap();
+    let _inherited = common::agent::inheritable_file_for_writing(&dir.path().join("time.out"));
     let rx = Receiver::start(Protocol::Http);
     let mut agent = fast(&rx).env_mock("four-gpu.json").spawn();
     assert!(rx.wait_for_metric("hw.energy", WAIT));

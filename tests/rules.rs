@@ -388,29 +388,33 @@ fn throttling_card_power_cap_is_info_hw_slowdown_is_warning_and_counted() {
             })
             .collect()
     };
-    // Every series the rules may produce exists from the first sample at 0 (a first firing
-    // is an increase a backend sees); four of them have counted one transition.
-    let fired = |rx: &Receiver| counted(rx).values().filter(|v| **v > 0.0).count();
+    // A series per transition that happened, each born with it at 1 (nothing is exported
+    // for the rules and states that never fired): four of them.
+    let fired = |rx: &Receiver| counted(rx).len();
     assert!(
         run.rx
             .wait_until(Duration::from_secs(10), |rx| fired(rx) == 4),
         "{:?}",
         counted(&run.rx)
     );
+    let spawned = run.spawned_ns;
     let rx = run.stop();
     let all_series = counted(&rx);
-    assert_eq!(all_series.len(), 2 * RULES.len(), "{all_series:?}");
-    let first = rx
-        .metrics_requests()
-        .into_iter()
-        .find_map(|r| {
-            let p = common::receiver::request_points(&r.request, "nvidia.gpu.alerts");
-            (!p.is_empty()).then_some(p)
-        })
-        .unwrap();
+    assert_eq!(all_series.len(), 4, "{all_series:?}");
+    let born: Vec<_> = rx.points("nvidia.gpu.alerts");
     assert!(
-        first.iter().all(|p| p.value == 0.0),
-        "the first export has every alert series at 0: {first:#?}"
+        born.iter().all(|p| p.value >= 1.0),
+        "no alert series at 0: {born:#?}"
+    );
+    // Counting from the agent's start: one start time for all, before the first transition.
+    let starts: std::collections::BTreeSet<_> =
+        born.iter().map(|p| p.start_time_unix_nano).collect();
+    assert_eq!(starts.len(), 1, "{starts:?}");
+    let start = *starts.first().unwrap();
+    assert!(
+        start >= spawned && start < cap.time_unix_nano,
+        "start {start}, first firing {}",
+        cap.time_unix_nano
     );
     let points: Vec<_> = rx
         .last_points("nvidia.gpu.alerts")
@@ -507,13 +511,12 @@ fn clean_run_fires_nothing() {
         .filter(|r| r.event_name.starts_with("nvidia.gpu.alert."))
         .collect();
     assert!(all.is_empty(), "{:#?}", names(&all));
-    // Every alert series exists for each GPU (each rule, firing and resolved), at 0.
-    let alerts = rx.last_points("nvidia.gpu.alerts");
-    let gpus: std::collections::BTreeSet<_> =
-        alerts.iter().filter_map(|p| p.attr("hw.id")).collect();
-    assert_eq!(gpus.len(), 2, "{alerts:#?}");
-    assert_eq!(alerts.len(), 2 * RULES.len() * gpus.len(), "{alerts:#?}");
-    assert!(alerts.iter().all(|p| p.value == 0.0), "{alerts:#?}");
+    // Nothing fired, so no alert series was sent (none at 0 for what never happened).
+    assert!(
+        !rx.has_metric("nvidia.gpu.alerts"),
+        "{:#?}",
+        rx.points("nvidia.gpu.alerts")
+    );
 }
 
 /// The real H200 recording: nothing fires but the power cap it really had (SW power cap
@@ -544,6 +547,109 @@ fn h200_recording_fires_only_the_power_cap() {
             "nvidia.gpu.alert.clocks_power_capped".into(),
             "firing".into()
         )]
+    );
+}
+
+/// XID 79 two seconds after the agent started (the real H200 recording with one event): no
+/// XID or alert series before it (nothing at 0 for what has not happened), then both born at 1
+/// with the agent's start as start time, in an export of the first seconds, and at 1 in every
+/// export after. This is the shape the promtool test of `GPUXidError` feeds the shipped rule
+/// (tests/packaging/prometheus-rules-agent.test.yaml, "an xid in the first export interval":
+/// `_ 1x39`), where the rule fires though `increase()` alone reads 0.
+#[test]
+fn xid_at_start_is_a_series_born_at_1_from_the_agents_start() {
+    let mut v: serde_json::Value = common::read_json(common::scenario("h200-under-load.json"));
+    v["events"] = serde_json::json!([{ "t": 2.0, "device": 0, "type": "xid", "data": 79 }]);
+    let path = common::temp_path("xid-at-start.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let rx = Receiver::start(Protocol::Grpc);
+    let spawned = now_ns();
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock_path(&path)
+        .env("NVML_MOCK_NO_LATENCY", "1")
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "500ms")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+        .spawn();
+    assert!(
+        rx.wait_for_log_event("nvidia.gpu.xid", Duration::from_secs(20)),
+        "{}",
+        agent.dump()
+    );
+    let h200 = "GPU-0c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5";
+    let xid_time = rx.log_events("nvidia.gpu.xid")[0].time_unix_nano;
+    // Two more exports after the one that carried it.
+    let born_in = |r: &common::Received<_>| {
+        !common::receiver::request_points(&r.request, "nvidia.gpu.xid.errors").is_empty()
+    };
+    assert!(rx.wait_until(Duration::from_secs(20), |r| {
+        r.metrics_requests().iter().filter(|q| born_in(q)).count() >= 3
+    }));
+    agent.sigterm();
+    assert!(agent
+        .wait_exit(Duration::from_secs(15))
+        .is_some_and(|s| s.success()));
+    // Export by export (as Prometheus scrapes them): absent, ..., then 1, 1, ...
+    let mut shape = Vec::new();
+    for r in rx.metrics_requests() {
+        let xid = common::receiver::request_points(&r.request, "nvidia.gpu.xid.errors");
+        let alert: Vec<_> = common::receiver::request_points(&r.request, "nvidia.gpu.alerts")
+            .into_iter()
+            .filter(|p| p.attr("nvidia.gpu.alert.rule") == Some("xid"))
+            .collect();
+        match xid.as_slice() {
+            [] => {
+                assert!(
+                    shape.iter().all(Option::is_none),
+                    "the series went away: {shape:?}"
+                );
+                assert!(
+                    alert.is_empty(),
+                    "an alert series before the XID: {alert:#?}"
+                );
+                shape.push(None);
+            }
+            [p] => {
+                assert_eq!(p.attr("hw.id"), Some(h200));
+                assert_eq!(p.attr("nvidia.gpu.xid.code"), Some("79"));
+                assert_eq!(
+                    p.kind,
+                    Kind::Sum {
+                        monotonic: true,
+                        cumulative: true
+                    }
+                );
+                // From the agent's start: before the XID and before the first export.
+                assert!(p.start_time_unix_nano >= spawned, "{p:?}");
+                assert!(p.start_time_unix_nano < xid_time, "{p:?}");
+                let [a] = alert.as_slice() else {
+                    panic!("one xid alert series with the XID series: {alert:#?}")
+                };
+                assert_eq!(a.attr("nvidia.gpu.alert.state"), Some("firing"));
+                assert_eq!(
+                    (a.value, a.start_time_unix_nano),
+                    (1.0, p.start_time_unix_nano)
+                );
+                shape.push(Some(p.value));
+            }
+            more => panic!("one XID series: {more:#?}"),
+        }
+    }
+    let first = shape.iter().position(Option::is_some).unwrap();
+    assert!(
+        first >= 1,
+        "the first export (at start) comes before the XID: {shape:?}"
+    );
+    assert!(
+        shape[first..].iter().all(|v| *v == Some(1.0)),
+        "born at 1 and staying there: {shape:?}"
+    );
+    let first_export = rx.metrics_requests()[0].at;
+    let born = rx.metrics_requests().into_iter().find(born_in).unwrap().at;
+    assert!(
+        born.duration_since(first_export) < Duration::from_secs(5),
+        "in an export of the first seconds: {:?}",
+        born.duration_since(first_export)
     );
 }
 

@@ -27,10 +27,9 @@ fn load(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(scenario(name)).unwrap()).unwrap()
 }
 
+/// `<scratch>/<name>`: [`common::temp_path`] (removed when the test process exits).
 fn temp_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-sidecar-time-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::temp_path(name)
 }
 
 fn write_scenario(name: &str, v: &Value) -> PathBuf {
@@ -366,12 +365,12 @@ fn run_report_energy_over_a_5_s_and_a_15_s_run_at_700_w() {
 /// into the agent (its monotonic clock left alone): every sum starts again at the step,
 /// none ends before it starts, none goes down under one start time, and the step is logged
 /// once. Needs Debian's libfaketime: `scripts/check-clock-step.sh` fetches it and runs this
-/// test with `GPU_SIDECAR_TEST_LIBFAKETIME` set (CI does).
+/// test with `GPU_OTEL_SIDECAR_TEST_LIBFAKETIME` set (CI does).
 #[test]
 #[ignore = "needs libfaketime: scripts/check-clock-step.sh runs it"]
 fn wall_clock_step_back_of_an_hour_never_gives_a_point_before_its_start() {
-    let lib = std::env::var("GPU_SIDECAR_TEST_LIBFAKETIME").expect(
-        "GPU_SIDECAR_TEST_LIBFAKETIME=<path to libfaketimeMT.so.1>: run scripts/check-clock-step.sh",
+    let lib = std::env::var("GPU_OTEL_SIDECAR_TEST_LIBFAKETIME").expect(
+        "GPU_OTEL_SIDECAR_TEST_LIBFAKETIME=<path to libfaketimeMT.so.1>: run scripts/check-clock-step.sh",
     );
     assert!(std::path::Path::new(&lib).is_file(), "{lib} is not a file");
     let path = constant_700w_linear("constant-700w-step.json", 0);

@@ -19,7 +19,8 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// Everything one test needs, written to files where the agent reads them.
 struct Pki {
-    dir: PathBuf,
+    /// The keys and certificates; removed when the test ends (pass or fail).
+    dir: tempfile::TempDir,
     ca: Ca,
     server: (String, String),
     client: (String, String),
@@ -27,9 +28,10 @@ struct Pki {
 
 impl Pki {
     fn new(name: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("gpu-sidecar-tls-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("gpu-sidecar-tls-{name}-"))
+            .tempdir()
+            .unwrap();
         let ca = Ca::new("test collector CA");
         let server = ca.issue(
             &["127.0.0.1", "localhost"],
@@ -49,13 +51,13 @@ impl Pki {
     }
 
     fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.dir.join(name);
+        let path = self.dir.path().join(name);
         std::fs::write(&path, text).unwrap();
         path
     }
 
     fn path(&self, name: &str) -> String {
-        self.dir.join(name).to_str().unwrap().to_string()
+        self.dir.path().join(name).to_str().unwrap().to_string()
     }
 
     /// A receiver serving `protocol` with the server certificate, requiring a client
@@ -205,6 +207,7 @@ fn events_use_the_same_tls() {
             Events::start(
                 &config,
                 opentelemetry_sdk::Resource::builder_empty().build(),
+                &gpu_otel_sidecar::telemetry::recorded::Recorded::new(),
             )
             .unwrap()
         };

@@ -37,17 +37,18 @@ fn read_json(path: &Path) -> Value {
 
 /// A CA and the server certificates it issues, written where the webhook reads them.
 struct Pki {
-    dir: PathBuf,
+    /// The keys and certificates; removed when the test ends (pass or fail).
+    dir: tempfile::TempDir,
     ca: rcgen::Certificate,
     ca_key: KeyPair,
 }
 
 impl Pki {
     fn new(name: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("gpu-sidecar-webhook-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("gpu-sidecar-webhook-{name}-"))
+            .tempdir()
+            .unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params
@@ -74,7 +75,7 @@ impl Pki {
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+        self.dir.path().join(name)
     }
 
     /// Writes `text` to `name` the way a Kubernetes Secret volume updates: a new file
@@ -486,7 +487,6 @@ fn fixtures_through_the_binary_over_tls() {
 
     agent.sigterm();
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 #[test]
@@ -522,7 +522,6 @@ fn dra_sidecar_joins_the_pods_claim() {
     );
     agent.sigterm();
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 #[test]
@@ -554,7 +553,6 @@ fn classic_sidecar_is_a_container_with_a_shared_process_namespace() {
     assert!(pod["spec"].get("initContainers").is_none());
     agent.sigterm();
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 /// Replace the files, and the next handshake serves the new certificate; a broken pair is
@@ -597,7 +595,6 @@ fn renewed_certificate_is_served_from_the_next_handshake() {
 
     agent.sigterm();
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 /// After SIGTERM it goes on answering for the shutdown delay, not ready, then exits 0.
@@ -618,7 +615,6 @@ fn sigterm_answers_through_the_delay_then_exits() {
     assert_eq!(response["auditAnnotations"]["outcome"], "injected");
     let status = agent.wait_exit(WAIT).unwrap();
     assert!(status.success(), "{}", agent.dump());
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 /// A bad setting or file stops the webhook with exit 2 and one line naming the variable.
@@ -657,7 +653,7 @@ fn bad_settings_and_files_are_refused_by_name() {
         (
             "GPU_SIDECAR_WEBHOOK_ADRESS",
             PathBuf::from("0.0.0.0:8443"),
-            "invalid GPU_SIDECAR_WEBHOOK_ADRESS=",
+            "GPU_SIDECAR_WEBHOOK_ADRESS is not a setting; did you mean GPU_SIDECAR_WEBHOOK_ADDR?",
         ),
     ];
     for (var, value, message) in cases {
@@ -682,14 +678,12 @@ fn bad_settings_and_files_are_refused_by_name() {
         .spawn();
     assert_eq!(agent.wait_exit(WAIT).unwrap().code(), Some(2));
     assert!(
-        agent
-            .stderr_lines()
-            .iter()
-            .any(|l| l.contains("GPU_SIDECAR_WEBHOOK_TLS_CERT") && l.contains("required")),
+        agent.stderr_lines().iter().any(|l| l
+            .contains("GPU_SIDECAR_WEBHOOK_TLS_CERT is not set: expected ")
+            && l.contains("required")),
         "{}",
         agent.dump()
     );
-    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 /// `docs/settings.md` lists every webhook setting with its default, and `--help` the
@@ -982,7 +976,7 @@ fn classic_sidecar_ends_with_the_trainer_whatever_its_launcher() {
     let env = kubelet_env(&sidecar, "classic");
     assert!(env.contains(&("GPU_SIDECAR_EXIT_WITH_CONTAINERS".into(), "true".into())));
     let bin = env!("CARGO_BIN_EXE_gpu-otel-sidecar");
-    let dir = std::env::temp_dir().join(format!("classic-trainers-{}", std::process::id()));
+    let dir = common::temp_path("classic-trainers");
     std::fs::create_dir_all(&dir).unwrap();
     let torchrun = dir.join("torchrun");
     std::fs::write(

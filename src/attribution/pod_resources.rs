@@ -118,7 +118,7 @@ pub enum PodResourcesError {
     },
     /// The kubelet did not answer in time (it accepted the connection, or not, and said
     /// nothing).
-    #[error("the kubelet pod-resources socket {path} did not answer within {timeout:?}")]
+    #[error("the kubelet pod-resources socket {path} did not answer within {}", humantime::format_duration(*timeout))]
     Timeout {
         /// Socket path.
         path: PathBuf,
@@ -399,7 +399,7 @@ pub async fn wait_for_pod_gpus(socket: &Path, namespace: &str, name: &str) -> Ve
                     tracing::warn!(
                         pod = name,
                         namespace,
-                        device_ids = ?unknown,
+                        device_ids = %unknown.join(", "),
                         "{MODE}: the kubelet lists NVIDIA devices for this pod whose ids no known device plugin writes (GPU-/MIG- UUIDs, NVML indices, <gpu>:<mig>, nvidia<N>[/gi<K>][/vgpu<M>], each optionally ::<replica>); they are not reported"
                     );
                 }
@@ -411,7 +411,7 @@ pub async fn wait_for_pod_gpus(socket: &Path, namespace: &str, name: &str) -> Ve
                     );
                 } else {
                     let ids: Vec<&str> = devices.iter().map(|d| d.plugin_id.as_str()).collect();
-                    tracing::info!(pod = name, namespace, devices = ?ids, "this pod's GPUs, from the kubelet pod-resources API");
+                    tracing::info!(pod = name, namespace, devices = %ids.join(", "), "this pod's GPUs, from the kubelet pod-resources API");
                 }
                 return devices;
             }

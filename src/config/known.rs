@@ -91,22 +91,20 @@ pub fn nearest_setting(unknown: &str) -> Option<String> {
 /// nearest known one.
 ///
 /// # Errors
-/// A [`ConfigError`] for the first unknown name: `no such setting; did you mean …?`.
+/// A [`ConfigError`] ([`ConfigProblem::NoSuchSetting`](super::ConfigProblem)) for the first
+/// unknown name.
 pub fn check_names(vars: &BTreeMap<String, String>) -> Result<(), ConfigError> {
-    for (key, value) in vars {
-        if key.starts_with(PREFIX) && !is_known(key) {
-            let hint = match nearest_setting(key) {
-                Some(near) => format!("did you mean {near}? "),
-                None => String::new(),
-            };
-            return Err(ConfigError::new(
-                key,
-                value,
-                format!("no such setting; {hint}(all settings: gpu-otel-sidecar --help)"),
-            ));
-        }
+    match vars
+        .iter()
+        .find(|(key, _)| key.starts_with(PREFIX) && !is_known(key))
+    {
+        Some((key, value)) => Err(ConfigError::no_such_setting(
+            key,
+            value,
+            nearest_setting(key),
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The honoured standard variables, in [`OTEL_VARIABLES`]' order.

@@ -25,16 +25,18 @@ mod otel;
 mod otlp;
 mod rules;
 pub mod settings;
+mod summary;
 mod values;
 
 pub use node::NODE_MODE_DROPS;
 pub use otel::{otel_variable, otel_variables_markdown, OtelUse, OtelVariable, OTEL_VARIABLES};
 pub use otlp::{
     LogsBatch, OtlpConfig, OtlpExporter, Pem, Protocol, Secret, Signal, TemporalityPreference,
-    TlsFiles,
+    TlsFiles, DEFAULT_EVENTS_QUEUE_SIZE,
 };
 pub use rules::{RuleSettings, RulesConfig};
 pub use settings::PREFIX;
+pub use summary::summary;
 pub use values::parse_duration;
 
 use settings as S;
@@ -52,27 +54,82 @@ use values::{
 pub const DEFAULT_SERVICE_NAME: &str = "gpu-otel-sidecar";
 
 /// A setting that could not be accepted: the variable, the value as given and what the
-/// variable accepts. Displayed as one line.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {var}={value:?}: expected {expected}")]
+/// variable accepts. Displayed as one sentence ([`ConfigProblem`] says which).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// Name of the environment variable, e.g. `GPU_SIDECAR_SAMPLE_INTERVAL`.
     pub var: String,
-    /// The value as read (secrets are replaced by `<redacted>`).
+    /// The value as read (secrets are replaced by `<redacted>`); empty when unset.
     pub value: String,
-    /// What the variable accepts, in words.
+    /// What the variable accepts, in words; for [`ConfigProblem::NoSuchSetting`], that it
+    /// must be a known name.
     pub expected: String,
+    /// What is wrong.
+    pub problem: ConfigProblem,
+}
+
+/// What is wrong with a setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigProblem {
+    /// The value is not one the variable accepts: `invalid VAR="value": expected …`.
+    Invalid,
+    /// The variable is unset (or empty) and must be set: `VAR is not set: expected …`.
+    Unset,
+    /// A `GPU_SIDECAR_*` name that is no setting (a typo, typically), with the nearest known
+    /// name when one is close: `VAR is not a setting; did you mean …?`.
+    NoSuchSetting {
+        /// The known setting nearest to it, when near enough to be a typo of it.
+        nearest: Option<String>,
+    },
 }
 
 impl ConfigError {
+    /// A bad value of `var`, or ([`ConfigProblem::Unset`]) no value when `value` is empty:
+    /// an empty variable counts as unset, so it is never "invalid".
     pub(crate) fn new(var: &str, value: &str, expected: impl Into<String>) -> Self {
         Self {
             var: var.to_string(),
             value: value.to_string(),
             expected: expected.into(),
+            problem: if value.is_empty() {
+                ConfigProblem::Unset
+            } else {
+                ConfigProblem::Invalid
+            },
+        }
+    }
+
+    /// `var` (set to `value`) is no setting; `nearest` is the known name it is probably a
+    /// typo of.
+    pub(crate) fn no_such_setting(var: &str, value: &str, nearest: Option<String>) -> Self {
+        Self {
+            var: var.to_string(),
+            value: value.to_string(),
+            expected: "the name of a setting (gpu-otel-sidecar --help lists them)".to_string(),
+            problem: ConfigProblem::NoSuchSetting { nearest },
         }
     }
 }
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (var, value, expected) = (&self.var, &self.value, &self.expected);
+        match &self.problem {
+            ConfigProblem::Invalid => write!(f, "invalid {var}={value:?}: expected {expected}"),
+            ConfigProblem::Unset => write!(f, "{var} is not set: expected {expected}"),
+            ConfigProblem::NoSuchSetting { nearest: Some(near) } => write!(
+                f,
+                "{var} is not a setting; did you mean {near}? (gpu-otel-sidecar --help lists every setting)"
+            ),
+            ConfigProblem::NoSuchSetting { nearest: None } => write!(
+                f,
+                "{var} is not a setting, and no setting has a name close to it; every {PREFIX}* variable must be one (gpu-otel-sidecar --help lists them)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 /// Where a signal goes, from `OTEL_METRICS_EXPORTER` / `OTEL_LOGS_EXPORTER`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +140,17 @@ pub enum ExporterKind {
     Console,
     /// Not exported.
     None,
+}
+
+impl ExporterKind {
+    /// The `OTEL_METRICS_EXPORTER` / `OTEL_LOGS_EXPORTER` value: `otlp`, `console` or `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExporterKind::Otlp => "otlp",
+            ExporterKind::Console => "console",
+            ExporterKind::None => "none",
+        }
+    }
 }
 
 /// Log line format for the agent's own logs (on stderr), `GPU_SIDECAR_LOG_FORMAT`.
@@ -136,6 +204,23 @@ pub enum DeviceId {
         /// The GPU instance id.
         gpu_instance_id: u32,
     },
+}
+
+/// As written in `GPU_SIDECAR_DEVICES` (and by the device plugins): `0`, `GPU-…`, `MIG-…`,
+/// `nvidia3`, `0:1`, `nvidia0/gi3`.
+impl std::fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceId::Index(i) => write!(f, "{i}"),
+            DeviceId::Uuid(u) => f.write_str(u),
+            DeviceId::Minor(m) => write!(f, "nvidia{m}"),
+            DeviceId::MigIndex { gpu, mig } => write!(f, "{gpu}:{mig}"),
+            DeviceId::GpuInstance {
+                minor,
+                gpu_instance_id,
+            } => write!(f, "nvidia{minor}/gi{gpu_instance_id}"),
+        }
+    }
 }
 
 /// `GPU_SIDECAR_DEVICES=pod-resources` in words for log lines: the variable, and the Helm
@@ -194,6 +279,10 @@ pub struct Config {
     pub export_interval: Duration,
     /// Cadence of the slow NVML groups (`GPU_SIDECAR_{PROCESS,GPM,ENERGY,PCIE}_INTERVAL`).
     pub slow_intervals: SlowIntervals,
+    /// Export the detail series from the start (every clock-event reason, pipe and
+    /// per-process video engine; the sample duration by group), `GPU_SIDECAR_METRICS_DETAIL`;
+    /// default false (the series budget, docs/metrics.md).
+    pub metrics_detail: bool,
     /// Which GPUs, `GPU_SIDECAR_DEVICES`; default all.
     pub devices: DeviceSelection,
     /// Kubelet pod-resources socket, `GPU_SIDECAR_POD_RESOURCES_SOCKET`; default
@@ -263,14 +352,14 @@ pub struct Config {
     /// default 30000. The OTLP exporter's own timeout bounds it too (see
     /// [`Config::metrics_export_bound`]).
     pub metric_export_timeout: Duration,
-    /// The events' batch processor (`OTEL_BLRP_*`).
+    /// The events' queue and batches (`OTEL_BLRP_*`).
     pub logs_batch: LogsBatch,
     /// `OTEL_SDK_DISABLED=true`: nothing is exported (metrics and events), whatever the
     /// exporters say; sampling, rules, the run report, the sample log and health go on.
     pub sdk_disabled: bool,
     /// Standard `OTEL_*` variables that are set but do not apply to this agent, each with
     /// why; named in one warning at start (see [`OTEL_VARIABLES`]).
-    pub otel_not_applied: Vec<(String, &'static str)>,
+    pub otel_not_applied: Vec<(String, String)>,
     /// Price of one GPU-hour, `GPU_SIDECAR_PRICE_PER_GPU_HOUR` (any currency; no default):
     /// the run report's `cost` and `idle_cost`.
     pub price_per_gpu_hour: Option<f64>,
@@ -291,6 +380,16 @@ pub enum OutputTarget {
     Stdout,
     /// This file.
     Path(PathBuf),
+}
+
+impl OutputTarget {
+    /// As written in the setting: the path, or `-` for standard output.
+    pub fn as_setting(&self) -> String {
+        match self {
+            OutputTarget::Stdout => "-".to_string(),
+            OutputTarget::Path(p) => p.display().to_string(),
+        }
+    }
 }
 
 /// Format of the sample log, `GPU_SIDECAR_SAMPLE_LOG_FORMAT`.
@@ -415,6 +514,7 @@ impl Config {
             energy: parse_duration(S::ENERGY_INTERVAL.name, env.value(&S::ENERGY_INTERVAL))?,
             pcie: parse_duration(S::PCIE_INTERVAL.name, env.value(&S::PCIE_INTERVAL))?,
         };
+        let metrics_detail = parse_bool(S::METRICS_DETAIL.name, env.value(&S::METRICS_DETAIL))?;
         let devices = parse_devices(env.value(&S::DEVICES))?;
         if devices == DeviceSelection::PodResources
             && (get("K8S_POD_NAME").is_none() || get("K8S_NAMESPACE_NAME").is_none())
@@ -508,11 +608,8 @@ impl Config {
             .filter(|(k, v)| k.starts_with("OTEL_") && !v.is_empty())
             .filter_map(|(k, _)| match otel_variable(k) {
                 Some(row) if row.used == OtelUse::Honoured => None,
-                Some(row) => Some((k.clone(), row.what)),
-                None => Some((
-                    k.clone(),
-                    "not a variable of the OpenTelemetry SDK or OTLP exporter specifications that the agent knows",
-                )),
+                Some(row) => Some((k.clone(), row.what.to_string())),
+                None => Some((k.clone(), otel::unknown_otel_variable(k))),
             })
             .collect();
         let health_addr = match env.trimmed(&S::HEALTH_ADDR) {
@@ -561,6 +658,7 @@ impl Config {
             sample_interval,
             export_interval,
             slow_intervals,
+            metrics_detail,
             devices,
             pod_resources_socket,
             exit_with_process,

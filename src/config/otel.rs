@@ -130,8 +130,8 @@ pub static OTEL_VARIABLES: &[OtelVariable] = &[
     honoured!("OTEL_METRIC_EXPORT_INTERVAL", "`10000`", "milliseconds between metric exports (each right after a sample)", "2000"),
     honoured!("OTEL_METRIC_EXPORT_TIMEOUT", "`30000`", "milliseconds: bound on one metrics export, retries included (the OTLP timeout bounds it too; the smaller wins)", "4000"),
     honoured!("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "`cumulative`", "`cumulative`; `delta` (counters and the histogram delta, up-down counters cumulative); `lowmemory` (what the agent records as it happens, XIDs, alerts and sample durations, delta; counters read from NVML or its own state cumulative)", "delta"),
-    honoured!("OTEL_BLRP_SCHEDULE_DELAY", "`1000`", "milliseconds between two exports of queued events", "500"),
-    honoured!("OTEL_BLRP_MAX_QUEUE_SIZE", "`2048`", "events held while the collector is slow or down; more are dropped", "100"),
+    honoured!("OTEL_BLRP_SCHEDULE_DELAY", "`1000`", "milliseconds between two exports of queued events while events keep coming (a lone event is sent at once)", "500"),
+    honoured!("OTEL_BLRP_MAX_QUEUE_SIZE", "`1024`", "events held while the collector is slow or down, sent again until it takes them; when full the oldest is dropped (counted in `gpu_sidecar.events.dropped`); 1024 hold a minute of 17 XIDs a second, at most ~2.7 MiB ([operations](operations.md#what-is-kept-during-a-collector-outage))", "100"),
     honoured!("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", "`512`", "events per export (at most the queue size)", "50"),
     OTLP_GENERAL[0], OTLP_GENERAL[1], OTLP_GENERAL[2], OTLP_GENERAL[3], OTLP_GENERAL[4],
     OTLP_GENERAL[5], OTLP_GENERAL[6], OTLP_GENERAL[7], OTLP_GENERAL[8],
@@ -139,7 +139,7 @@ pub static OTEL_VARIABLES: &[OtelVariable] = &[
     OTLP_METRICS[5], OTLP_METRICS[6], OTLP_METRICS[7], OTLP_METRICS[8],
     OTLP_LOGS[0], OTLP_LOGS[1], OTLP_LOGS[2], OTLP_LOGS[3], OTLP_LOGS[4],
     OTLP_LOGS[5], OTLP_LOGS[6], OTLP_LOGS[7], OTLP_LOGS[8],
-    not_applied!("OTEL_BLRP_EXPORT_TIMEOUT", "the SDK's thread-based batch processor has no export timeout; each events export is bounded by the OTLP timeout", "5000"),
+    not_applied!("OTEL_BLRP_EXPORT_TIMEOUT", "each events export is bounded by the OTLP timeout (`OTEL_EXPORTER_OTLP_[LOGS_]TIMEOUT`), and a failed one is sent again later", "5000"),
     not_applied!("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "the one histogram (`gpu_sidecar.sample.duration`) has fixed explicit buckets", "base2_exponential_bucket_histogram"),
     not_applied!("OTEL_METRICS_EXEMPLAR_FILTER", "no exemplars: the agent has no traces to link to", "always_on"),
     not_applied!("OTEL_LOG_LEVEL", "the agent's own log level is `GPU_SIDECAR_LOG_LEVEL`", "debug"),
@@ -177,6 +177,40 @@ pub fn otel_variable(name: &str) -> Option<&'static OtelVariable> {
     })
 }
 
+/// The variable of [`OTEL_VARIABLES`] (a whole name, not a `PREFIX_*` row) nearest to
+/// `unknown`, when it is near enough to be a typo of it: normalized Damerau-Levenshtein
+/// similarity of at least 0.85 over the names without `OTEL_` (one or two letters wrong,
+/// swapped, missing or extra). Used for the start-up warning; an unknown `OTEL_*` name is
+/// never refused (the SDKs of other languages and the OpenTelemetry Operator set names
+/// this table does not hold).
+pub fn nearest_otel_variable(unknown: &str) -> Option<&'static str> {
+    let bare = |n: &str| n.strip_prefix("OTEL_").unwrap_or(n).to_string();
+    let unknown = bare(unknown);
+    OTEL_VARIABLES
+        .iter()
+        .filter(|v| !v.name.ends_with('*'))
+        .map(|v| {
+            (
+                strsim::normalized_damerau_levenshtein(&unknown, &bare(v.name)),
+                v.name,
+            )
+        })
+        .filter(|(similarity, _)| *similarity >= 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| name)
+}
+
+/// Why a set `OTEL_*` variable that [`OTEL_VARIABLES`] does not hold is ignored, with the
+/// nearest known name when one is close ([`nearest_otel_variable`]).
+pub fn unknown_otel_variable(name: &str) -> String {
+    const UNKNOWN: &str =
+        "not a variable of the OpenTelemetry SDK or OTLP exporter specifications that the agent knows";
+    match nearest_otel_variable(name) {
+        Some(near) => format!("{UNKNOWN}; did you mean {near}?"),
+        None => UNKNOWN.to_string(),
+    }
+}
+
 /// `docs/otel-variables.md`, generated from [`OTEL_VARIABLES`].
 pub fn otel_variables_markdown() -> String {
     let mut s = String::from(
@@ -187,7 +221,9 @@ pub fn otel_variables_markdown() -> String {
          reach a metrics-and-logs exporter, and what the agent does with it. *Honoured*: read and applied; \
          a bad value stops the agent with exit code 2 and one line naming the variable and what it accepts. \
          *Not applied*: when set, it is named, with the reason, in one warning at start, and ignored; any \
-         other `OTEL_*` variable that is set is named in that warning as unknown. A per-signal variable \
+         other `OTEL_*` variable that is set is named in that warning as unknown, with the nearest \
+         known name when one is close (`did you mean OTEL_EXPORTER_OTLP_ENDPOINT?` for \
+         `OTEL_EXPORTER_OTLP_ENDPIONT`); none is refused. A per-signal variable \
          (`OTEL_EXPORTER_OTLP_METRICS_*`, `OTEL_EXPORTER_OTLP_LOGS_*`) wins over the general one for its \
          signal; the events are the logs signal. An empty variable counts as unset.\n\n",
     );

@@ -16,6 +16,16 @@ pub enum Protocol {
     HttpProtobuf,
 }
 
+impl Protocol {
+    /// The `OTEL_EXPORTER_OTLP_PROTOCOL` value: `grpc` or `http/protobuf`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::HttpProtobuf => "http/protobuf",
+        }
+    }
+}
+
 /// A string whose value never appears in logs, errors or debug output (OTLP header values
 /// carry tokens).
 #[derive(Clone, PartialEq, Eq)]
@@ -146,6 +156,18 @@ pub enum TemporalityPreference {
     LowMemory,
 }
 
+impl TemporalityPreference {
+    /// The `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` value: `cumulative`, `delta`
+    /// or `lowmemory`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TemporalityPreference::Cumulative => "cumulative",
+            TemporalityPreference::Delta => "delta",
+            TemporalityPreference::LowMemory => "lowmemory",
+        }
+    }
+}
+
 /// OTLP settings for both signals the agent exports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OtlpConfig {
@@ -158,16 +180,24 @@ pub struct OtlpConfig {
     pub temporality: TemporalityPreference,
 }
 
-/// The events' batch log processor, from the `OTEL_BLRP_*` variables (given to the SDK's
-/// `BatchConfigBuilder` explicitly: the SDK would otherwise read them itself and silently
-/// ignore a bad value).
+/// Events held while the collector is slow or down, by default (`OTEL_BLRP_MAX_QUEUE_SIZE`;
+/// the specification's 2048 is sized for applications' logs). Sized from the encoded OTLP
+/// records measured on the H200 recording (`tests/reliability.rs`,
+/// `events_raised_during_a_60_s_outage_arrive_once_in_order`, which checks them): an XID
+/// event 0.33-0.5 KiB, an alert with every reading of its GPU 2.5-2.7 KiB, the run report
+/// ~4.2 KiB. 1024 hold a minute of a storm of 17 XIDs a second, or days of alerts, in at most
+/// ~2.7 MiB (all alerts; ~0.5 MiB of XIDs).
+pub const DEFAULT_EVENTS_QUEUE_SIZE: usize = 1024;
+
+/// How events are queued and batched, from the `OTEL_BLRP_*` variables (the batch log
+/// record processor's, applied by the agent's own events queue, `src/telemetry/outbox.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogsBatch {
-    /// `OTEL_BLRP_SCHEDULE_DELAY` (ms): time between two exports of queued events;
-    /// default 1000.
+    /// `OTEL_BLRP_SCHEDULE_DELAY` (ms): while events keep coming, at most one export per
+    /// this long (a lone event goes at once); default 1000.
     pub schedule_delay: Duration,
-    /// `OTEL_BLRP_MAX_QUEUE_SIZE`: events held while the collector is slow or down (more
-    /// are dropped); default 2048.
+    /// `OTEL_BLRP_MAX_QUEUE_SIZE`: events held while the collector is slow or down (the
+    /// oldest dropped first when full); default [`DEFAULT_EVENTS_QUEUE_SIZE`].
     pub max_queue_size: usize,
     /// `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`: events per export; default 512, at most the queue
     /// size.
@@ -178,7 +208,7 @@ impl Default for LogsBatch {
     fn default() -> Self {
         Self {
             schedule_delay: Duration::from_millis(1000),
-            max_queue_size: 2048,
+            max_queue_size: DEFAULT_EVENTS_QUEUE_SIZE,
             max_export_batch_size: 512,
         }
     }

@@ -139,6 +139,13 @@ pub const PCIE_INTERVAL: Setting = agent(
     DURATION,
     "how often PCIe throughput is read on GPUs without GPM (`nvmlDeviceGetPcieThroughput`, blocks ~20 ms per direction), at export ticks",
 );
+/// `GPU_SIDECAR_METRICS_DETAIL`: the series the default export leaves out or folds.
+pub const METRICS_DETAIL: Setting = agent(
+    "GPU_SIDECAR_METRICS_DETAIL",
+    Unset::Default("false"),
+    "true or false",
+    "`true`: export the detail series from the start: every clock-event reason, non-tensor pipe and per-process encoder/decoder utilization at every export (by default each appears from the first export where it is not 0), and `gpu_sidecar.sample.duration` by group of NVML calls (by default one series); see [the series budget](metrics.md#series-budget)",
+);
 /// `GPU_SIDECAR_DEVICES`.
 pub const DEVICES: Setting = agent(
     "GPU_SIDECAR_DEVICES",
@@ -345,6 +352,7 @@ pub static SETTINGS: &[Setting] = &[
     GPM_INTERVAL,
     ENERGY_INTERVAL,
     PCIE_INTERVAL,
+    METRICS_DETAIL,
     DEVICES,
     POD_RESOURCES_SOCKET,
     PROC_ROOT,

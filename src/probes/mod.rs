@@ -497,9 +497,9 @@ pub async fn watchdog(hub: Arc<Hub>, bound: Duration) {
                 tracing::error!(
                     activity = activity.as_str(),
                     busy_s = d.as_secs(),
-                    "the NVML sampler has been inside {} for more than {:?} (GPU_SIDECAR_WATCHDOG_TIMEOUT): a driver call does not return and cannot be interrupted; readiness is false and nothing is exported until it returns (nvidia-smi on the node will likely hang too; the driver or GPU may need a reset)",
+                    "the NVML sampler has been inside {} for more than {} (GPU_SIDECAR_WATCHDOG_TIMEOUT): a driver call does not return and cannot be interrupted; readiness is false and nothing is exported until it returns (nvidia-smi on the node will likely hang too; the driver or GPU may need a reset)",
                     activity.as_str(),
-                    bound
+                    humantime::format_duration(bound)
                 );
                 hub.count_stuck("nvml-sampler", activity.as_str());
                 stuck = Some(activity);
@@ -521,11 +521,11 @@ pub async fn watchdog(hub: Arc<Hub>, bound: Duration) {
                 tracing::error!(
                     call = c.call,
                     busy_s = c.busy_for.as_secs(),
-                    "the XID/ECC event watcher has been inside {} for {:.0} s, more than its own timeout ({:?}) plus {:?} (GPU_SIDECAR_WATCHDOG_TIMEOUT): a driver call does not return; readiness is false, and XID and ECC events are seen only once it returns (sampling and export go on, and a re-initialization of NVML does not wait for it)",
+                    "the XID/ECC event watcher has been inside {} for {:.0} s, more than its own timeout ({}) plus {} (GPU_SIDECAR_WATCHDOG_TIMEOUT): a driver call does not return; readiness is false, and XID and ECC events are seen only once it returns (sampling and export go on, and a re-initialization of NVML does not wait for it)",
                     c.call,
                     c.busy_for.as_secs_f64(),
-                    c.allowed,
-                    bound
+                    humantime::format_duration(c.allowed),
+                    humantime::format_duration(bound)
                 );
                 hub.count_stuck("nvml-events", c.call);
                 watcher_was_stuck = Some(c.call);

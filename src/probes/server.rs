@@ -166,10 +166,21 @@ pub fn probe(addr: &HealthAddr, path: &str, timeout: Duration) -> Result<(u16, S
         ),
     };
     let client = builder.build().map_err(|e| format!("HTTP client: {e}"))?;
-    let response = client
-        .get(&url)
-        .send()
-        .map_err(|e| format!("{shown}: {}", crate::logging::with_sources(&e)))?;
+    let response = client.get(&url).send().map_err(|e| {
+        let why = crate::logging::with_sources(&e);
+        if e.is_timeout() {
+            format!(
+                "asked {shown}, and no answer came within {}: an agent listens there but does not answer (overloaded, or stopped in a debugger)",
+                humantime::format_duration(timeout)
+            )
+        } else if e.is_connect() {
+            format!(
+                "asked {shown}, and nothing answered ({why}): no agent is running here with GPU_SIDECAR_HEALTH_ADDR={addr} (an agent with another address, or with the endpoint off, is not found)"
+            )
+        } else {
+            format!("asked {shown}: {why}")
+        }
+    })?;
     let status = response.status().as_u16();
     let body = response.text().map_err(|e| format!("{shown}: {e}"))?;
     Ok((status, body))

@@ -184,12 +184,18 @@ impl RunReport {
         out
     }
 
-    /// The `gpu.run.report` event: body = the JSON document, attributes = the pod summary.
+    /// The `gpu.run.report` event: body = the JSON document without its `events` list (each
+    /// of those reached the backend as its own record, and the list would make the report
+    /// the largest record in the events queue), attributes = the pod summary.
     pub fn event(&self) -> Event {
+        let mut body = serde_json::to_value(self).unwrap_or_default();
+        if let Some(fields) = body.as_object_mut() {
+            fields.remove("events");
+        }
         Event {
             name: EVENT_NAME,
             severity: Severity::Info,
-            body: self.to_json_line(),
+            body: body.to_string(),
             attributes: self.attributes(),
             time: None,
         }

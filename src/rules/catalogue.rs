@@ -455,9 +455,7 @@ pub fn markdown() -> String {
          - A reading NVML does not give makes the condition unknown: an unknown sample neither \
          starts nor confirms an alert, and does not clear a firing one.\n\
          - Each firing and each resolution adds 1 to the counter `nvidia.gpu.alerts` \
-         (see [metrics.md](metrics.md)), whose series (each enabled rule, firing and resolved) \
-         exist at 0 from each device's first sample, so a first firing is an increase \
-         `increase()` and `rate()` see.\n\
+         (see [metrics.md](metrics.md)); a series is born with its first transition (below).\n\
          - Time is the sample's: a condition \"for 10 s\" holds from the first sample where it is \
          true to a sample at least 10 s later, with no false sample between.\n\n\
          ## Attributes on every record\n\n\
@@ -471,6 +469,23 @@ pub fn markdown() -> String {
          | `nvidia.gpu.alert.samples` | firing: consecutive samples on which the condition held |\n\
          | `nvidia.gpu.reading.<metric>[.<attribute value>]` | firing: every reading of the GPU at that sample, named after its metric in [metrics.md](metrics.md) and in the metric's unit, e.g. `nvidia.gpu.reading.hw.power`, `nvidia.gpu.reading.hw.temperature.gpu` |\n\n\
          The body is one line: what was seen, then what to do.\n\n\
+         ## First occurrences\n\n\
+         Nothing is exported for what never happened: a counter of events is born with its first \
+         event. The `nvidia.gpu.alerts` series of a rule, state and GPU appears with that rule's \
+         first transition on that GPU, and the `nvidia.gpu.xid.errors` series of an XID code and GPU \
+         with the first report of that code, each at 1 and with the agent's start as start time (so \
+         a backend that reads start times sees the step from 0). A series born non-zero has no earlier \
+         point, so `increase()` alone misses it; the shipped Prometheus rules \
+         (`docker/prometheus-rules.yaml`) add the series that did not exist before: \
+         `increase(x[5m]) > 0 or (x unless last_over_time(x[5m] offset 5m))` (`last_over_time` \
+         rather than an instant `x offset 5m`, which a stale scrape 5 minutes back would empty; a \
+         Prometheus that starts with no history sees every existing series as new for 5 minutes). \
+         So `GPUXidError` \
+         (on `nvidia_gpu_xid_errors_total`, one alert per GPU and code) fires on an XID in the \
+         agent's first export interval and on the first report of a code never seen before, as on \
+         any later one, and holds for 5 minutes after the last. The events themselves \
+         (`nvidia.gpu.xid`, `nvidia.gpu.alert.*`) go out at once and are held while the collector is \
+         down ([operations.md](operations.md#what-is-kept-during-a-collector-outage)).\n\n\
          ## Rules\n\n\
          Settings are `GPU_SIDECAR_RULE_<NAME>_ENABLED` (`true`/`false`, default `true`) and, \
          where the rule has them, `_THRESHOLD` (and a second threshold, named in the table), \

@@ -24,7 +24,6 @@ pub(crate) mod profiling;
 pub(crate) mod rule;
 mod workload;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,14 +59,12 @@ pub(crate) fn mib(bytes: f64) -> String {
     format!("{:.1} MiB", bytes / (1u64 << 20) as f64)
 }
 
-/// Turns [`Alert`]s into records and counts them.
+/// Turns [`Alert`]s into records and counts them: an `nvidia.gpu.alerts` series is born
+/// with its first transition, at 1, counting from the agent's start (its start time), so
+/// nothing is exported for the transitions that never happened.
 struct AlertReporter {
     events: Events,
     counter: Counter,
-    /// The enabled rules (their alert series are created at 0 for each device).
-    rules: Vec<RuleId>,
-    /// Devices whose alert series exist.
-    known: HashSet<String>,
 }
 
 /// The attributes of one `nvidia.gpu.alerts` series.
@@ -89,29 +86,10 @@ fn round_ms(d: Duration) -> Duration {
 }
 
 impl AlertReporter {
-    fn new(events: Events, recorded: &Arc<Recorded>, rules: Vec<RuleId>) -> Self {
+    fn new(events: Events, recorded: &Arc<Recorded>) -> Self {
         Self {
             events,
             counter: recorded.counter(&ALERTS),
-            rules,
-            known: HashSet::new(),
-        }
-    }
-
-    /// Creates at 0 every alert series the rules may produce for the devices of
-    /// `snapshot` not seen before (each enabled rule, firing and resolved), so that a
-    /// backend sees the first firing as an increase: `increase()` and `rate()` need a point
-    /// before it.
-    fn ensure_series(&mut self, snapshot: &Snapshot) {
-        for d in &snapshot.devices {
-            if self.known.insert(d.info.uuid.clone()) {
-                for rule in &self.rules {
-                    for state in [AlertState::Firing, AlertState::Resolved] {
-                        self.counter
-                            .ensure(&alert_attributes(*rule, state, Some(&d.info.uuid)));
-                    }
-                }
-            }
         }
     }
 
@@ -221,7 +199,6 @@ impl Consumer for Judge {
     const INTEREST: Interest = Interest::BOTH;
 
     fn snapshot(&mut self, snapshot: &Arc<Snapshot>, _: &[crate::sampling::GroupDuration]) {
-        self.reporter.ensure_series(snapshot);
         for a in self.engine.observe(snapshot) {
             self.reporter.report(a);
         }
@@ -256,13 +233,7 @@ impl Rules {
         if engine.is_empty() {
             return Self { thread: None };
         }
-        let enabled = config
-            .0
-            .iter()
-            .filter(|(_, s)| s.enabled)
-            .map(|(id, _)| *id)
-            .collect();
-        let reporter = AlertReporter::new(events, recorded, enabled);
+        let reporter = AlertReporter::new(events, recorded);
         Self {
             thread: Some(ConsumerThread::start(
                 "rules",

@@ -7,13 +7,14 @@
 //! delays sampling; a GPU whose registration fails with a transient error is retried with
 //! backoff (1 s doubling to [`REGISTER_RETRY_CAP`]), said once; one that cannot report events
 //! is said once and left alone. It then waits on the set (`nvmlEventSetWait_v2`), each wait
-//! bounded by one sample interval, and publishes each event into the [`Hub`](super::Hub), where
+//! bounded by one sample interval and at most
+//! [`EVENT_WAIT_MAX`](super::sampler::EVENT_WAIT_MAX), and publishes each event into the [`Hub`](super::Hub), where
 //! it rides the consumers' subscriptions in order with the snapshots.
 //!
 //! **Wake-ups and latency.** `nvmlEventSetWait_v2` returns as soon as NVML has an event, so
 //! an XID reaches the hub when the driver reports it, whatever the bound; the bound only
-//! says how often an idle watcher wakes (once per sample interval) and how long it takes to
-//! notice the stop request. Nothing else wakes it: the stop request is a closed channel.
+//! says how often an idle watcher wakes (once per sample interval, at least twice a second)
+//! and how long it takes to notice the stop request. Nothing else wakes it: the stop request is a closed channel.
 //!
 //! **Heartbeat.** Every NVML call it makes is recorded in its [`Heartbeat`] (which call,
 //! since when, and how long the call may take by itself), which the health checks read: a
@@ -54,6 +55,17 @@ pub enum DeviceEventKind {
     EccSingleBit,
     /// A double-bit (uncorrected) ECC error (`nvmlEventTypeDoubleBitEccError`).
     EccDoubleBit,
+}
+
+/// In words, for log lines: `XID 79`, `single-bit ECC error`, `double-bit ECC error`.
+impl std::fmt::Display for DeviceEventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceEventKind::Xid(code) => write!(f, "XID {code}"),
+            DeviceEventKind::EccSingleBit => f.write_str("single-bit ECC error"),
+            DeviceEventKind::EccDoubleBit => f.write_str("double-bit ECC error"),
+        }
+    }
 }
 
 /// One event from a GPU.
@@ -230,7 +242,8 @@ pub(crate) struct Context<'a> {
     pub beat: &'a Heartbeat,
     /// Where the errors NVML answers are counted, by call and code.
     pub count_error: &'a dyn Fn(&'static str, &NvmlError),
-    /// The bound of one wait (one sample interval).
+    /// The bound of one wait (one sample interval, at most
+    /// [`EVENT_WAIT_MAX`](super::sampler::EVENT_WAIT_MAX)).
     pub wait: Duration,
     /// Whether a newer watcher (of a later NVML session) has started.
     pub superseded: &'a dyn Fn() -> bool,
@@ -431,7 +444,7 @@ fn deliver(
         .find(|(_, d)| unsafe { d.handle() } == ev.device)
         .map(|(i, _)| &targets[*i]);
     let Some(target) = target else {
-        tracing::debug!(?kind, "event from a GPU that is not watched");
+        tracing::debug!(%kind, "event from a GPU that is not watched");
         return;
     };
     let Some(device) = attribute(
@@ -442,7 +455,7 @@ fn deliver(
         ev.compute_instance_id,
     ) else {
         tracing::debug!(
-            ?kind,
+            %kind,
             gpu = %target.info.uuid,
             gpu_instance_id = ev.gpu_instance_id,
             compute_instance_id = ev.compute_instance_id,

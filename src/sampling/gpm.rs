@@ -40,6 +40,39 @@ pub(crate) const METRICS: &[GpmMetricId] = &[
     GpmMetricId::NvlinkTotalRxPerSec,
 ];
 
+/// NVML's name of a GPM metric (`NVML_GPM_METRIC_SM_OCCUPANCY`), for log lines.
+pub(crate) fn nvml_name(id: GpmMetricId) -> String {
+    let name = match id {
+        GpmMetricId::GraphicsUtil => "GRAPHICS_UTIL",
+        GpmMetricId::SmUtil => "SM_UTIL",
+        GpmMetricId::SmOccupancy => "SM_OCCUPANCY",
+        GpmMetricId::IntegerUtil => "INTEGER_UTIL",
+        GpmMetricId::AnyTensorUtil => "ANY_TENSOR_UTIL",
+        GpmMetricId::DfmaTensorUtil => "DFMA_TENSOR_UTIL",
+        GpmMetricId::HmmaTensorUtil => "HMMA_TENSOR_UTIL",
+        GpmMetricId::ImmaTensorUtil => "IMMA_TENSOR_UTIL",
+        GpmMetricId::DramBwUtil => "DRAM_BW_UTIL",
+        GpmMetricId::Fp64Util => "FP64_UTIL",
+        GpmMetricId::Fp32Util => "FP32_UTIL",
+        GpmMetricId::Fp16Util => "FP16_UTIL",
+        GpmMetricId::PcieTxPerSec => "PCIE_TX_PER_SEC",
+        GpmMetricId::PcieRxPerSec => "PCIE_RX_PER_SEC",
+        GpmMetricId::NvlinkTotalTxPerSec => "NVLINK_TOTAL_TX_PER_SEC",
+        GpmMetricId::NvlinkTotalRxPerSec => "NVLINK_TOTAL_RX_PER_SEC",
+        // Not asked for (not in METRICS): NVML's numeric id.
+        other => return format!("NVML_GPM_METRIC {}", other.as_c()),
+    };
+    format!("NVML_GPM_METRIC_{name}")
+}
+
+/// NVML's names of GPM metrics, comma-separated.
+pub(crate) fn nvml_names(ids: &[GpmMetricId]) -> String {
+    ids.iter()
+        .map(|id| nvml_name(*id))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What one pair of GPM samples gave.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct GpmReading {

@@ -219,7 +219,7 @@ impl Hub {
             if lost == full || lost / 1000 != (lost - full) / 1000 {
                 tracing::warn!(
                     lost_so_far = lost,
-                    kind = ?event.kind,
+                    kind = %event.kind,
                     uuid = %event.device.uuid,
                     "a device event did not reach a consumer whose queue is full (it is stuck); said for the first and every 1000th"
                 );
@@ -322,6 +322,14 @@ impl Hub {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// How many event watcher threads (`nvml-events`) are running. Each holds its NVML
+    /// session and, when it is the last holder, shuts it down as it ends: after the sampler
+    /// stopped, 0 means NVML has been shut down (`nvmlShutdown` called), more that a watcher
+    /// is still inside a driver call.
+    pub fn event_watchers_running(&self) -> usize {
+        self.watchers_running.load(Ordering::SeqCst)
     }
 
     /// The event watcher of the current NVML session: whether it runs, the NVML call it is

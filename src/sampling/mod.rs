@@ -135,7 +135,7 @@ pub enum NvmlDown {
     OtherLibrary {
         /// The library as configured.
         library: String,
-        /// The error it answered, as nvml-wrapper names it.
+        /// The error it answered, as NVML names it (`NVML_ERROR_UNKNOWN`).
         error: String,
     },
 }
@@ -152,7 +152,7 @@ impl NvmlDown {
             NvmlError::Unknown => NvmlDown::Unknown,
             NvmlError::GpuLost => NvmlDown::GpuLost,
             NvmlError::ResetRequired => NvmlDown::ResetRequired,
-            other => NvmlDown::Other(format!("{other:?}")),
+            other => NvmlDown::Other(nvml_error::error_code(other)),
         }
     }
 
@@ -174,7 +174,7 @@ impl NvmlDown {
             }
             _ if !nvidia => NvmlDown::OtherLibrary {
                 library: library.display().to_string(),
-                error: format!("{e:?}"),
+                error: nvml_error::error_code(e),
             },
             _ => Self::classify(e),
         }

@@ -88,19 +88,19 @@ mod tests {
 
     #[test]
     fn names_only_from_a_proc_that_shows_kthreadd() {
-        let dir = std::env::temp_dir().join(format!("gpu-sidecar-proc-{}", std::process::id()));
+        let guard = tempfile::tempdir().unwrap();
+        let dir = guard.path();
         std::fs::create_dir_all(dir.join("2")).unwrap();
         std::fs::create_dir_all(dir.join("432")).unwrap();
         std::fs::write(dir.join("432/comm"), "python3\n").unwrap();
         std::fs::write(dir.join("2/comm"), "sh\n").unwrap();
         assert!(
-            !in_host_pid_namespace(&dir),
+            !in_host_pid_namespace(dir),
             "a container's PID 2 is not kthreadd"
         );
         std::fs::write(dir.join("2/comm"), "kthreadd\n").unwrap();
-        assert!(in_host_pid_namespace(&dir));
-        assert_eq!(executable_name(&dir, 432).as_deref(), Some("python3"));
-        assert_eq!(executable_name(&dir, 433), None);
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(in_host_pid_namespace(dir));
+        assert_eq!(executable_name(dir, 432).as_deref(), Some("python3"));
+        assert_eq!(executable_name(dir, 433), None);
     }
 }

@@ -100,8 +100,34 @@ pub struct Sampler {
 /// Consecutive ticks in which no device answered anything before NVML is initialized again.
 pub const SILENT_TICKS_BEFORE_REINIT: u32 = 3;
 
-/// Init retry backoff: doubles from 1 s up to this cap.
-pub const INIT_BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// Most time between two NVML initialization attempts while NVML is down, whatever the
+/// sample interval: NVML's init is a local call, and recovery follows NVML's return within
+/// two sample intervals (see [`init_backoff`]).
+pub const INIT_BACKOFF_CAP: Duration = Duration::from_secs(5);
+
+/// The delays between NVML initialization attempts while NVML is down (init failing, the
+/// device listing failing, fewer devices listed than before): from 1 s (or the sample
+/// interval when shorter) doubling up to the sample interval, at most [`INIT_BACKOFF_CAP`].
+/// So an attempt comes at most one sample interval after NVML answers again, and the first
+/// sample follows it: the agent is ready again within two sample intervals. Without jitter
+/// (one local library, nothing to spread out); backon's exponential backoff, without end.
+pub fn init_backoff(sample_interval: Duration) -> impl Iterator<Item = Duration> {
+    use backon::BackoffBuilder as _;
+    let cap = sample_interval.min(INIT_BACKOFF_CAP);
+    backon::ExponentialBuilder::default()
+        .with_min_delay(cap.min(Duration::from_secs(1)))
+        .with_max_delay(cap)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+}
+
+/// The longest one event wait (`nvmlEventSetWait_v2`) may be: a wait is bounded by one
+/// sample interval and by this, so that the event watcher notices a stop within half a
+/// second, returns, and NVML is shut down before the agent exits (at the default 5 s sample
+/// interval a whole-interval wait outlasted the stop). An event ends a wait at once
+/// whatever its bound; an idle watcher wakes twice a second (one driver call each).
+pub const EVENT_WAIT_MAX: Duration = Duration::from_millis(500);
 
 /// Most event watcher threads at once: the current session's and one of an earlier session
 /// still inside a driver call. Past it no new watcher is started until one returns (a stuck
@@ -139,9 +165,10 @@ impl Sampler {
 
     /// Asks for one final sample and NVML shutdown, and waits up to `timeout` for it. A
     /// sampler wedged inside a driver call cannot be interrupted: then this returns `false`
-    /// after `timeout` and the thread is left behind. The event watcher is given up to half
-    /// of what is left after the final sample to return from its current wait (at most one
-    /// sample interval); if it has not, it shuts NVML down itself when it returns.
+    /// after `timeout` and the thread is left behind. The event watcher is given what is
+    /// left of `timeout` after the final sample to return from its current wait (at most
+    /// [`EVENT_WAIT_MAX`]); if it has not, it shuts NVML down itself when it returns (see
+    /// [`Hub::event_watchers_running`]).
     pub fn stop(mut self, timeout: Duration) -> bool {
         let _ = self.commands.send(Command::FinalSampleAndStop {
             until: Instant::now() + timeout,
@@ -162,7 +189,9 @@ impl Sampler {
 enum SessionEnd {
     /// Stop the sampler; with the time by which everything must be done when asked to.
     Stop(Option<Instant>),
-    Reinit,
+    /// NVML is up but the devices could not be listed, or fewer than before: initialize
+    /// again after the backoff ([`init_backoff`]).
+    Retry,
     /// No device answered for [`SILENT_TICKS_BEFORE_REINIT`] ticks: re-initialize, and
     /// keep re-initializing until NVML lists as many devices again.
     Silent,
@@ -177,6 +206,8 @@ struct Carry {
     io_totals: HashMap<String, IoTotals>,
     /// After NVML went silent: the device count to list again before sampling resumes.
     relist: Option<usize>,
+    /// The device listing's failure was logged (once per outage, until a session samples).
+    listing_logged: bool,
     /// The export schedule and the slow groups' last reads.
     cadence: Option<Cadence>,
 }
@@ -187,11 +218,19 @@ fn run(
     commands: &mpsc::Receiver<Command>,
     annotate: &mut Option<Box<dyn Annotate>>,
 ) {
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = init_backoff(settings.interval);
     let mut last_down: Option<NvmlDown> = None;
     let mut carry = Carry {
         cadence: Some(settings.cadence()),
         ..Carry::default()
+    };
+    // Waits for the next attempt; `false` when asked to stop meanwhile.
+    let wait = |backoff: &mut dyn Iterator<Item = Duration>| {
+        let delay = backoff.next().unwrap_or(INIT_BACKOFF_CAP);
+        match commands.recv_timeout(delay) {
+            Ok(Command::FinalSampleAndStop { .. }) | Err(RecvTimeoutError::Disconnected) => false,
+            Err(RecvTimeoutError::Timeout) => true,
+        }
     };
     loop {
         hub.begin(Activity::Init);
@@ -204,7 +243,6 @@ fn run(
                 if last_down.take().is_some() {
                     tracing::info!("NVML is back");
                 }
-                backoff = Duration::from_secs(1);
                 let nvml = Arc::new(nvml);
                 let end = session(&nvml, settings, hub, commands, &mut carry, annotate);
                 match Arc::try_unwrap(nvml) {
@@ -229,7 +267,18 @@ fn run(
                 }
                 match end {
                     SessionEnd::Stop(_) => return,
-                    SessionEnd::Reinit | SessionEnd::Silent => hub.clear(),
+                    // It sampled until NVML went silent: the next attempt at once, then
+                    // the backoff from its start.
+                    SessionEnd::Silent => {
+                        hub.clear();
+                        backoff = init_backoff(settings.interval);
+                    }
+                    SessionEnd::Retry => {
+                        hub.clear();
+                        if !wait(&mut backoff) {
+                            return;
+                        }
+                    }
                 }
             }
             Err(e) => {
@@ -240,19 +289,15 @@ fn run(
                 hub.set_status(NvmlStatus::Down(down.clone()));
                 if last_down.as_ref() != Some(&down) {
                     tracing::error!(
-                        retry_in_s = backoff.as_secs(),
-                        "{}; retrying with backoff up to {}s",
+                        "{}; retrying every {}s at most until it answers (this is logged again only if the cause changes)",
                         down.explain(),
-                        INIT_BACKOFF_CAP.as_secs()
+                        settings.interval.min(INIT_BACKOFF_CAP).as_secs_f64()
                     );
                 }
                 last_down = Some(down);
-                match commands.recv_timeout(backoff) {
-                    Ok(Command::FinalSampleAndStop { .. })
-                    | Err(RecvTimeoutError::Disconnected) => return,
-                    Err(RecvTimeoutError::Timeout) => {}
+                if !wait(&mut backoff) {
+                    return;
                 }
-                backoff = (backoff * 2).min(INIT_BACKOFF_CAP);
             }
         }
     }
@@ -381,15 +426,13 @@ fn session(
                 ("nvmlDeviceGetCount_v2", super::nvml_error::error_code(&e)),
                 1,
             )]);
-            tracing::error!("NVML is up but listing devices failed: {e}; re-initializing");
+            if !std::mem::replace(&mut carry.listing_logged, true) {
+                tracing::error!("NVML is up but listing devices failed: {e}; re-initializing until it answers (logged once)");
+            }
             hub.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
                 "device listing: {e}"
             ))));
-            return match commands.recv_timeout(Duration::from_secs(5)) {
-                Ok(Command::FinalSampleAndStop { until }) => SessionEnd::Stop(Some(until)),
-                Err(RecvTimeoutError::Disconnected) => SessionEnd::Stop(None),
-                Err(RecvTimeoutError::Timeout) => SessionEnd::Reinit,
-            };
+            return SessionEnd::Retry;
         }
     };
     // Reported with the session's first snapshot.
@@ -401,14 +444,16 @@ fn session(
                 "NVML lists {} of the {before} devices it sampled before it stopped answering; re-initializing",
                 reader.device_count()
             ))));
-            return match commands.recv_timeout(Duration::from_secs(2)) {
-                Ok(Command::FinalSampleAndStop { until }) => SessionEnd::Stop(Some(until)),
-                Err(RecvTimeoutError::Disconnected) => SessionEnd::Stop(None),
-                Err(RecvTimeoutError::Timeout) => SessionEnd::Reinit,
-            };
+            return SessionEnd::Retry;
         }
         tracing::info!(devices = reader.device_count(), "NVML answers again");
         carry.relist = None;
+        carry.listing_logged = false;
+    } else if std::mem::take(&mut carry.listing_logged) {
+        tracing::info!(
+            devices = reader.device_count(),
+            "NVML lists its devices again"
+        );
     }
     hub.set_status(NvmlStatus::Up {
         devices: reader.device_count(),
@@ -426,9 +471,9 @@ fn session(
     let mut cadence = carry.cadence.take().unwrap_or_else(|| settings.cadence());
     cadence.new_session();
     let targets = reader.event_targets();
-    // One wait per sample interval at most when nothing happens (an event ends a wait at
-    // once, whatever its bound).
-    let wait = settings.interval;
+    // One wait per sample interval when nothing happens, and at most EVENT_WAIT_MAX (an
+    // event ends a wait at once, whatever its bound).
+    let wait = settings.interval.min(EVENT_WAIT_MAX);
     let mut watcher = start_watcher(nvml, &targets, wait, hub, false);
     let mut refused = 0u32;
     let end = ticks(
@@ -459,14 +504,15 @@ fn session(
     hub.set_watcher(WatcherSlot::None);
     if let Some(Watcher { stop, done }) = watcher {
         drop(stop);
-        // At shutdown only: give the watcher part of what is left to return from its wait,
-        // so that NVML is shut down here. Never when re-initializing: a stuck watcher must
-        // not hold the recovery.
+        // At shutdown only: give the watcher what is left of the sampler's bound to return
+        // from its wait (at most EVENT_WAIT_MAX), so that NVML is shut down here. Never when
+        // re-initializing: a stuck watcher must not hold the recovery.
         if let SessionEnd::Stop(Some(until)) = end {
-            let left = until.saturating_duration_since(Instant::now()) / 2;
+            let left = until.saturating_duration_since(Instant::now());
             if done.recv_timeout(left).is_err() {
                 tracing::debug!(
-                    "the event watcher did not return from its wait in {left:?}; it shuts NVML down when it does"
+                    "the event watcher did not return from its wait in {}; it shuts NVML down when it does",
+                    humantime::format_duration(left)
                 );
             }
         }
@@ -604,4 +650,25 @@ pub fn with_session<R>(
         tracing::warn!("nvmlShutdown failed: {e}");
     }
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn first(interval: Duration, n: usize) -> Vec<Duration> {
+        init_backoff(interval).take(n).collect()
+    }
+
+    /// NVML is retried at least once per sample interval (never more than 5 s apart), so
+    /// that the agent follows NVML's return within two sample intervals.
+    #[test]
+    fn init_retries_come_at_most_one_sample_interval_apart() {
+        let s = Duration::from_secs;
+        assert_eq!(first(s(5), 6), [s(1), s(2), s(4), s(5), s(5), s(5)]);
+        assert_eq!(first(s(60), 5), [s(1), s(2), s(4), s(5), s(5)]);
+        let ms = Duration::from_millis;
+        assert_eq!(first(ms(100), 3), [ms(100), ms(100), ms(100)]);
+        assert_eq!(first(ms(1500), 3), [s(1), ms(1500), ms(1500)]);
+    }
 }

@@ -177,6 +177,8 @@ struct Clock {
     exporter: Arc<Exporter>,
     /// `gpu_sidecar.sample.duration`, recorded from each snapshot's group durations.
     durations: Histogram,
+    /// `GPU_SIDECAR_METRICS_DETAIL`: one duration series per group, else one for the sample.
+    by_group: bool,
     /// Longest wait for an export tick before exporting anyway.
     idle: Duration,
     export_interval: Duration,
@@ -188,9 +190,14 @@ impl Consumer for Clock {
     const INTEREST: Interest = Interest::SNAPSHOTS;
 
     fn snapshot(&mut self, s: &Arc<Snapshot>, durations: &[GroupDuration]) {
-        for (group, took) in durations {
-            self.durations
-                .record(took.as_secs_f64(), &[KeyValue::new(GROUP, group.as_str())]);
+        if self.by_group {
+            for (group, took) in durations {
+                self.durations
+                    .record(took.as_secs_f64(), &[KeyValue::new(GROUP, group.as_str())]);
+            }
+        } else if !durations.is_empty() {
+            let took: Duration = durations.iter().map(|(_, took)| *took).sum();
+            self.durations.record(took.as_secs_f64(), &[]);
         }
         if self.exporter.is_paused() {
             // The final export takes the final sample as it is.
@@ -228,6 +235,8 @@ pub struct ExportClock(ConsumerThread);
 impl ExportClock {
     /// Starts the thread, subscribed to the snapshots of `hub`; with no export tick for
     /// `idle` it exports anyway, then every `export_interval` ([`Timing`](crate::sampling::cadence::Timing)).
+    /// The sample durations are recorded by group of NVML calls when `by_group`
+    /// (`GPU_SIDECAR_METRICS_DETAIL`), else one per sample.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
@@ -237,6 +246,7 @@ impl ExportClock {
         export_interval: Duration,
         idle: Duration,
         max_age: Duration,
+        by_group: bool,
     ) -> Self {
         let durations = exporter
             .recorded
@@ -248,6 +258,7 @@ impl ExportClock {
             Clock {
                 exporter,
                 durations,
+                by_group,
                 idle,
                 export_interval,
                 max_age,

@@ -3,37 +3,48 @@
 //! `OTEL_EXPORTER_OTLP_*` settings the metrics use too, unless the `OTEL_EXPORTER_OTLP_LOGS_*`
 //! forms say otherwise; TLS in [`super::tls`].
 //!
-//! Records go through the SDK's `BatchLogProcessor` (its own thread, bounded queue,
-//! `OTEL_BLRP_MAX_QUEUE_SIZE` (2048): an unreachable collector drops events, never grows
-//! memory), so whoever emits an event (the sampler, a rule) never waits on the network.
+//! **Nothing lost while the collector is away.** Whoever emits an event (the device-event
+//! recorder, the rules, the run report) builds its OTLP `LogRecord` and puts it in the
+//! [`Outbox`], a bounded FIFO of `OTEL_BLRP_MAX_QUEUE_SIZE` records
+//! ([`DEFAULT_EVENTS_QUEUE_SIZE`](crate::config::DEFAULT_EVENTS_QUEUE_SIZE), sized from the
+//! measured event sizes), and never waits on the
+//! network. One task on the runtime (`otel-io`) sends them, in order, through the same OTLP
+//! transport as the metrics ([`Transport`]: retries as the OTLP specification says, within
+//! the OTLP timeout); a batch that still fails stays at the front of the outbox and is sent
+//! again, after a backoff (1 s doubling to 5 s), until the collector takes it. A collector
+//! down for minutes costs nothing but the outbox: when it is full, the oldest event is
+//! dropped for the new one, counted in `gpu_sidecar.events.dropped` and said once per
+//! outage. A batch the collector refuses for good (a permanent error: bad request,
+//! unauthenticated) is dropped and counted the same way. A record is removed only once the
+//! collector accepted it: one that timed out on the way but arrived may arrive twice.
 //!
-//! **Wake-ups and latency.** The SDK's processor exports on a timer (`scheduled_delay`) and
-//! so wakes every `OTEL_BLRP_SCHEDULE_DELAY` even with nothing to send. Here its timer is
-//! set to [`IDLE_SCHEDULE`] and a thread of ours, `otel-logs-flush`, sleeps until an event
-//! is emitted and flushes at once, then at most once per `OTEL_BLRP_SCHEDULE_DELAY` (default
-//! 1 s) while events keep coming: a lone event is sent as soon as it is emitted (plus the
-//! export itself; before, up to one schedule delay later), one in a burst at most one
-//! schedule delay later, and an idle agent's logs pipeline does not wake at all. A full batch (`OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`) is sent at once by the SDK;
-//! shutdown sends what is queued. A
-//! failed OTLP export is logged like a failed metric export ([`ExportStatus`]): the first one
-//! at once, with the endpoint and the cause, then at most once a minute.
+//! **Latency.** A lone event leaves as soon as it is emitted (plus the export itself); while
+//! events keep coming, at most one export per `OTEL_BLRP_SCHEDULE_DELAY` (default 1 s),
+//! unless `OTEL_BLRP_MAX_EXPORT_BATCH_SIZE` records wait; an idle agent's events task does
+//! not wake at all. At shutdown what is queued is sent within the shutdown bound; what is
+//! still queued then is dropped and counted. Failed exports are logged like the metrics'
+//! ([`ExportStatus`]): the first one at once, with the endpoint and the cause, then at most
+//! once a minute, and one line when they work again.
 
-use std::io::Write;
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
 
-use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
+use opentelemetry::logs::Severity;
 use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::logs::{
-    BatchConfigBuilder, BatchLogProcessor, LogBatch, LogExporter, SdkLogger, SdkLoggerProvider,
-};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_sdk::Resource;
 
-use super::export::{ExportStatus, TransportCause};
-use crate::config::{Config, ExporterKind, LogsBatch, OtlpExporter, Protocol};
+use super::encode::proto;
+use super::export::ExportStatus;
+use super::outbox::Outbox;
+use super::recorded::{Counter, Recorded};
+use super::transport::Transport;
+use super::TelemetryError;
+use crate::catalogue::metrics::EVENTS_DROPPED;
+use crate::config::{Config, ExporterKind};
 
 /// One event to emit.
 #[derive(Debug, Clone)]
@@ -50,9 +61,32 @@ pub struct Event {
     pub time: Option<SystemTime>,
 }
 
-/// The SDK batch processor's own export timer: long, so that it does not wake an idle agent;
-/// `otel-logs-flush` flushes after each burst of events instead.
-pub const IDLE_SCHEDULE: Duration = Duration::from_secs(24 * 3600);
+/// What the events task and every emitter share.
+struct Shared {
+    outbox: Mutex<Outbox<LogRecord>>,
+    /// Wakes the events task: an event was emitted, or shutdown asks for a last flush.
+    wake: tokio::sync::Notify,
+    /// Signalled when the outbox changed (shutdown waits on it).
+    changed: Condvar,
+    /// Shutting down: emitters' events are dropped, the task flushes without pacing.
+    closed: AtomicBool,
+    /// `gpu_sidecar.events.dropped`.
+    dropped: Counter,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Outbox<LogRecord>> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts what the outbox dropped since the last call.
+    fn count_drops(&self, outbox: &mut Outbox<LogRecord>) {
+        let n = outbox.take_dropped();
+        if n > 0 {
+            self.dropped.add(n, &[]);
+        }
+    }
+}
 
 /// A hook that sees every event emitted, before (and whether or not) it is exported: the
 /// run report's timeline ([`crate::report::timeline`]).
@@ -61,9 +95,8 @@ pub type Tap = Arc<dyn Fn(&Event) + Send + Sync>;
 /// Where events go. Clones share one pipeline (shutting one down shuts all down).
 #[derive(Clone)]
 pub struct Events {
-    provider: Option<SdkLoggerProvider>,
-    logger: Option<SdkLogger>,
-    flush: Option<mpsc::SyncSender<()>>,
+    shared: Option<Arc<Shared>>,
+    task: Option<Arc<tokio::task::JoinHandle<()>>>,
     tap: Option<Tap>,
 }
 
@@ -71,181 +104,164 @@ pub struct Events {
 /// (the event watcher, rules). After [`Events::shutdown`], what it emits is dropped.
 #[derive(Clone, Default)]
 pub struct EventEmitter {
-    logger: Option<SdkLogger>,
-    /// Wakes `otel-logs-flush` (a full slot means a flush is already coming).
-    flush: Option<mpsc::SyncSender<()>>,
+    shared: Option<Arc<Shared>>,
     tap: Option<Tap>,
 }
 
 impl EventEmitter {
-    /// Emits one event (queued; never blocks on the network), shown to the tap first.
+    /// Emits one event: shown to the tap first, then queued in the outbox, never blocking on
+    /// the network.
     pub fn emit(&self, event: Event) {
         if let Some(tap) = &self.tap {
             tap(&event);
         }
-        let Some(logger) = &self.logger else {
+        let Some(shared) = &self.shared else {
             return;
         };
-        let mut record = logger.create_log_record();
-        record.set_event_name(event.name);
-        record.set_severity_number(event.severity);
-        record.set_severity_text(event.severity.name());
-        record.set_body(AnyValue::from(event.body));
-        let now = SystemTime::now();
-        record.set_timestamp(event.time.unwrap_or(now));
-        record.set_observed_timestamp(now);
-        record.add_attributes(
-            event
-                .attributes
-                .into_iter()
-                .map(|kv| (kv.key, any_value(kv.value))),
-        );
-        logger.emit(record);
-        if let Some(flush) = &self.flush {
-            let _ = flush.try_send(());
+        if shared.closed.load(Ordering::SeqCst) {
+            return;
         }
-    }
-}
-
-/// Starts `otel-logs-flush`: it sleeps until an event is emitted and flushes `provider` at
-/// once, then at most once per `delay` while events keep coming (those emitted meanwhile go
-/// together in the next flush). It ends when every emitter is gone or the provider is shut
-/// down.
-fn start_flusher(provider: SdkLoggerProvider, delay: Duration) -> Option<mpsc::SyncSender<()>> {
-    let (tx, rx) = mpsc::sync_channel::<()>(1);
-    let spawned = std::thread::Builder::new()
-        .name("otel-logs-flush".into())
-        .spawn(move || {
-            while rx.recv().is_ok() {
-                loop {
-                    if let Err(OTelSdkError::AlreadyShutdown) = provider.force_flush() {
-                        return;
-                    }
-                    // One flush per delay at most: what is emitted meanwhile waits for it.
-                    std::thread::sleep(delay);
-                    match rx.try_recv() {
-                        Ok(()) => continue,
-                        Err(mpsc::TryRecvError::Empty) => break,
-                        Err(mpsc::TryRecvError::Disconnected) => return,
-                    }
-                }
-            }
-        });
-    match spawned {
-        Ok(_) => Some(tx),
-        Err(e) => {
-            tracing::error!("cannot start the otel-logs-flush thread: {e}; events are sent only when a batch fills or at shutdown");
-            None
-        }
-    }
-}
-
-/// Writes each batch of events as one line of OTLP/JSON (`ExportLogsServiceRequest`) on stdout.
-#[derive(Debug, Default)]
-pub struct ConsoleLogExporter {
-    resource: Option<Resource>,
-}
-
-impl LogExporter for ConsoleLogExporter {
-    async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
-        let resource: ResourceAttributesWithSchema = match &self.resource {
-            Some(r) => r.into(),
-            None => (&Resource::builder_empty().build()).into(),
+        let record = log_record(event, SystemTime::now());
+        let pushed = {
+            let mut outbox = shared.lock();
+            let pushed = outbox.push(record);
+            shared.count_drops(&mut outbox);
+            pushed
         };
-        let request = ExportLogsServiceRequest {
-            resource_logs:
-                opentelemetry_proto::transform::logs::tonic::group_logs_by_resource_and_scope(
-                    &batch, &resource,
-                ),
-        };
-        let line = serde_json::to_string(&request)
-            .map_err(|e| OTelSdkError::InternalFailure(format!("JSON encoding: {e}")))?;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{line}")
-            .and_then(|()| out.flush())
-            .map_err(|e| OTelSdkError::InternalFailure(format!("stdout: {e}")))
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.resource = Some(resource.clone());
-    }
-}
-
-fn otlp_log_exporter(
-    c: &OtlpExporter,
-    cause: TransportCause,
-) -> Result<opentelemetry_otlp::LogExporter, opentelemetry_otlp::ExporterBuildError> {
-    let builder = opentelemetry_otlp::LogExporter::builder();
-    match c.protocol {
-        Protocol::Grpc => super::export::configure_tonic(builder.with_tonic(), c).build(),
-        Protocol::HttpProtobuf => {
-            super::export::configure_http(builder.with_http(), c, cause)?.build()
+        if pushed.first_drop {
+            tracing::warn!(
+                "the events queue is full (OTEL_BLRP_MAX_QUEUE_SIZE): the oldest events are dropped for the new ones while the collector does not take them, each counted in gpu_sidecar.events.dropped (this line once per outage)"
+            );
         }
+        shared.wake.notify_one();
     }
 }
 
-/// The batch processor for `exporter`, configured from the validated `OTEL_BLRP_*`
-/// settings (set explicitly: the SDK would otherwise read the environment itself), its timer
-/// at [`IDLE_SCHEDULE`] (`otel-logs-flush` applies `OTEL_BLRP_SCHEDULE_DELAY`).
-fn batch<E: LogExporter + 'static>(exporter: E, b: LogsBatch) -> BatchLogProcessor {
-    BatchLogProcessor::builder(exporter)
-        .with_batch_config(
-            BatchConfigBuilder::default()
-                .with_scheduled_delay(IDLE_SCHEDULE)
-                .with_max_queue_size(b.max_queue_size)
-                .with_max_export_batch_size(b.max_export_batch_size)
-                .build(),
-        )
+/// `event` as an OTLP log record, observed at `now`.
+fn log_record(event: Event, now: SystemTime) -> LogRecord {
+    LogRecord {
+        time_unix_nano: proto::unix_nanos(event.time.unwrap_or(now)),
+        observed_time_unix_nano: proto::unix_nanos(now),
+        severity_number: event.severity as i32,
+        severity_text: event.severity.name().to_string(),
+        body: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(event.body)),
+        }),
+        attributes: proto::attributes(&event.attributes),
+        event_name: event.name.to_string(),
+        ..Default::default()
+    }
+}
+
+/// How the events task sends.
+struct Sender {
+    shared: Arc<Shared>,
+    transport: Transport,
+    resource: ResourceLogs,
+    batch: usize,
+    delay: Duration,
+    timeout: Duration,
+    status: ExportStatus,
+    /// The logs endpoint, for log lines (no secrets).
+    target: String,
+}
+
+/// The delays between two sends of a batch that failed: 1 s doubling to 5 s, with jitter.
+fn retry_backoff() -> impl Iterator<Item = Duration> {
+    use backon::BackoffBuilder as _;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_secs(1))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times()
         .build()
 }
 
-/// The OTLP log exporter, recording each export's outcome in an [`ExportStatus`] (which logs
-/// failures at a bounded rate, naming the endpoint and the cause).
-#[derive(Debug)]
-struct AgentLogExporter {
-    otlp: opentelemetry_otlp::LogExporter,
-    /// The logs endpoint, for log lines (no secrets).
-    target: String,
-    status: Arc<ExportStatus>,
-}
-
-impl LogExporter for AgentLogExporter {
-    async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
-        let result = self.otlp.export(batch).await;
-        self.status.record(&result, &self.target);
-        result
+impl Sender {
+    fn request(&self, records: Vec<LogRecord>) -> ExportLogsServiceRequest {
+        let mut resource_logs = self.resource.clone();
+        if let Some(scope) = resource_logs.scope_logs.first_mut() {
+            scope.log_records = records;
+        }
+        ExportLogsServiceRequest {
+            resource_logs: vec![resource_logs],
+        }
     }
 
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.otlp.shutdown_with_timeout(timeout)
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.otlp.set_resource(resource);
-    }
-}
-
-/// A metric attribute value as a log attribute value.
-fn any_value(v: opentelemetry::Value) -> AnyValue {
-    use opentelemetry::{Array, Value};
-    match v {
-        Value::Bool(b) => AnyValue::Boolean(b),
-        Value::I64(i) => AnyValue::Int(i),
-        Value::F64(f) => AnyValue::Double(f),
-        Value::String(s) => AnyValue::String(s),
-        Value::Array(Array::I64(a)) => {
-            AnyValue::ListAny(Box::new(a.into_iter().map(AnyValue::Int).collect()))
+    async fn run(self) {
+        let mut backoff = retry_backoff();
+        let mut last_send: Option<Instant> = None;
+        loop {
+            let woken = self.shared.wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let closed = self.shared.closed.load(Ordering::SeqCst);
+            let waiting = self.shared.lock().len();
+            if waiting == 0 {
+                woken.await;
+                continue;
+            }
+            // One export per schedule delay while events keep coming, unless a full batch
+            // waits or this is the last flush.
+            if !closed && waiting < self.batch {
+                if let Some(due) = last_send.map(|t| t + self.delay) {
+                    if Instant::now() < due {
+                        tokio::select! {
+                            () = tokio::time::sleep_until(due.into()) => {}
+                            () = &mut woken => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+            let Some(records) = self.shared.lock().take(self.batch) else {
+                continue;
+            };
+            last_send = Some(Instant::now());
+            let result = self
+                .transport
+                .send(&self.request(records), self.timeout)
+                .await;
+            self.status.record(&result, &self.target);
+            let retry = {
+                let mut outbox = self.shared.lock();
+                let retry = match &result {
+                    Ok(()) => {
+                        outbox.delivered();
+                        backoff = retry_backoff();
+                        None
+                    }
+                    Err(e) if e.retryable() => {
+                        outbox.failed();
+                        backoff.next()
+                    }
+                    Err(e) => {
+                        let n = outbox.refused();
+                        tracing::error!(
+                            target_endpoint = %self.target,
+                            "the collector refused {n} events for good ({e}): they are dropped, counted in gpu_sidecar.events.dropped"
+                        );
+                        None
+                    }
+                };
+                self.shared.count_drops(&mut outbox);
+                retry
+            };
+            self.shared.changed.notify_all();
+            if let Some(delay) = retry {
+                if !self.shared.closed.load(Ordering::SeqCst) {
+                    // Emitted events wait for the next attempt; a shutdown does not.
+                    let deadline = Instant::now() + delay;
+                    while Instant::now() < deadline && !self.shared.closed.load(Ordering::SeqCst) {
+                        let woken = self.shared.wake.notified();
+                        tokio::select! {
+                            () = tokio::time::sleep_until(deadline.into()) => {}
+                            () = woken => {}
+                        }
+                    }
+                }
+            }
         }
-        Value::Array(Array::F64(a)) => {
-            AnyValue::ListAny(Box::new(a.into_iter().map(AnyValue::Double).collect()))
-        }
-        Value::Array(Array::Bool(a)) => {
-            AnyValue::ListAny(Box::new(a.into_iter().map(AnyValue::Boolean).collect()))
-        }
-        Value::Array(Array::String(a)) => {
-            AnyValue::ListAny(Box::new(a.into_iter().map(AnyValue::String).collect()))
-        }
-        other => AnyValue::String(other.to_string().into()),
     }
 }
 
@@ -253,9 +269,8 @@ impl Events {
     /// A sink that drops every event (`OTEL_LOGS_EXPORTER=none`, and tests).
     pub fn disabled() -> Self {
         Self {
-            provider: None,
-            logger: None,
-            flush: None,
+            shared: None,
+            task: None,
             tap: None,
         }
     }
@@ -267,49 +282,65 @@ impl Events {
         self
     }
 
-    /// Builds the logs pipeline. Must run with a tokio runtime entered (gRPC).
+    /// Builds the events pipeline (outbox, transport, the task that sends) for `resource`,
+    /// counting dropped events in `recorded` (`gpu_sidecar.events.dropped`). Must run with
+    /// a tokio runtime entered (the task and the gRPC channel live there).
     ///
     /// # Errors
-    /// The SDK's build error for the OTLP exporter.
+    /// [`TelemetryError::LogsExporter`] if the OTLP transport cannot be built (endpoint,
+    /// TLS settings).
     pub fn start(
         config: &Config,
         resource: Resource,
-    ) -> Result<Self, opentelemetry_otlp::ExporterBuildError> {
-        let builder = SdkLoggerProvider::builder().with_resource(resource);
-        let provider = match config.logs_exporter {
+        recorded: &Arc<Recorded>,
+    ) -> Result<Self, TelemetryError> {
+        let (transport, target) = match config.logs_exporter {
             ExporterKind::None => return Ok(Self::disabled()),
-            ExporterKind::Console => {
-                builder.with_log_processor(batch(ConsoleLogExporter::default(), config.logs_batch))
-            }
-            ExporterKind::Otlp => {
-                let status = Arc::new(ExportStatus::new(
-                    "events",
-                    "these events are lost (nothing is queued for later)",
-                ));
-                builder.with_log_processor(batch(
-                    AgentLogExporter {
-                        otlp: otlp_log_exporter(&config.otlp.logs, status.transport_cause())?,
-                        target: config.otlp.logs.endpoint.clone(),
-                        status,
-                    },
-                    config.logs_batch,
-                ))
-            }
-        }
-        .build();
-        Ok(Self::on(provider, config.logs_batch.schedule_delay))
-    }
-
-    /// Emits into `provider`, flushed `schedule_delay` after each burst of events.
-    fn on(provider: SdkLoggerProvider, schedule_delay: Duration) -> Self {
-        let logger = provider.logger(super::SCOPE);
-        let flush = start_flusher(provider.clone(), schedule_delay);
-        Self {
-            provider: Some(provider),
-            logger: Some(logger),
-            flush,
+            ExporterKind::Console => (Transport::Console, "stdout".to_string()),
+            ExporterKind::Otlp => (
+                Transport::otlp(&config.otlp.logs).map_err(TelemetryError::LogsExporter)?,
+                config.otlp.logs.endpoint.clone(),
+            ),
+        };
+        let b = config.logs_batch;
+        let shared = Arc::new(Shared {
+            outbox: Mutex::new(Outbox::new(b.max_queue_size)),
+            wake: tokio::sync::Notify::new(),
+            changed: Condvar::new(),
+            closed: AtomicBool::new(false),
+            dropped: recorded.counter(&EVENTS_DROPPED),
+        });
+        let resource = ResourceLogs {
+            resource: Some(proto::resource(&resource)),
+            scope_logs: vec![ScopeLogs {
+                scope: Some(InstrumentationScope {
+                    name: super::SCOPE.to_string(),
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            schema_url: resource.schema_url().unwrap_or_default().to_string(),
+        };
+        let sender = Sender {
+            shared: shared.clone(),
+            transport,
+            resource,
+            batch: b.max_export_batch_size,
+            delay: b.schedule_delay,
+            timeout: config.otlp.logs.timeout,
+            status: ExportStatus::new(
+                "events",
+                "these events are held (up to OTEL_BLRP_MAX_QUEUE_SIZE, the oldest dropped first) and sent again until the collector takes them",
+            ),
+            target,
+        };
+        let task = tokio::runtime::Handle::current().spawn(sender.run());
+        Ok(Self {
+            shared: Some(shared),
+            task: Some(Arc::new(task)),
             tap: None,
-        }
+        })
     }
 
     /// Emits one event (queued; never blocks on the network).
@@ -320,88 +351,54 @@ impl Events {
     /// A handle for emitting from other threads.
     pub fn emitter(&self) -> EventEmitter {
         EventEmitter {
-            logger: self.logger.clone(),
-            flush: self.flush.clone(),
+            shared: self.shared.clone(),
             tap: self.tap.clone(),
         }
     }
 
-    /// Exports what is queued and shuts down, on a plain thread, bounded by `timeout`.
-    /// Returns `false` if the bound was hit.
+    /// Events waiting for the collector (for tests and the shutdown line).
+    pub fn queued(&self) -> usize {
+        self.shared.as_ref().map_or(0, |s| s.lock().len())
+    }
+
+    /// Sends what is queued, waiting at most `timeout` (a plain blocking wait: call it from
+    /// a plain thread), then stops the task. What is still queued then is dropped, counted
+    /// and logged. Events emitted from now on are dropped. Returns `false` if the bound was
+    /// hit with events still queued.
     pub fn shutdown(self, timeout: Duration) -> bool {
-        let Some(provider) = self.provider else {
+        let Some(shared) = self.shared else {
             return true;
         };
-        super::run_bounded("otel-logs-shutdown", timeout, move || {
-            // Shutdown exports what the batch processor holds. A failed export was logged by
-            // `AgentLogExporter` with its cause; the SDK's own error for it says only
-            // "Failed to shutdown", so it is not logged again.
-            let _ = provider.shutdown();
-        })
+        shared.closed.store(true, Ordering::SeqCst);
+        shared.wake.notify_one();
+        let deadline = Instant::now() + timeout;
+        let mut outbox = shared.lock();
+        while !outbox.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            outbox = shared
+                .changed
+                .wait_timeout(outbox, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let delivered = outbox.is_empty();
+        if !delivered {
+            let n = outbox.abandon();
+            shared.count_drops(&mut outbox);
+            tracing::warn!(
+                "{n} events could not be delivered before the shutdown bound: they are dropped (counted in gpu_sidecar.events.dropped)"
+            );
+        }
+        drop(outbox);
+        if let Some(task) = self.task {
+            task.abort();
+        }
+        delivered
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-    use std::time::Instant;
-
-    use opentelemetry::logs::Severity;
-
-    use super::*;
-
-    /// Keeps the body of every record it is given.
-    #[derive(Debug, Clone, Default)]
-    struct Keep(Arc<Mutex<Vec<String>>>);
-
-    impl LogExporter for Keep {
-        async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
-            let mut kept = self.0.lock().unwrap();
-            for (record, _) in batch.iter() {
-                if let Some(AnyValue::String(body)) = record.body() {
-                    kept.push(body.to_string());
-                }
-            }
-            Ok(())
-        }
-    }
-
-    /// With the SDK's own timer at [`IDLE_SCHEDULE`], events still go out while the agent
-    /// runs (not only at shutdown), in order: the first at once, the next within one
-    /// `OTEL_BLRP_SCHEDULE_DELAY`.
-    #[test]
-    fn events_are_sent_while_running_not_at_the_sdk_timer() {
-        let kept = Keep::default();
-        let delay = Duration::from_millis(50);
-        let provider = SdkLoggerProvider::builder()
-            .with_log_processor(batch(
-                kept.clone(),
-                LogsBatch {
-                    schedule_delay: delay,
-                    ..LogsBatch::default()
-                },
-            ))
-            .build();
-        let events = Events::on(provider, delay);
-        let emitter = events.emitter();
-        let event = |body: &str| Event {
-            name: "nvidia.gpu.xid",
-            severity: Severity::Error,
-            body: body.into(),
-            attributes: Vec::new(),
-            time: None,
-        };
-        emitter.emit(event("XID 79"));
-        emitter.emit(event("XID 48"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while kept.0.lock().unwrap().len() < 2 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(
-            *kept.0.lock().unwrap(),
-            ["XID 79", "XID 48"],
-            "sent while running, without waiting for the SDK's {IDLE_SCHEDULE:?} timer"
-        );
-        assert!(events.shutdown(Duration::from_secs(5)));
-    }
-}
+mod tests;

@@ -1,7 +1,7 @@
 //! Telemetry export: the agent builds each metrics export itself, as OTLP messages
 //! ([`encode`]), straight from the snapshot of an export tick, and sends it ([`transport`])
-//! from the thread `export-clock` ([`clock`]); events go through the OTel SDK's logs
-//! pipeline ([`events`]).
+//! from the thread `export-clock` ([`clock`]); events are OTLP log records held in a bounded
+//! queue ([`outbox`]) until the same transport delivers them ([`events`]).
 //!
 //! Why not the SDK's metrics pipeline: there a point's time is the collection's, and a
 //! cumulative series' start time is one per instrument, taken when the SDK created it. The
@@ -13,6 +13,7 @@ pub mod clock;
 pub mod encode;
 pub mod events;
 pub mod export;
+pub mod outbox;
 pub mod recorded;
 pub mod recorder;
 pub mod self_metrics;
@@ -42,17 +43,9 @@ pub enum TelemetryError {
     /// The metrics' OTLP exporter could not be built (endpoint, TLS).
     #[error("cannot build the OTLP metrics exporter: {0}")]
     Exporter(String),
-    /// The events' OTLP logs exporter could not be built (endpoint, TLS).
+    /// The events' OTLP logs transport could not be built (endpoint, TLS).
     #[error("cannot build the OTLP logs exporter (events): {0}")]
     LogsExporter(String),
-}
-
-impl From<opentelemetry_otlp::ExporterBuildError> for TelemetryError {
-    /// The SDK builds only the logs exporter (events): the metrics' transport is the
-    /// agent's own.
-    fn from(e: opentelemetry_otlp::ExporterBuildError) -> Self {
-        Self::LogsExporter(e.to_string())
-    }
 }
 
 /// The running metrics pipeline.
@@ -113,7 +106,8 @@ impl Telemetry {
             config.otlp.temporality,
             (slowest * 3).max(Duration::from_secs(3600)),
             SystemTime::now(),
-        );
+        )
+        .with_detail(config.metrics_detail);
         let exporter = Arc::new(clock::Exporter {
             encoder: Mutex::new(encoder),
             transport,
@@ -133,6 +127,7 @@ impl Telemetry {
             timing.export_interval,
             timing.export_idle,
             max_age,
+            config.metrics_detail,
         );
         Ok(Self {
             exporter: Some(exporter),

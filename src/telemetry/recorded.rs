@@ -2,11 +2,13 @@
 //! alerts, sample durations): cumulative counts and histograms by attribute set, kept in
 //! memory until each export reads them ([`Recorded::collect`]).
 //!
-//! A series can be created at 0 before its first increment ([`Counter::ensure`]): the
-//! agent does so for every alert series it may produce, so that the first firing is an
-//! increase a backend sees (`increase()`/`rate()` need a point before it). Each metric
-//! keeps at most [`MAX_SERIES`] attribute sets; beyond that, new sets are dropped with one
-//! warning, so memory stays bounded.
+//! A series is born with its first increment (nothing is exported for what never
+//! happened), counting from the agent's start: the encoder gives it the agent's start as
+//! start time, so its first point (the first count, 1 for one event) says when the count
+//! began, and backends that take start times as created timestamps see the step from 0.
+//! The shipped Prometheus rules catch a series born non-zero as well (docs/events.md).
+//! Each metric keeps at most [`MAX_SERIES`] attribute sets; beyond that, new sets are
+//! dropped with one warning, so memory stays bounded.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -132,18 +134,9 @@ pub struct Counter {
 }
 
 impl Counter {
-    /// Adds `n` to the series of `attributes`.
+    /// Adds `n` to the series of `attributes`, creating it (with the count `n`) on its
+    /// first increment.
     pub fn add(&self, n: u64, attributes: &[KeyValue]) {
-        self.bump(n, attributes);
-    }
-
-    /// Creates the series of `attributes` at 0 if it does not exist yet (exported from then
-    /// on, so its first increment is visible as one).
-    pub fn ensure(&self, attributes: &[KeyValue]) {
-        self.bump(0, attributes);
-    }
-
-    fn bump(&self, n: u64, attributes: &[KeyValue]) {
         let key = series_key(self.def.name, attributes);
         let mut s = self.store.lock();
         let State { counters, full, .. } = &mut *s;
@@ -212,14 +205,13 @@ mod tests {
     use crate::catalogue::metrics::{ALERTS, SAMPLE_DURATION};
 
     #[test]
-    fn counters_start_at_zero_when_ensured_and_count_increments() {
+    fn counter_series_are_born_with_their_first_increment() {
         let r = Recorded::new();
         let c = r.counter(&ALERTS);
         let attrs = [KeyValue::new("hw.id", "GPU-a")];
-        c.ensure(&attrs);
-        assert_eq!(r.collect().0[0].count, 0);
+        assert!(r.collect().0.is_empty(), "nothing before the first event");
         c.add(1, &attrs);
-        c.ensure(&attrs);
+        assert_eq!(r.collect().0[0].count, 1);
         c.add(1, &[KeyValue::new("hw.id", "GPU-b")]);
         let (counters, _) = r.collect();
         assert_eq!(

@@ -13,8 +13,6 @@
 
 use std::sync::Once;
 
-use opentelemetry_otlp::ExporterBuildError;
-
 use crate::config::{Config, ExporterKind, OtlpExporter};
 
 /// Makes rustls' `ring` provider the process default (once). reqwest's rustls backend needs
@@ -100,63 +98,7 @@ pub fn grpc(c: &OtlpExporter, endpoint: &str) -> Option<tonic::transport::Client
     Some(tls)
 }
 
-/// The blocking reqwest client for the HTTP exporter: request timeout
-/// `OTEL_EXPORTER_OTLP_TIMEOUT` and, for an `https://` endpoint, the CA and client
-/// certificate. Built on a plain thread (a blocking client must not be built inside the
-/// tokio runtime).
-///
-/// # Errors
-/// [`ExporterBuildError::InvalidConfiguration`] if reqwest refuses the certificates
-/// (the files were checked by `config`, so this is rare); the message never holds the key.
-pub fn http_client(
-    c: &OtlpExporter,
-    endpoint: &str,
-) -> Result<reqwest::blocking::Client, ExporterBuildError> {
-    install_crypto_provider();
-    warn_unused(c, endpoint);
-    let https = is_https(endpoint);
-    let timeout = c.timeout;
-    let ca = c.tls.ca.clone();
-    let identity = match (&c.tls.client_certificate, &c.tls.client_key) {
-        (Some(cert), Some(key)) if https => {
-            let mut pem = key.expose().as_bytes().to_vec();
-            pem.push(b'\n');
-            pem.extend_from_slice(cert.bytes());
-            Some(pem)
-        }
-        _ => None,
-    };
-    let build = move || -> Result<reqwest::blocking::Client, String> {
-        let mut b = reqwest::blocking::Client::builder().timeout(timeout);
-        if https {
-            if let Some(ca) = ca {
-                let certs = reqwest::Certificate::from_pem_bundle(ca.bytes())
-                    .map_err(|e| format!("OTEL_EXPORTER_OTLP_CERTIFICATE: {e}"))?;
-                b = b.tls_certs_only(certs);
-            }
-            if let Some(pem) = identity {
-                // The error text comes from the PEM parser and names no key material.
-                let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
-                    format!("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE / CLIENT_KEY: {e}")
-                })?;
-                b = b.identity(id);
-            }
-        }
-        b.build()
-            .map_err(|e| format!("HTTP client: {}", crate::logging::with_sources(&e)))
-    };
-    std::thread::Builder::new()
-        .name("otlp-http-client-build".into())
-        .spawn(build)
-        .map_err(|e| ExporterBuildError::InternalFailure(format!("spawn thread: {e}")))?
-        .join()
-        .map_err(|_| {
-            ExporterBuildError::InternalFailure("building the HTTP client panicked".into())
-        })?
-        .map_err(ExporterBuildError::InvalidConfiguration)
-}
-
-/// The async reqwest client for the metrics' OTLP/HTTP transport (it runs on the agent's
+/// The async reqwest client for the OTLP/HTTP transport of metrics and events (it runs on the agent's
 /// tokio runtime): for an `https://` endpoint, the CA and client certificate. Each request
 /// sets its own timeout (what is left of the export's bound).
 ///

@@ -1,6 +1,8 @@
-//! Sends an `ExportMetricsServiceRequest`: over OTLP/gRPC with the tonic client that
-//! `opentelemetry-proto` generates (tonic does TLS, gzip, metadata), over OTLP/HTTP with
-//! protobuf bodies through reqwest, or as one line of OTLP/JSON on stdout (console).
+//! Sends an OTLP export request ([`OtlpRequest`]: the metrics' `ExportMetricsServiceRequest`
+//! and the events' `ExportLogsServiceRequest`, the same transport for both): over OTLP/gRPC
+//! with tonic's client and the messages `opentelemetry-proto` generates (tonic does TLS,
+//! gzip, metadata), over OTLP/HTTP with protobuf bodies through reqwest, or as one line of
+//! OTLP/JSON on stdout (console).
 //!
 //! Retries follow the OTLP exporter specification, with `backon`'s exponential backoff
 //! (200 ms doubling to 5 s, with jitter): over gRPC `CANCELLED`, `DEADLINE_EXCEEDED`,
@@ -8,14 +10,17 @@
 //! status carries a `RetryInfo`, whose delay is honoured; over HTTP 429, 502, 503 and 504,
 //! honouring `Retry-After` (seconds or an HTTP date); a connection that cannot be made or
 //! times out, on both. The whole export, attempts and waits, is bounded by the export
-//! timeout: a retry that would end past it is not made. A failed export's data is dropped;
-//! nothing queues up.
+//! timeout: a retry that would end past it is not made. What a failed export's data
+//! becomes is the caller's: the metrics drop it (cumulative counters stay continuous), the
+//! events keep it in their queue and send it again ([`super::outbox`]).
 
 use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
@@ -62,21 +67,60 @@ impl ExportError {
     }
 }
 
-/// Where metrics go.
+/// An OTLP export request: what the transport needs to know of a signal.
+pub trait OtlpRequest:
+    prost::Message + serde::Serialize + Clone + Default + Send + Sync + 'static
+{
+    /// The collector's answer.
+    type Response: prost::Message + Default + Send + 'static;
+    /// The gRPC method, e.g. `/opentelemetry.proto.collector.metrics.v1.MetricsService/Export`.
+    const PATH: &'static str;
+    /// What a partial success refused: the count and what it counts, and the message.
+    fn refused(response: &Self::Response) -> Option<(i64, &'static str, String)>;
+}
+
+impl OtlpRequest for ExportMetricsServiceRequest {
+    type Response = ExportMetricsServiceResponse;
+    const PATH: &'static str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+    fn refused(r: &Self::Response) -> Option<(i64, &'static str, String)> {
+        let p = r.partial_success.as_ref()?;
+        (p.rejected_data_points > 0 || !p.error_message.is_empty()).then(|| {
+            (
+                p.rejected_data_points,
+                "data points",
+                p.error_message.clone(),
+            )
+        })
+    }
+}
+
+impl OtlpRequest for ExportLogsServiceRequest {
+    type Response = ExportLogsServiceResponse;
+    const PATH: &'static str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+    fn refused(r: &Self::Response) -> Option<(i64, &'static str, String)> {
+        let p = r.partial_success.as_ref()?;
+        (p.rejected_log_records > 0 || !p.error_message.is_empty())
+            .then(|| (p.rejected_log_records, "events", p.error_message.clone()))
+    }
+}
+
+/// Where one signal goes.
 #[derive(Debug, Clone)]
 pub enum Transport {
-    /// OTLP/gRPC (`opentelemetry.proto.collector.metrics.v1.MetricsService/Export`).
+    /// OTLP/gRPC (the signal's `Export` method, [`OtlpRequest::PATH`]).
     Grpc {
-        /// The generated client on a lazily connected channel (reconnects by itself).
-        client: MetricsServiceClient<Channel>,
-        /// `OTEL_EXPORTER_OTLP_[METRICS_]HEADERS` as metadata.
+        /// A lazily connected channel (reconnects by itself).
+        channel: Channel,
+        /// gzip requests (and accept gzip answers).
+        gzip: bool,
+        /// `OTEL_EXPORTER_OTLP_[SIGNAL_]HEADERS` as metadata.
         metadata: tonic::metadata::MetadataMap,
     },
     /// OTLP/HTTP with a protobuf body, `POST` to the full URL.
     Http {
         /// The async client (TLS settings in it).
         client: reqwest::Client,
-        /// The metrics URL.
+        /// The signal's URL (`…/v1/metrics`, `…/v1/logs`).
         url: String,
         /// Content type, encoding and the configured headers.
         headers: reqwest::header::HeaderMap,
@@ -114,12 +158,7 @@ impl Transport {
                         .tls_config(tls)
                         .map_err(|e| format!("TLS settings for {}: {e}", c.endpoint))?;
                 }
-                let mut client = MetricsServiceClient::new(endpoint.connect_lazy());
-                if c.gzip {
-                    client = client
-                        .send_compressed(CompressionEncoding::Gzip)
-                        .accept_compressed(CompressionEncoding::Gzip);
-                }
+                let channel = endpoint.connect_lazy();
                 let mut metadata = tonic::metadata::MetadataMap::new();
                 // Keys and values were validated in `config`.
                 for (k, v) in &c.headers {
@@ -130,7 +169,11 @@ impl Transport {
                         metadata.insert(key, value);
                     }
                 }
-                Ok(Self::Grpc { client, metadata })
+                Ok(Self::Grpc {
+                    channel,
+                    gzip: c.gzip,
+                    metadata,
+                })
             }
             Protocol::HttpProtobuf => {
                 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
@@ -170,9 +213,9 @@ impl Transport {
     /// # Errors
     /// The last attempt's error (with the attempts made when more than one), or that the
     /// bound was reached.
-    pub async fn send(
+    pub async fn send<R: OtlpRequest>(
         &self,
-        request: &ExportMetricsServiceRequest,
+        request: &R,
         bound: Duration,
     ) -> Result<(), ExportError> {
         if let Self::Console = self {
@@ -204,37 +247,67 @@ impl Transport {
                 (Instant::now() + delay < deadline).then_some(delay)
             })
             .notify(|e: &ExportError, delay| {
-                tracing::debug!("metrics export attempt failed: {e}; retrying in {delay:?}");
+                tracing::debug!(
+                    "export attempt failed: {e}; retrying in {}",
+                    humantime::format_duration(delay)
+                );
             });
         let result = tokio::time::timeout(bound, outcome).await;
         let attempts = attempts.load(std::sync::atomic::Ordering::Relaxed);
+        // The last attempt's error keeps whether it is worth trying again later (a caller
+        // that holds the data, as the events do, sends it again then).
         match result {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) if attempts > 1 => Err(ExportError::permanent(format!(
-                "{e} (after {attempts} attempts)"
-            ))),
+            Ok(Err(e)) if attempts > 1 => Err(ExportError {
+                message: format!("{e} (after {attempts} attempts)"),
+                ..e
+            }),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(ExportError::permanent(format!(
-                "no answer within the export timeout ({} ms)",
-                bound.as_millis()
-            ))),
+            Err(_) => Err(ExportError::transient(
+                format!(
+                    "no answer within the export timeout ({} ms)",
+                    bound.as_millis()
+                ),
+                None,
+            )),
         }
     }
 
-    async fn attempt(
+    async fn attempt<R: OtlpRequest>(
         &self,
-        request: &ExportMetricsServiceRequest,
+        request: &R,
         body: Option<Vec<u8>>,
         left: Duration,
     ) -> Result<(), ExportError> {
         match self {
-            Self::Grpc { client, metadata } => {
+            Self::Grpc {
+                channel,
+                gzip,
+                metadata,
+            } => {
+                let mut grpc = tonic::client::Grpc::new(channel.clone());
+                if *gzip {
+                    grpc = grpc
+                        .send_compressed(CompressionEncoding::Gzip)
+                        .accept_compressed(CompressionEncoding::Gzip);
+                }
+                grpc.ready().await.map_err(|e| {
+                    ExportError::transient(
+                        format!(
+                            "the collector cannot be reached: {}",
+                            crate::logging::with_sources(&e)
+                        ),
+                        None,
+                    )
+                })?;
                 let mut req = tonic::Request::new(request.clone());
                 *req.metadata_mut() = metadata.clone();
                 req.set_timeout(left);
-                match client.clone().export(req).await {
+                let codec = tonic_prost::ProstCodec::<R, R::Response>::default();
+                let path = tonic::codegen::http::uri::PathAndQuery::from_static(R::PATH);
+                match grpc.unary(req, path, codec).await {
                     Ok(resp) => {
-                        partial_success(&resp.into_inner());
+                        partial_success::<R>(&resp.into_inner());
                         Ok(())
                     }
                     Err(status) => Err(grpc_error(&status)),
@@ -269,8 +342,8 @@ impl Transport {
                 let status = resp.status();
                 if status.is_success() {
                     if let Ok(bytes) = resp.bytes().await {
-                        if let Ok(r) = ExportMetricsServiceResponse::decode(bytes) {
-                            partial_success(&r);
+                        if let Ok(r) = R::Response::decode(bytes) {
+                            partial_success::<R>(&r);
                         }
                     }
                     return Ok(());
@@ -292,7 +365,7 @@ impl Transport {
 }
 
 /// The protobuf body, gzipped when asked.
-fn http_body(request: &ExportMetricsServiceRequest, gzip: bool) -> Result<Vec<u8>, ExportError> {
+fn http_body<R: OtlpRequest>(request: &R, gzip: bool) -> Result<Vec<u8>, ExportError> {
     let bytes = request.encode_to_vec();
     if !gzip {
         return Ok(bytes);
@@ -307,13 +380,33 @@ fn http_body(request: &ExportMetricsServiceRequest, gzip: bool) -> Result<Vec<u8
 ///
 /// # Errors
 /// Encoding or writing failed.
-pub fn console(request: &ExportMetricsServiceRequest) -> Result<(), ExportError> {
+pub fn console<R: OtlpRequest>(request: &R) -> Result<(), ExportError> {
     let line = serde_json::to_string(request)
         .map_err(|e| ExportError::permanent(format!("JSON encoding: {e}")))?;
+    console_line(&line).map_err(|e| ExportError::permanent(format!("stdout: {e}")))
+}
+
+/// Writes one line on stdout, for the console exporters (metrics and events). Once stdout's
+/// reader has gone (`… | jq` or `… | head` ended: Ctrl-C ends the whole pipeline), the
+/// lines have nowhere to go: that is said once, at info level, and not as an export failure
+/// (`Broken pipe` on each later export, the final one included, read like a fault).
+///
+/// # Errors
+/// Any other write error.
+pub(crate) fn console_line(line: &str) -> std::io::Result<()> {
+    static READER_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")
-        .and_then(|()| out.flush())
-        .map_err(|e| ExportError::permanent(format!("stdout: {e}")))
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            if !READER_GONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::info!(
+                    "stdout was closed by its reader (the end of a pipe such as `| jq`): console output stops here"
+                );
+            }
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// A gRPC status as an export error, retryable as the specification says.
@@ -324,7 +417,8 @@ fn grpc_error(status: &tonic::Status) -> ExportError {
         .get_details_retry_info()
         .and_then(|info| info.retry_delay);
     let message = format!(
-        "the collector answered {:?}: {}",
+        "the collector answered gRPC status {} ({}): {}",
+        i32::from(status.code()),
         status.code(),
         status.message()
     );
@@ -343,16 +437,13 @@ fn grpc_error(status: &tonic::Status) -> ExportError {
     }
 }
 
-/// Logs the points a collector refused while accepting the rest (not retried).
-fn partial_success(r: &ExportMetricsServiceResponse) {
-    if let Some(p) = &r.partial_success {
-        if p.rejected_data_points > 0 || !p.error_message.is_empty() {
-            tracing::warn!(
-                rejected_data_points = p.rejected_data_points,
-                "the collector accepted the export partly: {}",
-                p.error_message
-            );
-        }
+/// Logs what a collector refused while accepting the rest (not retried).
+fn partial_success<R: OtlpRequest>(r: &R::Response) {
+    if let Some((rejected, what, message)) = R::refused(r) {
+        tracing::warn!(
+            rejected,
+            "the collector accepted the export partly, refusing {rejected} {what}: {message}"
+        );
     }
 }
 

@@ -371,7 +371,7 @@ impl Keeper {
             200 | 201 => {
                 tracing::info!(
                     secret = %self.secret_ref(),
-                    dns_names = ?names,
+                    dns_names = %names.join(", "),
                     "made the webhook's CA and serving certificate and stored them in Secret {}",
                     self.secret_ref()
                 );
@@ -474,7 +474,8 @@ impl Keeper {
                     if last_error.as_deref() != Some(e.as_str()) {
                         tracing::warn!(
                             serving = self.serving.ready(),
-                            "keeping the webhook's certificate: {e}; trying again in {retry:?}"
+                            "keeping the webhook's certificate: {e}; trying again in {}",
+                            humantime::format_duration(retry)
                         );
                         last_error = Some(e);
                     }

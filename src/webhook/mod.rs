@@ -192,7 +192,7 @@ async fn run(
         } else {
             "classic (containers)"
         },
-        gpu_visibility = ?template.gpu_visibility,
+        gpu_visibility = template.gpu_visibility.as_str(),
         "admission webhook listening on https://{} (POST /mutate, /mutate/namespace)",
         tcp.local_addr().map_or(settings.addr, |a| a)
     );
@@ -218,8 +218,8 @@ async fn run(
     state.shutting_down.store(true, Ordering::Relaxed);
     tracing::info!(
         signal,
-        "shutting down: answering for {:?} more ({}), then finishing the requests in flight",
-        settings.shutdown_delay,
+        "shutting down: answering for {} more ({}), then finishing the requests in flight",
+        humantime::format_duration(settings.shutdown_delay),
         settings::SHUTDOWN_DELAY.name
     );
     tokio::time::sleep(settings.shutdown_delay).await;
@@ -229,7 +229,10 @@ async fn run(
         .await
         .unwrap_or(false);
     if !flushed {
-        tracing::warn!("the webhook's final metrics export did not finish within {DRAIN:?}");
+        tracing::warn!(
+            "the webhook's final metrics export did not finish within {}",
+            humantime::format_duration(DRAIN)
+        );
     }
     tracing::info!("stopped");
     ExitCode::SUCCESS

@@ -129,7 +129,12 @@ pub fn answer(injector: &Injector, scope: Scope, body: &[u8]) -> Answer {
         tracing::debug!(
             uid = %request.uid,
             kind = %request.kind.kind,
-            operation = ?request.operation,
+            operation = match request.operation {
+                Operation::Create => "CREATE",
+                Operation::Update => "UPDATE",
+                Operation::Delete => "DELETE",
+                Operation::Connect => "CONNECT",
+            },
             "not a pod being created: admitted unchanged"
         );
         return Answer::review(response, Outcome::Ignored, request.dry_run);

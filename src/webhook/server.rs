@@ -170,7 +170,10 @@ pub async fn serve(
             let _ = stopping_rx.await;
             tokio::time::sleep(drain).await;
         } => {
-            tracing::warn!("requests still in flight after {drain:?}; exiting without them");
+            tracing::warn!(
+                "requests still in flight after {}; exiting without them",
+                humantime::format_duration(drain)
+            );
         }
     }
     acceptor.abort();

@@ -82,10 +82,12 @@ impl WebhookSettings {
                 .or(s.default_value())
         };
         let required = |s: &Setting| {
-            get(s).map(PathBuf::from).ok_or_else(|| ConfigError {
-                var: s.name.to_string(),
-                value: String::new(),
-                expected: format!("{} (required by the webhook command)", s.accepts),
+            get(s).map(PathBuf::from).ok_or_else(|| {
+                ConfigError::new(
+                    s.name,
+                    "",
+                    format!("{} (required by the webhook command)", s.accepts),
+                )
             })
         };
         let tls = match get(&TLS_SECRET) {
@@ -102,11 +104,9 @@ impl WebhookSettings {
             Some(secret) => managed_settings(secret, vars, &get)?,
         };
         let addr_value = get(&ADDR).unwrap_or_default();
-        let addr = addr_value.parse().map_err(|_| ConfigError {
-            var: ADDR.name.to_string(),
-            value: addr_value.to_string(),
-            expected: ADDR.accepts.to_string(),
-        })?;
+        let addr = addr_value
+            .parse()
+            .map_err(|_| ConfigError::new(ADDR.name, addr_value, ADDR.accepts))?;
         let shutdown_delay = parse_duration(
             SHUTDOWN_DELAY.name,
             get(&SHUTDOWN_DELAY).unwrap_or_default(),
@@ -115,11 +115,11 @@ impl WebhookSettings {
             "IfNeeded" => Reinvocation::IfNeeded,
             "Never" => Reinvocation::Never,
             other => {
-                return Err(ConfigError {
-                    var: REINVOCATION_POLICY.name.to_string(),
-                    value: other.to_string(),
-                    expected: REINVOCATION_POLICY.accepts.to_string(),
-                })
+                return Err(ConfigError::new(
+                    REINVOCATION_POLICY.name,
+                    other,
+                    REINVOCATION_POLICY.accepts,
+                ))
             }
         };
         Ok(Self {
@@ -245,6 +245,12 @@ mod tests {
             let e = WebhookSettings::from_vars(&vars(&without)).unwrap_err();
             assert_eq!(e.var, missing);
             assert!(e.expected.contains("required"), "{e}");
+            // Unset reads as unset, not as an invalid empty value.
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("{missing} is not set: expected ")),
+                "{e}"
+            );
         }
     }
 

@@ -45,6 +45,18 @@ pub enum GpuVisibility {
     All,
 }
 
+impl GpuVisibility {
+    /// The chart's `gpuVisibility.mode` value: `pod-resources`, `dra`, `uuids` or `all`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuVisibility::PodResources => "pod-resources",
+            GpuVisibility::Dra => "dra",
+            GpuVisibility::Uuids => "uuids",
+            GpuVisibility::All => "all",
+        }
+    }
+}
+
 /// Pod-level fields the named template `gpu-otel-sidecar.podSpec` renders.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -2,6 +2,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -14,6 +15,69 @@ use super::receiver::Receiver;
 /// no `OTEL_*`, `GPU_SIDECAR_*`, `K8S_*` or `RUST_LOG` of the developer's shell leaks in.
 /// (`LLVM_PROFILE_FILE` keeps coverage runs working.)
 const PASSED_THROUGH: &[&str] = &["PATH", "HOME", "LLVM_PROFILE_FILE"];
+
+/// Makes `command`'s child start with only the descriptors it is given (stdin, stdout,
+/// stderr): every other descriptor the test process holds without `O_CLOEXEC` (one a shell
+/// opened before `cargo test`, `exec 3>>file`, `/usr/bin/time -o FILE cargo test`) is marked
+/// close-on-exec in the child before it execs, so the program under test is judged on what
+/// it opened itself. Rust's own descriptors are close-on-exec already.
+pub fn no_inherited_descriptors(command: &mut Command) -> &mut Command {
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe functions (close_range(2), fcntl(2), getrlimit(2)); it allocates
+    // nothing and touches no lock.
+    unsafe {
+        command.pre_exec(|| {
+            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+            let marked = libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            ) == 0;
+            if !marked {
+                // Kernels before 5.11: every possible descriptor, one by one.
+                let mut limit = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+                    limit.rlim_cur.min(1 << 20) as libc::c_int
+                } else {
+                    4096
+                };
+                for fd in 3..max {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    if flags >= 0 {
+                        libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Opens `path` for appending the way a shell's `exec 3>>path` or `/usr/bin/time -o path`
+/// leaves it to every later child: without close-on-exec. For tests that check that the
+/// program under test does not get it ([`no_inherited_descriptors`]).
+///
+/// # Panics
+/// If the file cannot be opened or its flags cannot be changed.
+pub fn inheritable_file_for_writing(path: &Path) -> std::fs::File {
+    use std::os::fd::AsRawFd as _;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    // SAFETY: fcntl(2) on a descriptor this function owns.
+    let cleared = unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFD);
+        flags >= 0 && libc::fcntl(file.as_raw_fd(), libc::F_SETFD, flags & !libc::FD_CLOEXEC) == 0
+    };
+    assert!(cleared, "cannot clear FD_CLOEXEC on {}", path.display());
+    file
+}
 
 /// Builds an [`Agent`]: `Agent::builder().otlp(&rx).env("K", "V").env_mock("x.json").spawn()`.
 ///
@@ -101,7 +165,7 @@ impl AgentBuilder {
     /// If the program cannot be started.
     pub fn spawn(self) -> Agent {
         let mut command = Command::new(&self.program);
-        command
+        no_inherited_descriptors(&mut command)
             .args(&self.args)
             .env_clear()
             .stdin(Stdio::null())

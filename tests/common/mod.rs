@@ -29,7 +29,8 @@
 //! - [`agent`]: [`Agent`], the agent binary run as a child process with a clean environment
 //!   and its output captured line by line.
 //! - [`paths`]: [`mock_library`] (builds the mock `libnvml_mock.so` once), [`scenario`],
-//!   [`fixture_dir`], [`workspace_root`], and reads that name the missing path
+//!   [`fixture_dir`], [`workspace_root`], [`temp_path`] (in a scratch directory removed
+//!   when the test process exits), and reads that name the missing path
 //!   ([`read_text`], [`read_json`], [`h200_recording`]).
 //! - [`pki`]: a throw-away CA issuing certificates, for TLS tests.
 //! - [`pod`]: a pod's shared process namespace (a PID namespace, a cgroup per container),
@@ -54,7 +55,7 @@ pub mod receiver;
 pub use agent::{Agent, AgentBuilder};
 pub use paths::{
     fixture_dir, h200_recording, mock_as_nvidia_library, mock_library, read_json, read_text,
-    scenario, workspace_root,
+    scenario, scratch_dir, temp_path, workspace_root,
 };
 pub use receiver::{
     Attempt, Kind, LogRecordView, Mode, Point, Protocol, Received, Receiver, ServerTls, Signal,

@@ -94,6 +94,39 @@ pub fn mock_library() -> PathBuf {
     .clone()
 }
 
+/// This test process's scratch directory (`<temp>/gpu-otel-sidecar-test-XXXXXX`), created
+/// on first use and removed with everything in it when the process exits (an `atexit`
+/// handler: the test harness exits normally after failed tests too), so that a test run
+/// leaves nothing in the temp directory.
+///
+/// # Panics
+/// If the directory cannot be created.
+pub fn scratch_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    extern "C" fn remove_scratch_dir() {
+        if let Some(dir) = DIR.get() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    DIR.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("gpu-otel-sidecar-test-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("cannot create a scratch directory: {e}"))
+            .keep();
+        // SAFETY: registers a plain function; it runs once, at exit.
+        unsafe {
+            libc::atexit(remove_scratch_dir);
+        }
+        dir
+    })
+}
+
+/// `<scratch_dir>/<name>`, for a file this test process writes (a scenario, a call log).
+pub fn temp_path(name: &str) -> PathBuf {
+    scratch_dir().join(name)
+}
+
 /// The mock library under the name the NVIDIA Container Toolkit mounts NVIDIA's under
 /// (`<dir>/libnvidia-ml.so.1`, a symbolic link to [`mock_library`]), for tests where the mock
 /// stands in for the driver's library: the agent gives driver advice only for a library of
@@ -105,7 +138,7 @@ pub fn mock_as_nvidia_library() -> PathBuf {
     static LINK: OnceLock<PathBuf> = OnceLock::new();
     LINK.get_or_init(|| {
         let lib = mock_library();
-        let dir = std::env::temp_dir().join(format!("nvml-mock-as-nvidia-{}", std::process::id()));
+        let dir = scratch_dir().join("nvml-mock-as-nvidia");
         std::fs::create_dir_all(&dir)
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
         let link = dir.join("libnvidia-ml.so.1");

@@ -3,7 +3,7 @@
 Tools come from the environment the check script prepares:
   HELM       path of the helm binary (required for the Helm tests)
   PROMTOOL   path of promtool (the rule tests skip, loudly, without it)
-  GPU_SIDECAR_BINARY, REQUIRE_RELEASE_BINARY: see test_binary.py
+  GPU_OTEL_SIDECAR_BINARY, REQUIRE_RELEASE_BINARY: see test_binary.py
 """
 
 import os
@@ -157,9 +157,9 @@ def kube_env(container, fields=FIELD_VALUES, secrets=None):
 
 @pytest.fixture(scope="session")
 def agent_binary():
-    """The agent binary: $GPU_SIDECAR_BINARY, else target/release, else target/debug. Without
+    """The agent binary: $GPU_OTEL_SIDECAR_BINARY, else target/release, else target/debug. Without
     one the test skips, unless REQUIRE_RELEASE_BINARY=1 (CI builds it first)."""
-    candidates = [os.environ.get("GPU_SIDECAR_BINARY")] + [
+    candidates = [os.environ.get("GPU_OTEL_SIDECAR_BINARY")] + [
         str(ROOT / "target" / p / "gpu-otel-sidecar") for p in ("release", "debug")
     ]
     for path in candidates:
@@ -432,3 +432,12 @@ def metrics_catalogue():
 def load_yaml(path):
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f)
+
+
+def trainer_settings():
+    """The TRAIN_* variables docker/trainer/train.py reads (env_int("TRAIN_…") and
+    os.environ.get("TRAIN_…")), each with its default as the script writes it."""
+    text = (DOCKER / "trainer" / "train.py").read_text()
+    found = dict(re.findall(r'(?:env_int|os\.environ\.get)\("(TRAIN_[A-Z_]+)", "?([^")]*)"?\)', text))
+    assert len(found) >= 6, found
+    return found

@@ -1,7 +1,7 @@
 """The release binary links only glibc (libc, libm), libgcc_s and the loader, and needs at most
 GLIBC_2.36 (Debian bookworm, the distroless cc-debian12 runtime).
 
-The binary: $GPU_SIDECAR_BINARY, else target/release/gpu-otel-sidecar. Without one the test
+The binary: $GPU_OTEL_SIDECAR_BINARY, else target/release/gpu-otel-sidecar. Without one the test
 skips, unless REQUIRE_RELEASE_BINARY=1 (CI builds it first)."""
 
 import os
@@ -18,7 +18,7 @@ MAX_GLIBC = (2, 36)
 
 @pytest.fixture(scope="module")
 def binary():
-    path = os.environ.get("GPU_SIDECAR_BINARY") or str(ROOT / "target" / "release" / "gpu-otel-sidecar")
+    path = os.environ.get("GPU_OTEL_SIDECAR_BINARY") or str(ROOT / "target" / "release" / "gpu-otel-sidecar")
     if not os.path.isfile(path):
         if os.environ.get("REQUIRE_RELEASE_BINARY") == "1":
             pytest.fail(f"release binary {path} not found (cargo build --release -p gpu-otel-sidecar)")

@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from conftest import DOCKER, ROOT, check_config, load_yaml
+from conftest import DOCKER, ROOT, check_config, load_yaml, trainer_settings
 
 COMPOSE = DOCKER / "compose.yaml"
 COLLECTOR = DOCKER / "otel-collector.yaml"
@@ -113,7 +113,7 @@ def test_sidecar_environment_passes_the_agents_config_check(compose, agent_binar
     rc, out, err = check_config(agent_binary, env)
     assert rc == 0, f"the agent refuses the compose environment: {err}"
     assert out["resource"]["container.name"] == "trainer"
-    assert out["otlp"]["metrics_endpoint"] == env["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    assert out["otlp"]["metrics"]["endpoint"] == env["OTEL_EXPORTER_OTLP_ENDPOINT"]
 
 
 def test_collector_mounted_with_its_config(compose):
@@ -205,3 +205,13 @@ def test_grafana_provisioning(compose):
     assert (host_file(m[dash_dir][0]) / "gpu-otel-sidecar.json").is_file()
     home = g["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home.startswith(dash_dir + "/") and (host_file(m[dash_dir][0]) / Path(home).name).is_file()
+
+
+def test_every_trainer_setting_is_passed_to_the_trainer(compose):
+    """Each TRAIN_* the training script reads (and the docs say changes it) reaches it from
+    the environment or .env, with the script's own default; compose's header names them all."""
+    env = compose["services"]["trainer"]["environment"]
+    header = COMPOSE.read_text().split("services:")[0]
+    for name, default in trainer_settings().items():
+        assert env.get(name) == f"${{{name}:-{default}}}", f"{name}: {env.get(name)!r}"
+        assert name in header, f"{name} is not named in compose.yaml's settings"

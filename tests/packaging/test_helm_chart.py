@@ -19,6 +19,7 @@ from conftest import (
     load_yaml,
     render,
     sidecar_of,
+    trainer_settings,
 )
 
 VALUES = load_yaml(CHART / "values.yaml")
@@ -382,6 +383,16 @@ def test_example_job_runs_the_compose_training_script(helm):
     assert not render(helm, "example.enabled=false").of_kind("Job")
 
 
+def test_example_job_passes_every_trainer_setting(helm):
+    """The example Job sets each TRAIN_* the training script reads, with the script's
+    default, and a value changes it."""
+    want = trainer_settings()
+    env = env_map(container(render(helm).pod_spec, TRAINER))
+    assert {k: v for k, v in env.items() if k.startswith("TRAIN_")} == want
+    env = env_map(container(render(helm, "example.imageSize=224", "example.mixedPrecision=true").pod_spec, TRAINER))
+    assert (env["TRAIN_IMAGE_SIZE"], env["TRAIN_MIXED_PRECISION"]) == ("224", "1")
+
+
 def test_prometheus_rule_is_the_docker_rules_file(helm):
     assert (CHART / "files" / "prometheus-rules.yaml").read_bytes() == (DOCKER / "prometheus-rules.yaml").read_bytes(), \
         "helm/gpu-otel-sidecar/files/prometheus-rules.yaml must be a copy of docker/prometheus-rules.yaml"
@@ -494,8 +505,8 @@ def test_rendered_environment_passes_the_agents_config_check(helm, agent_binary,
     env = kube_env(sc, secrets={("otlp", "headers"): "authorization=Bearer%20t0k"})
     rc, out, err = check_config(agent_binary, env)
     assert rc == 0, f"the agent refuses the rendered environment: {err}"
-    assert out["otlp"]["metrics_endpoint"] == "http://10.0.0.7:4317"
-    assert out["otlp"]["header_names"] == ["authorization"]
+    assert out["otlp"]["metrics"]["endpoint"] == "http://10.0.0.7:4317"
+    assert out["otlp"]["metrics"]["header_names"] == ["authorization"]
 
 
 @pytest.mark.parametrize("sets", [["hostNetwork=true"], ["mode=classic", "hostNetwork=true"],

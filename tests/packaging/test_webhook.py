@@ -20,7 +20,7 @@
   fake API server) serves both renders, trusted by the caBundle each applied configuration
   holds.
 
-The binary: $GPU_SIDECAR_BINARY, else target/release/gpu-otel-sidecar; without one the tests
+The binary: $GPU_OTEL_SIDECAR_BINARY, else target/release/gpu-otel-sidecar; without one the tests
 that run it skip, unless REQUIRE_RELEASE_BINARY=1 (CI builds it first).
 """
 
@@ -271,7 +271,7 @@ def test_sidecar_fixtures_are_what_the_chart_renders(helm, name):
 
 @pytest.fixture(scope="module")
 def binary():
-    path = os.environ.get("GPU_SIDECAR_BINARY") or str(ROOT / "target" / "release" / "gpu-otel-sidecar")
+    path = os.environ.get("GPU_OTEL_SIDECAR_BINARY") or str(ROOT / "target" / "release" / "gpu-otel-sidecar")
     if not os.path.isfile(path):
         if os.environ.get("REQUIRE_RELEASE_BINARY") == "1":
             pytest.fail(f"release binary {path} not found (cargo build --release)")

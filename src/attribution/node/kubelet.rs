@@ -121,7 +121,7 @@ pub async fn poll(socket: PathBuf, view: Arc<KubeletView>) {
                 let (allocations, unknown) = allocations(&pods);
                 if !unknown.is_empty() && !unknown_said {
                     unknown_said = true;
-                    tracing::warn!(device_ids = ?unknown, "node mode: the kubelet lists NVIDIA devices whose ids no known device plugin writes; the pods holding them are not named from the kubelet");
+                    tracing::warn!(device_ids = %unknown.join(", "), "node mode: the kubelet lists NVIDIA devices whose ids no known device plugin writes; the pods holding them are not named from the kubelet");
                 }
                 view.set(allocations);
             }

@@ -65,9 +65,9 @@ pub static SAMPLE_DURATION: AgentMetricDef = AgentMetricDef {
     name: "gpu_sidecar.sample.duration",
     instrument: AgentInstrument::Histogram,
     unit: "s",
-    description: "Time one group of NVML calls took, over all devices, each time the group ran (the agent's own cost; see the schedule in the README).",
-    attributes: "`gpu_sidecar.sample.group` = `static` | `fast` | `energy` | `pcie` | `process` | `gpm`",
-    source: "wall-clock time around the group's calls on the `nvml-sampler` thread",
+    description: "Time the NVML calls of one sample took, over all devices (the agent's own cost); with `GPU_SIDECAR_METRICS_DETAIL=true`, one group of calls, each time the group ran.",
+    attributes: "none by default; with `GPU_SIDECAR_METRICS_DETAIL=true` `gpu_sidecar.sample.group` = `static` | `fast` | `energy` | `pcie` | `process` | `gpm`",
+    source: "wall-clock time around the groups' calls on the `nvml-sampler` thread (a session's device listing, `static`, counts in its first sample; the groups and when each runs: [Sampling schedule](sampling.md#sampling-schedule))",
 };
 
 /// `nvidia.gpu.alerts`: one per alert transition of the rules engine.
@@ -119,7 +119,7 @@ pub static EXPORT_FAILURES: AgentMetricDef = AgentMetricDef {
     name: "gpu_sidecar.export.failures",
     instrument: AgentInstrument::Counter,
     unit: "{export}",
-    description: "Metric exports that failed since start (after the exporter's own retries); the data of a failed export is dropped, cumulative counters stay continuous.",
+    description: "Metric exports that failed since start (after the exporter's own retries); the data of a failed export is dropped, cumulative counters stay continuous. Absent until the first failure.",
     attributes: "none",
     source: "the metric exporter's answer to each export; read at each export",
 };
@@ -135,10 +135,21 @@ pub static EXPORT_LAST_SUCCESS: AgentMetricDef = AgentMetricDef {
     source: "the metric exporter's answer to each export; read at each export",
 };
 
+/// `gpu_sidecar.events.dropped`: events the outbox could not hold or deliver.
+pub static EVENTS_DROPPED: AgentMetricDef = AgentMetricDef {
+    name: "gpu_sidecar.events.dropped",
+    instrument: AgentInstrument::Counter,
+    unit: "{event}",
+    description: "Events (log records: alerts, XID and ECC errors, the run report) dropped since start: the oldest, when the queue (`OTEL_BLRP_MAX_QUEUE_SIZE`) was full while the collector did not take them; those the collector refused for good; those still queued at the shutdown bound. The first drop of an outage is logged once. Absent until the first drop.",
+    attributes: "none",
+    source: "the events' queue (`src/telemetry/outbox.rs`), as it drops them",
+};
+
 /// Every self-metric, in documentation order.
 pub static SELF_METRICS: &[&AgentMetricDef] = &[
     &NVML_ERRORS,
     &NVML_STUCK,
     &EXPORT_FAILURES,
     &EXPORT_LAST_SUCCESS,
+    &EVENTS_DROPPED,
 ];

@@ -4,6 +4,20 @@ use super::{
     AgentMetricDef, MetricDef, CATALOGUE, COMMON_ATTRIBUTES, POD_ATTRIBUTES, POD_CATALOGUE,
     RECORDED, SELF_METRICS,
 };
+
+/// The most series one GPU's default export may carry (data points: one per metric and
+/// attribute set, a histogram counting once): dcgm-exporter's default field list is about 21
+/// per GPU, and managed Prometheus services bill per active series.
+pub const SERIES_BUDGET: usize = 40;
+
+/// Series in the default export of the real H200 recording
+/// (`tests/scenarios/h200-under-load.json`: one GPU, one process, the SW power cap on),
+/// measured by `tests/e2e.rs` (`h200_default_export_stays_within_the_series_budget`, which
+/// fails when this is not the count it measures).
+pub const H200_DEFAULT_SERIES: usize = 38;
+
+/// The same with `GPU_SIDECAR_METRICS_DETAIL=true`, measured by the same test.
+pub const H200_DETAIL_SERIES: usize = 55;
 use crate::sampling::bounds::{self, Reading};
 use crate::sampling::SampleGroup;
 
@@ -97,7 +111,9 @@ pub fn markdown() -> String {
         "# Metrics\n\n\
          Generated from `src/catalogue/metrics/` (the test `metrics_doc_matches_catalogue` fails when \
          this file and the code disagree; regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`).\n\n\
-         Ratios are 0..1, units are UCUM. A value NVML does not give is absent, never 0.\n\n",
+         Ratios are 0..1, units are UCUM. A value NVML does not give is absent, never 0 (a kind of a \
+         folded breakdown that has been 0 since the agent started is absent too, until it is not: \
+         [Series budget](#series-budget)).\n\n",
     );
     s.push_str(&format!(
         "Every GPU data point carries {COMMON_ATTRIBUTES}.\n\n"
@@ -134,6 +150,27 @@ pub fn markdown() -> String {
     for d in CATALOGUE {
         s.push_str(&metric_row(d));
     }
+    s.push_str(&format!(
+        "\n## Series budget\n\n\
+         Nothing is sent that carries no information: the default export of one GPU carries at most \
+         {SERIES_BUDGET} series (a series is a metric and one set of attributes: one data point per \
+         export; a histogram counts once). The real H200 recording's default export (one GPU, one \
+         process, `tests/scenarios/h200-under-load.json`) carries **{H200_DEFAULT_SERIES}**, measured by \
+         `tests/e2e.rs` (`h200_default_export_stays_within_the_series_budget`) on every export of a run \
+         and on all of them together; with `GPU_SIDECAR_METRICS_DETAIL=true`, {H200_DETAIL_SERIES}. What \
+         the default leaves out until it says something, or folds:\n\n\
+         - Counters of events (`nvidia.gpu.alerts`, `nvidia.gpu.xid.errors`, \
+         `gpu_sidecar.export.failures`, `gpu_sidecar.events.dropped`, `gpu_sidecar.nvml.*`) are born \
+         with their first event, at 1 with the agent's start as start time, never exported at 0 \
+         (see [events.md](events.md#first-occurrences)).\n\
+         - Breakdowns by kind (the clock-event reasons, the non-tensor pipes, a process's encoder and \
+         decoder utilization): a kind appears from the first export where it is not 0, then stays \
+         (column *attributes*). The dashboard's \"Clocks held back by\" panel and the rules read \
+         the reasons that are 1.\n\
+         - `gpu_sidecar.sample.duration`: one series, the NVML calls of each sample together (by group \
+         of calls with the setting).\n\n\
+         `GPU_SIDECAR_METRICS_DETAIL=true` exports all of it from the start, every export.\n"
+    ));
     s.push_str(
         "\n## Per pod (node mode)\n\n\
          Only `gpu-otel-sidecar node` (one agent per node) exports these: each pod's share of each device \
@@ -141,7 +178,9 @@ pub fn markdown() -> String {
          device's metrics above, which node mode reports once, on the node's resource: summed over the \
          pods and the not-attributed share, memory, power and energy add up to the device's own. How \
          each share is computed: the *NVML source* column, and \
-         [docs/kubernetes.md](kubernetes.md#one-agent-per-node).\n\n",
+         [docs/kubernetes.md](kubernetes.md#one-agent-per-node). They are outside the series budget \
+         above: each pod adds at most five series per device it uses (memory, utilization and \
+         processes on the device its processes run on, power and energy on the physical GPU).\n\n",
     );
     s.push_str(&format!(
         "Every per-pod data point carries {POD_ATTRIBUTES}.\n\n"
@@ -182,20 +221,21 @@ pub fn markdown() -> String {
     }
     s.push_str(
         "\n## Recorded as they happen\n\n\
-         Synchronous instruments, counting from 0 at the agent's start (start time: the agent's start), \
-         stamped with the export's time. Every `nvidia.gpu.alerts` series the rules may produce (each \
-         enabled rule, firing and resolved, for each device) is exported at 0 from the device's first \
-         sample, so a first firing is an increase that `increase()` and `rate()` see. An \
-         `nvidia.gpu.xid.errors` series appears with the first XID of its code on its device (the codes \
-         are not known in advance); alert on `nvidia.gpu.alerts{nvidia.gpu.alert.rule=xid}` (as the \
-         shipped `GPUXidError` rule does), which exists at 0 before.\n\n",
+         Synchronous instruments, counting from 0 at the agent's start, stamped with the export's \
+         time. **A counter series is born with its first event** (nothing is exported for what never \
+         happened): an `nvidia.gpu.xid.errors` series with the first XID of its code on its device, an \
+         `nvidia.gpu.alerts` series with the first firing (or resolution) of its rule on its device. \
+         Its start time is the agent's start, so its first point (1 for one event) says that the \
+         count went from 0 to 1 since then: backends that take start times as created timestamps \
+         see the step, and the shipped Prometheus rules catch a series born non-zero (`increase(x[5m]) \
+         > 0 or (x unless last_over_time(x[5m] offset 5m))`: see [events.md](events.md#first-occurrences)).\n\n",
     );
     agent_table(&mut s, RECORDED);
     s.push_str(
         "\n## Self-metrics\n\n\
          How the agent's own NVML calls and exports fare, read from its counters at each export and \
          exported with the GPU metrics (same resource and scope). The counters count from the agent's \
-         start (start time: the agent's start).\n\n",
+         start (start time: the agent's start), each series born with its first event.\n\n",
     );
     agent_table(&mut s, SELF_METRICS);
     s
@@ -205,12 +245,16 @@ pub fn markdown() -> String {
 /// description.
 fn metric_row<X>(d: &MetricDef<X>) -> String {
     let cell = |t: &str| t.replace('|', "\\|");
+    let attributes = match d.fold.doc() {
+        Some(fold) => format!("{}; {fold}", d.attributes),
+        None => d.attributes.to_string(),
+    };
     format!(
         "| `{}` | {} | `{}` | {} | {} | {} | {} |\n",
         d.name,
         d.instrument.as_str(),
         d.unit,
-        cell(d.attributes),
+        cell(&attributes),
         cell(d.source),
         cell(age(d.group)),
         cell(d.description)

@@ -3,7 +3,7 @@
 
 use opentelemetry::KeyValue;
 
-use super::{device_state, Instrument, MetricDef, Number, Point};
+use super::{device_state, Fold, Instrument, MetricDef, Number, Point};
 use crate::catalogue::clocks_event_reasons::CLOCKS_EVENT_REASONS;
 use crate::sampling::{
     DeviceSample, DeviceState, GpmMetrics, ProcessSample, ProcessUtilization, SampleGroup,
@@ -58,6 +58,7 @@ pub static CATALOGUE: &[MetricDef] = &[
             push(out, d.utilization_encoder_ratio(), vec![kv("hw.gpu.task", "encoder")]);
             push(out, d.utilization_decoder_ratio(), vec![kv("hw.gpu.task", "decoder")]);
         },
+        fold: Fold::None,
     },
     MetricDef {
         name: "hw.gpu.memory.usage",
@@ -67,8 +68,9 @@ pub static CATALOGUE: &[MetricDef] = &[
         unit: "By",
         description: "GPU memory used.",
         attributes: "",
-        source: "`nvmlDeviceGetMemoryInfo_v2` (`.used`), bytes; on drivers without it `nvmlDeviceGetMemoryInfo` (v1: `.used` includes the reserved memory; see README, Older drivers)",
+        source: "`nvmlDeviceGetMemoryInfo_v2` (`.used`), bytes; on drivers without it `nvmlDeviceGetMemoryInfo` (v1: `.used` includes the reserved memory; see [Older drivers](operations.md#older-drivers))",
         extract: |d, out| push(out, d.memory_used_bytes.map(|b| b as f64), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "hw.gpu.memory.limit",
@@ -80,6 +82,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "`nvmlDeviceGetMemoryInfo_v2` (`.total`), bytes (or v1, as above)",
         extract: |d, out| push(out, d.memory_total_bytes.map(|b| b as f64), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "hw.gpu.memory.utilization",
@@ -91,6 +94,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "`nvmlDeviceGetMemoryInfo_v2` (or v1, as above), `.used / .total`",
         extract: |d, out| push(out, d.memory_used_ratio(), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.memory.reserved",
@@ -102,6 +106,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "`nvmlDeviceGetMemoryInfo_v2` (`.reserved`), bytes; absent where only v1 answers",
         extract: |d, out| push(out, d.memory_reserved_bytes.map(|b| b as f64), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.memory_controller.utilization",
@@ -113,6 +118,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "`nvmlDeviceGetUtilizationRates` (`.memory`); percent / 100",
         extract: |d, out| push(out, d.utilization_memory_controller_ratio(), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "hw.temperature",
@@ -127,6 +133,7 @@ pub static CATALOGUE: &[MetricDef] = &[
             push(out, d.temperature_gpu_celsius.map(f64::from), vec![kv("hw.sensor_location", "gpu")]);
             push(out, d.temperature_memory_celsius.map(f64::from), vec![kv("hw.sensor_location", "memory")]);
         },
+        fold: Fold::None,
     },
     MetricDef {
         name: "hw.power",
@@ -138,6 +145,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "`nvmlDeviceGetPowerUsage`; mW / 1000",
         extract: |d, out| push(out, d.power_watts(), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.power.limit",
@@ -149,6 +157,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "`nvmlDeviceGetEnforcedPowerLimit`; mW / 1000",
         extract: |d, out| push(out, d.power_limit_watts(), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "hw.energy",
@@ -160,6 +169,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "`nvmlDeviceGetTotalEnergyConsumption` (mJ since the driver loaded) / 1000, minus the first reading",
         extract: |d, out| push(out, d.energy_joules(), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.clock.frequency",
@@ -176,6 +186,7 @@ pub static CATALOGUE: &[MetricDef] = &[
             push(out, hz(d.clock_sm_mhz), vec![kv("nvidia.gpu.clock.type", "sm")]);
             push(out, hz(d.clock_memory_mhz), vec![kv("nvidia.gpu.clock.type", "memory")]);
         },
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.clocks_event.active",
@@ -194,6 +205,7 @@ pub static CATALOGUE: &[MetricDef] = &[
                 }
             }
         },
+        fold: Fold::UntilNonZero { attribute: "nvidia.gpu.clocks_event.reason", always: &[] },
     },
     MetricDef {
         name: "nvidia.gpu.performance_state",
@@ -205,6 +217,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "`nvmlDeviceGetPerformanceState`",
         extract: |d, out| push(out, d.performance_state.map(f64::from), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "hw.errors",
@@ -219,6 +232,7 @@ pub static CATALOGUE: &[MetricDef] = &[
             push(out, d.ecc_corrected_total.map(|n| n as f64), vec![kv("error.type", "corrected")]);
             push(out, d.ecc_uncorrected_total.map(|n| n as f64), vec![kv("error.type", "uncorrected")]);
         },
+        fold: Fold::None,
     },
     MetricDef {
         name: "hw.status",
@@ -263,6 +277,7 @@ pub static CATALOGUE: &[MetricDef] = &[
                 out.push(Point { value: if s == state { 1.0 } else { 0.0 }, attributes });
             }
         },
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.memory.remapped_rows",
@@ -279,6 +294,7 @@ pub static CATALOGUE: &[MetricDef] = &[
                 push(out, Some(f64::from(r.uncorrectable)), vec![kv("error.type", "uncorrected")]);
             }
         },
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.process.memory.usage",
@@ -287,9 +303,10 @@ pub static CATALOGUE: &[MetricDef] = &[
         group: SampleGroup::Fast,
         unit: "By",
         description: "GPU memory held by one compute process. A process that has ended is no longer reported (no stale series).",
-        attributes: "`process.pid` (host PID, as NVML reports it); `process.executable.name` where `/proc` shows the host PID namespace (see README)",
+        attributes: "`process.pid` (host PID, as NVML reports it); `process.executable.name` where `/proc` shows the host PID namespace (see [Process IDs](sampling.md#processes-mig-and-events))",
         source: "`nvmlDeviceGetComputeRunningProcesses_v3` (or `_v2`, v1 on older drivers; `usedGpuMemory`; entry layout chosen for the driver, R535's 32-byte struct included), every tick; a GPU in MIG mode reports its processes on its MIG devices; name from `/proc/<pid>/comm`",
         extract: |d, out| per_process(d, out, |p| p.used_memory_bytes.map(|b| b as f64), &[]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.process.utilization",
@@ -309,6 +326,7 @@ pub static CATALOGUE: &[MetricDef] = &[
                 per_process(d, out, |p| p.utilization.as_ref().map(f), &[kv("hw.gpu.task", task)]);
             }
         },
+        fold: Fold::UntilNonZero { attribute: "hw.gpu.task", always: &["general"] },
     },
     MetricDef {
         name: "nvidia.gpu.process.memory_controller.utilization",
@@ -320,6 +338,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "`process.pid`, `process.executable.name` (as above)",
         source: "`nvmlDeviceGetProcessUtilization` (`memUtil`), as `nvidia.gpu.process.utilization`; percent / 100",
         extract: |d, out| per_process(d, out, |p| p.utilization.map(|u| u.memory_ratio()), &[]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.graphics_engine.activity",
@@ -331,6 +350,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "GPM (Hopper and newer): `nvmlGpmMetricsGet(NVML_GPM_METRIC_GRAPHICS_UTIL)` over consecutive `nvmlGpmSampleGet` samples (MIG device: `nvmlGpmMigSampleGet` on the parent) `GPU_SIDECAR_GPM_INTERVAL` apart; percent / 100",
         extract: |d, out| push(out, GpmMetrics::ratio(d.gpm.and_then(|g| g.graphics_util)), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.sm.activity",
@@ -342,6 +362,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "GPM: `NVML_GPM_METRIC_SM_UTIL`, as above",
         extract: |d, out| push(out, GpmMetrics::ratio(d.gpm.and_then(|g| g.sm_util)), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.sm.occupancy",
@@ -353,6 +374,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "GPM: `NVML_GPM_METRIC_SM_OCCUPANCY`, as above",
         extract: |d, out| push(out, GpmMetrics::ratio(d.gpm.and_then(|g| g.sm_occupancy)), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.tensor.activity",
@@ -375,6 +397,7 @@ pub static CATALOGUE: &[MetricDef] = &[
                 }
             }
         },
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.pipe.activity",
@@ -397,6 +420,7 @@ pub static CATALOGUE: &[MetricDef] = &[
                 }
             }
         },
+        fold: Fold::UntilNonZero { attribute: "nvidia.gpu.pipe", always: &[] },
     },
     MetricDef {
         name: "nvidia.gpu.dram.activity",
@@ -408,6 +432,7 @@ pub static CATALOGUE: &[MetricDef] = &[
         attributes: "",
         source: "GPM: `NVML_GPM_METRIC_DRAM_BW_UTIL`, as above",
         extract: |d, out| push(out, GpmMetrics::ratio(d.gpm.and_then(|g| g.dram_bw_util)), vec![]),
+        fold: Fold::None,
     },
     MetricDef {
         name: "hw.gpu.io",
@@ -422,6 +447,7 @@ pub static CATALOGUE: &[MetricDef] = &[
             push(out, d.io.pcie_transmit_bytes, vec![kv("network.io.direction", "transmit")]);
             push(out, d.io.pcie_receive_bytes, vec![kv("network.io.direction", "receive")]);
         },
+        fold: Fold::None,
     },
     MetricDef {
         name: "nvidia.gpu.nvlink.io",
@@ -436,5 +462,6 @@ pub static CATALOGUE: &[MetricDef] = &[
             push(out, d.io.nvlink_transmit_bytes, vec![kv("network.io.direction", "transmit")]);
             push(out, d.io.nvlink_receive_bytes, vec![kv("network.io.direction", "receive")]);
         },
+        fold: Fold::None,
     },
 ];

@@ -76,10 +76,65 @@ pub struct MetricDef<X = Extract> {
     pub source: &'static str,
     /// The mapping.
     pub extract: X,
+    /// Which of its points are detail, exported by default only once they say something
+    /// (see [`Fold`]).
+    pub fold: Fold,
+}
+
+/// Which points of a metric the default export leaves out while they carry no information
+/// (the series budget: docs/metrics.md, Series budget). A breakdown by kind whose kinds a job
+/// mostly never uses (clock-event reasons, non-tensor pipes, a process's video engines) is
+/// folded: each of those points is exported from the first export where its value is not 0,
+/// then at every export, 0 or not (a series that went away would leave its last value, 1,
+/// standing in a Prometheus exporter for minutes). With `GPU_SIDECAR_METRICS_DETAIL=true`
+/// every point is exported from the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fold {
+    /// Every point, at every export.
+    None,
+    /// The points whose `attribute` is not one of `always` wait for their first non-zero
+    /// value (every point when `always` is empty).
+    UntilNonZero {
+        /// The attribute that tells the kinds apart.
+        attribute: &'static str,
+        /// Kinds exported from the start all the same.
+        always: &'static [&'static str],
+    },
+}
+
+impl Fold {
+    /// Whether the point with `attributes` waits for its first non-zero value.
+    pub fn folds(&self, attributes: &[KeyValue]) -> bool {
+        match self {
+            Fold::None => false,
+            Fold::UntilNonZero { attribute, always } => attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == *attribute)
+                .is_some_and(|kv| !always.contains(&kv.value.as_str().as_ref())),
+        }
+    }
+
+    /// What `docs/metrics.md` says of it, after the attributes.
+    pub fn doc(&self) -> Option<String> {
+        match self {
+            Fold::None => None,
+            Fold::UntilNonZero { attribute, always } => {
+                let which = if always.is_empty() {
+                    format!("each `{attribute}`")
+                } else {
+                    let kept: Vec<String> = always.iter().map(|v| format!("`{v}`")).collect();
+                    format!("each `{attribute}` but {}", kept.join(", "))
+                };
+                Some(format!(
+                    "by default {which} is exported from the first export where it is not 0, then at every export (all from the start with `GPU_SIDECAR_METRICS_DETAIL=true`)"
+                ))
+            }
+        }
+    }
 }
 
 /// Attributes on every GPU data point.
-pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), on a MIG device `hw.parent` (its GPU's UUID), and on a GPU shared with other pods `nvidia.gpu.sharing` = `time_slicing` | `mps` (its values are the whole GPU's; see the README, Shared GPUs)";
+pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), on a MIG device `hw.parent` (its GPU's UUID), and on a GPU shared with other pods `nvidia.gpu.sharing` = `time_slicing` | `mps` (its values are the whole GPU's; see [Shared GPUs](kubernetes.md#shared-gpus-time-slicing-mps))";
 
 /// The attribute that marks a shared GPU ([`crate::sampling::Sharing`]).
 pub const SHARING: &str = "nvidia.gpu.sharing";
@@ -147,7 +202,9 @@ mod pod;
 mod tests;
 
 pub use agent::*;
-pub use doc::{age, markdown, VALID_RANGES};
+pub use doc::{
+    age, markdown, H200_DEFAULT_SERIES, H200_DETAIL_SERIES, SERIES_BUDGET, VALID_RANGES,
+};
 pub use gpu::CATALOGUE;
 pub use pod::{
     PodExtract, PodMetricDef, ATTRIBUTION, NOT_ATTRIBUTED, POD_ATTRIBUTES, POD_CATALOGUE,

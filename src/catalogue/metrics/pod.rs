@@ -10,7 +10,7 @@
 //! not-attributed share, each adds up to the device's figure (`hw.gpu.memory.usage`,
 //! `hw.power`, `hw.energy`), which stays on the node's resource once.
 
-use super::{Instrument, MetricDef, Number};
+use super::{Fold, Instrument, MetricDef, Number};
 use crate::sampling::{PodShare, SampleGroup};
 
 /// The attribute that marks the share of no known pod (on the node's resource):
@@ -43,6 +43,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         description: "GPU memory the pod's processes hold on the device (exact).",
         attributes: "",
         source: "`nvmlDeviceGetComputeRunningProcesses_v3` and `nvmlDeviceGetMPSComputeRunningProcesses_v3` (`usedGpuMemory`), every tick, each process's pod from `/proc/<pid>/cgroup`: the sum over the pod's processes. Not attributed: `nvmlDeviceGetMemoryInfo_v2.used` minus every pod's (processes in no pod, the driver's own; negative when NVML's per-process figures add up to more). Absent where NVML does not tell one process's memory. Pods and the not-attributed share add up to the device's `hw.gpu.memory.usage` exactly",
+        fold: Fold::None,
         extract: |s| s.memory_used_bytes.map(|b| b as f64),
     },
     MetricDef {
@@ -54,6 +55,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         description: "Sum of the SM shares of the pod's processes on the device over the last window.",
         attributes: "",
         source: "`nvmlDeviceGetProcessUtilization` (`smUtil`), as `nvidia.gpu.process.utilization`, summed over the pod's processes (NVML's per-process measure, not `hw.gpu.utilization`'s); percent / 100. Not attributed: the processes in no pod",
+        fold: Fold::None,
         extract: |s| s.sm_ratio,
     },
     MetricDef {
@@ -65,6 +67,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         description: "The pod's share of the GPU's power draw (apportioned).",
         attributes: "",
         source: "`nvmlDeviceGetPowerUsage` (mW) split in proportion to each pod's weight, in whole mW (largest remainder): its processes' SM shares from the latest `nvmlDeviceGetProcessUtilization` read (on a MIG device times its compute slices, the `<n>g` of its profile); when no process had an SM share, the memory they hold; when none holds any, all not attributed. On the physical GPU only; pods and the not-attributed share add up to `hw.power` exactly. See docs/kubernetes.md, One agent per node",
+        fold: Fold::None,
         extract: |s| s.power_milliwatts.map(|mw| mw as f64 / 1000.0),
     },
     MetricDef {
@@ -76,6 +79,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         description: "The pod's share of the GPU's energy (apportioned) since its start time.",
         attributes: "",
         source: "`nvmlDeviceGetTotalEnergyConsumption`: each window between two readings (mJ) split by the weights of `nvidia.gpu.pod.power`, in whole mJ; the window's energy goes to the processes listed at its end; a window in which NVML's total went down is not split; / 1000. Start time: the start of the first window the pod was given a share of. On the physical GPU only; over any stretch, pods and the not-attributed share add up to `hw.energy`'s increase",
+        fold: Fold::None,
         extract: |s| s.energy_millijoules.map(|mj| mj as f64 / 1000.0),
     },
     MetricDef {
@@ -87,6 +91,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         description: "The pod's compute processes on the device (MPS clients included).",
         attributes: "",
         source: "`nvmlDeviceGetComputeRunningProcesses_v3` and `nvmlDeviceGetMPSComputeRunningProcesses_v3`, every tick, by `/proc/<pid>/cgroup`",
+        fold: Fold::None,
         extract: |s| s.processes.map(f64::from),
     },
 ];

@@ -7,7 +7,40 @@ use super::*;
 fn unknown_own_setting_is_refused() {
     let e = cfg(&[("GPU_SIDECAR_SAMPEL_INTERVAL", "5s")]).unwrap_err();
     assert_eq!(e.var, "GPU_SIDECAR_SAMPEL_INTERVAL");
-    assert!(e.expected.contains("GPU_SIDECAR_SAMPLE_INTERVAL"));
+    assert_eq!(
+        e.problem,
+        ConfigProblem::NoSuchSetting {
+            nearest: Some("GPU_SIDECAR_SAMPLE_INTERVAL".into())
+        }
+    );
+}
+
+/// The refusal of an unknown name reads as a sentence about the name (not as "invalid …:
+/// expected no such setting", which read like a bug), with and without a close match.
+#[test]
+fn an_unknown_name_is_refused_in_a_sentence() {
+    let e = cfg(&[("GPU_SIDECAR_SAMPLE_INTERVALL", "1s")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "GPU_SIDECAR_SAMPLE_INTERVALL is not a setting; did you mean GPU_SIDECAR_SAMPLE_INTERVAL? (gpu-otel-sidecar --help lists every setting)"
+    );
+    let e = cfg(&[("GPU_SIDECAR_COLOUR", "blue")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "GPU_SIDECAR_COLOUR is not a setting, and no setting has a name close to it; every GPU_SIDECAR_* variable must be one (gpu-otel-sidecar --help lists them)"
+    );
+    for e in [
+        cfg(&[("GPU_SIDECAR_SAMPLE_INTERVALL", "1s")]).unwrap_err(),
+        cfg(&[("GPU_SIDECAR_COLOUR", "blue")]).unwrap_err(),
+    ] {
+        let line = e.to_string();
+        assert!(!line.contains("expected"), "{line}");
+        assert!(!line.contains("invalid"), "{line}");
+        assert!(
+            !line.contains("blue"),
+            "the value is not the problem: {line}"
+        );
+    }
 }
 
 #[test]
@@ -22,7 +55,7 @@ fn webhook_settings_are_known() {
     let e = cfg(&vars).unwrap_err();
     assert_eq!(e.var, "GPU_SIDECAR_WEBHOOK_TLS_CRT");
     assert!(
-        e.expected
+        e.to_string()
             .contains("did you mean GPU_SIDECAR_WEBHOOK_TLS_CERT?"),
         "{e}"
     );
@@ -50,17 +83,24 @@ fn a_misspelled_setting_gets_the_nearest_name() {
     ] {
         let e = cfg(&[(typo, "1")]).unwrap_err();
         assert_eq!(e.var, typo);
-        assert!(
-            e.expected
-                .starts_with(&format!("no such setting; did you mean {meant}? (")),
+        assert_eq!(
+            e.problem,
+            ConfigProblem::NoSuchSetting {
+                nearest: Some(meant.into())
+            },
             "{typo}: {e}"
         );
-        assert_eq!(e.expected.matches("GPU_SIDECAR_").count(), 1, "{e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("; did you mean {meant}? (")),
+            "{typo}: {e}"
+        );
         assert!(e.to_string().len() < 200, "one short line: {e}");
     }
     let e = cfg(&[("GPU_SIDECAR_COLOUR", "1")]).unwrap_err();
-    assert!(!e.expected.contains("did you mean"), "{e}");
-    assert!(e.expected.contains("--help"), "{e}");
+    assert_eq!(e.problem, ConfigProblem::NoSuchSetting { nearest: None });
+    assert!(!e.to_string().contains("did you mean"), "{e}");
+    assert!(e.to_string().contains("--help"), "{e}");
 }
 
 #[test]
@@ -137,5 +177,114 @@ fn settings_doc_matches_the_tables() {
         "docs/settings.md",
         &known::settings_markdown(),
         "settings_doc",
+    );
+}
+
+/// Every `GPU_SIDECAR_*` name the project's scripts, CI, packaging, benchmarks and docs use
+/// is a setting of the agent (the agent refuses any other: a script reading one, exported
+/// in a user's shell, made both README commands exit 2), and the integration tests read
+/// none (they may set unknown ones, to test the refusal). Names of the scripts' and tests'
+/// own variables start with `GPU_OTEL_SIDECAR_`, outside the agent's prefix.
+#[test]
+fn scripts_and_docs_use_only_names_the_agent_knows() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            out.push(dir.to_path_buf());
+            return;
+        };
+        for e in entries {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if name == "fixtures" || name == "scenarios" || name == "__pycache__" {
+                continue;
+            }
+            if p.is_dir() {
+                files(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    // A name: the prefix and at least one more word, not a pattern (`GPU_SIDECAR_RULE_*`,
+    // `GPU_SIDECAR_RULE_<NAME>_…`, `…_{ENABLED,DURATION}`).
+    let names = |text: &str| -> Vec<String> {
+        let mut found = Vec::new();
+        let mut rest = text;
+        while let Some(i) = rest.find(PREFIX) {
+            let before = rest[..i].chars().next_back();
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(tail.len());
+            let next = tail[end..].chars().next();
+            let name = &tail[..end];
+            let pattern = name.ends_with('_') || matches!(next, Some('*' | '{' | '<' | '…'));
+            if !pattern && !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                found.push(name.to_string());
+            }
+            rest = &tail[end.max(1)..];
+        }
+        found
+    };
+    let mut everywhere = Vec::new();
+    for dir in [
+        "scripts",
+        ".ci",
+        "tests/packaging",
+        "docker",
+        "helm",
+        "benches",
+        "docs",
+        "Dockerfile",
+        "README.md",
+        "DEVELOPERS.md",
+    ] {
+        if root.join(dir).exists() {
+            files(&root.join(dir), &mut everywhere);
+        }
+    }
+    let mut unknown = Vec::new();
+    for path in &everywhere {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue; // not text
+        };
+        for name in names(&text) {
+            if !known::is_known(&name) {
+                unknown.push(format!(
+                    "{}: {name}",
+                    path.strip_prefix(root).unwrap().display()
+                ));
+            }
+        }
+    }
+    // The Rust integration tests: what they read from their own environment.
+    let mut tests = Vec::new();
+    files(&root.join("tests"), &mut tests);
+    for path in tests
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+    {
+        let text = std::fs::read_to_string(path).unwrap();
+        for read in ["var(\"", "var_os(\""] {
+            for (i, _) in text.match_indices(read) {
+                let name: String = text[i + read.len()..]
+                    .chars()
+                    .take_while(|c| *c != '"')
+                    .collect();
+                if name.starts_with(PREFIX) && !known::is_known(&name) {
+                    unknown.push(format!(
+                        "{} reads {name}",
+                        path.strip_prefix(root).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(everywhere.len() > 40, "{everywhere:?}");
+    assert!(
+        unknown.is_empty(),
+        "GPU_SIDECAR_* names the agent does not know (it refuses them; a script's own variable is GPU_OTEL_SIDECAR_*):\n{}",
+        unknown.join("\n")
     );
 }

@@ -305,7 +305,7 @@ pub(super) fn read_slow<'n>(
                     d.gpm_pcie = Some(r.pcie_tx_mib_s.is_some() || r.pcie_rx_mib_s.is_some());
                     if !r.unanswered.is_empty() && !d.gpm_unanswered_said {
                         d.gpm_unanswered_said = true;
-                        tracing::info!(gpu = info.index, uuid = %info.uuid, unanswered = ?r.unanswered, "GPM does not answer these metrics on this device; they are absent");
+                        tracing::info!(gpu = info.index, uuid = %info.uuid, unanswered = %super::super::gpm::nvml_names(&r.unanswered), "GPM does not answer these metrics on this device; they are absent");
                     }
                     d.fresh.gpm = Some(r.metrics);
                 }

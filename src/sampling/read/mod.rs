@@ -471,7 +471,7 @@ impl<'n> Reader<'n> {
             DeviceSelection::List(ids) => {
                 for (pos, id) in ids.iter().enumerate() {
                     if !matched.contains(&pos) {
-                        tracing::warn!(device = ?id, "GPU_SIDECAR_DEVICES names a device NVML does not show");
+                        tracing::warn!(device = %id, "GPU_SIDECAR_DEVICES names a device NVML does not show");
                     }
                 }
             }
@@ -480,7 +480,7 @@ impl<'n> Reader<'n> {
                     if !matched.contains(&pos) {
                         tracing::warn!(
                             device = %d.plugin_id,
-                            means = ?d.id,
+                            means = %d.id,
                             "{POD_RESOURCES_MODE}: the kubelet allocated this device to the pod, and no GPU or MIG device NVML shows matches it; it is not reported"
                         );
                     }

@@ -22,15 +22,17 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
 
 mod pods;
-mod proto;
+pub(crate) mod proto;
 
 use super::recorded::{HistogramValue, Recorded};
 use super::self_metrics::OwnValues;
 use super::series::{series_key, Accepted, Cumulative, Origin, Restart, SeriesStore, Stamp};
-use crate::catalogue::metrics::{device_points, AgentMetricDef, Instrument, Number, CATALOGUE};
+use crate::catalogue::metrics::{
+    device_points, AgentMetricDef, Instrument, MetricDef, Number, CATALOGUE,
+};
 use crate::config::TemporalityPreference;
 use crate::sampling::Snapshot;
-use proto::{attributes, histogram_point, number, point, temporality};
+use proto::{histogram_point, number, point, temporality};
 
 /// The OTel instrument kinds, as the temporality preference tells them apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +88,12 @@ pub struct Encoder {
     /// Clock epoch: bumped at every wall-clock step (histograms restart then).
     epoch: u64,
     histograms: HashMap<String, HistogramState>,
+    /// `GPU_SIDECAR_METRICS_DETAIL`: every point of a folded metric from the start.
+    detail: bool,
+    /// Folded series ([`crate::catalogue::metrics::Fold`]) exported so far (they stay), with
+    /// when each was last seen; forgotten after `shown_retention` unseen.
+    shown: HashMap<String, std::time::Instant>,
+    shown_retention: Duration,
 }
 
 /// One metric being assembled.
@@ -144,16 +152,8 @@ impl Encoder {
         retention: Duration,
         started: SystemTime,
     ) -> Self {
-        let mut attrs: Vec<KeyValue> = resource
-            .iter()
-            .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
-            .collect();
-        attrs.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
         Self {
-            resource: ProtoResource {
-                attributes: attributes(&attrs),
-                ..Default::default()
-            },
+            resource: proto::resource(resource),
             scope: InstrumentationScope {
                 name: super::SCOPE.to_string(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
@@ -164,7 +164,31 @@ impl Encoder {
             started,
             epoch: 0,
             histograms: HashMap::new(),
+            detail: false,
+            shown: HashMap::new(),
+            shown_retention: (retention / 10).max(Duration::from_secs(60)),
         }
+    }
+
+    /// With `detail` (`GPU_SIDECAR_METRICS_DETAIL`), every point of a folded metric is
+    /// exported from the start; without, each waits for its first non-zero value.
+    pub fn with_detail(mut self, detail: bool) -> Self {
+        self.detail = detail;
+        self
+    }
+
+    /// Whether the point of `def` with `attributes` and `value` is exported now: always,
+    /// unless it is folded and has been 0 at every export so far.
+    fn shown(&mut self, def: &MetricDef, attributes: &[KeyValue], value: f64, at: Stamp) -> bool {
+        if self.detail || !def.fold.folds(attributes) {
+            return true;
+        }
+        let key = series_key(def.name, attributes);
+        if value == 0.0 && !self.shown.contains_key(&key) {
+            return false;
+        }
+        self.shown.insert(key, at.mono);
+        true
     }
 
     fn check_clock(&mut self, at: Stamp) {
@@ -241,6 +265,9 @@ impl Encoder {
         self.own_metrics(own, now, &mut out, &mut accepted);
         let histograms = self.recorded_metrics(recorded, now, &mut out, &mut accepted);
         self.series.expire(now.mono);
+        let keep = self.shown_retention;
+        self.shown
+            .retain(|_, seen| now.mono.saturating_duration_since(*seen) < keep);
         let node = ResourceMetrics {
             resource: Some(self.resource.clone()),
             scope_metrics: vec![ScopeMetrics {
@@ -306,6 +333,9 @@ impl Encoder {
                 && is_delta(self.temporality, Kind::ObservableCounter);
             for d in &snap.devices {
                 for p in device_points(def, d) {
+                    if !self.shown(def, &p.attributes, p.value, at) {
+                        continue;
+                    }
                     let dp = match def.instrument {
                         Instrument::Gauge => {
                             point(&p.attributes, None, at.wall, number(def.number, p.value))
@@ -415,12 +445,13 @@ impl Encoder {
             })
             .collect();
         sum(self, &NVML_STUCK, stuck, out);
-        sum(
-            self,
-            &EXPORT_FAILURES,
-            vec![(Vec::new(), own.export_failures)],
-            out,
-        );
+        // Born with the first failure, counting from the agent's start, as every count of
+        // events is: nothing is exported for failures that never happened.
+        let failures = (own.export_failures > 0)
+            .then(|| (Vec::new(), own.export_failures))
+            .into_iter()
+            .collect();
+        sum(self, &EXPORT_FAILURES, failures, out);
         if let Some(t) = own.last_success {
             let secs = t
                 .duration_since(UNIX_EPOCH)

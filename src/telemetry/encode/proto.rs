@@ -14,13 +14,13 @@ use super::super::recorded::HistogramValue;
 use crate::catalogue::metrics::Number;
 
 /// Nanoseconds since the Unix epoch (0 before it).
-fn unix_nanos(t: SystemTime) -> u64 {
+pub(crate) fn unix_nanos(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// An OTel attribute value as an OTLP `AnyValue`.
-pub(super) fn any_value(v: &Value) -> AnyValue {
+pub(crate) fn any_value(v: &Value) -> AnyValue {
     use opentelemetry::Array;
     let value = match v {
         Value::Bool(b) => any_value::Value::BoolValue(*b),
@@ -46,7 +46,7 @@ pub(super) fn any_value(v: &Value) -> AnyValue {
 }
 
 /// OTel attributes as OTLP key-values.
-pub(super) fn attributes(attrs: &[KeyValue]) -> Vec<ProtoKeyValue> {
+pub(crate) fn attributes(attrs: &[KeyValue]) -> Vec<ProtoKeyValue> {
     attrs
         .iter()
         .map(|kv| ProtoKeyValue {
@@ -125,6 +125,21 @@ pub(super) fn histogram_point(
         explicit_bounds: h.bounds.to_vec(),
         min,
         max,
+        ..Default::default()
+    }
+}
+
+/// A resource as its OTLP message: the attributes, sorted by key.
+pub(crate) fn resource(
+    resource: &opentelemetry_sdk::Resource,
+) -> opentelemetry_proto::tonic::resource::v1::Resource {
+    let mut attrs: Vec<KeyValue> = resource
+        .iter()
+        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+        .collect();
+    attrs.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
+    opentelemetry_proto::tonic::resource::v1::Resource {
+        attributes: attributes(&attrs),
         ..Default::default()
     }
 }

@@ -161,3 +161,96 @@ fn a_value_not_read_at_the_tick_is_not_exported() {
     assert!(!names(&b).contains(&"hw.energy".to_string()));
     assert!(names(&b).contains(&"hw.power".to_string()));
 }
+
+/// The clock-event reasons of each export, `(reason, value)`.
+fn reasons(request: &ExportMetricsServiceRequest) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for m in request
+        .resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .filter(|m| m.name == "nvidia.gpu.clocks_event.active")
+    {
+        if let Some(Data::Sum(sum)) = &m.data {
+            for p in &sum.data_points {
+                let reason = p
+                    .attributes
+                    .iter()
+                    .find(|kv| kv.key == "nvidia.gpu.clocks_event.reason")
+                    .and_then(|kv| kv.value.clone())
+                    .map(|v| format!("{:?}", v.value))
+                    .unwrap_or_default();
+                let v = match p.value {
+                    Some(number_data_point::Value::AsInt(v)) => v as f64,
+                    _ => f64::NAN,
+                };
+                out.push((reason, v));
+            }
+        }
+    }
+    out
+}
+
+/// A folded breakdown: a clock-event reason is exported from the first export where it is
+/// active, then at every export, 0 included (never left standing at 1 by going away);
+/// with detail, every reason from the start.
+#[test]
+fn folded_reasons_appear_when_first_active_and_stay() {
+    let resource = opentelemetry_sdk::Resource::builder_empty().build();
+    let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let m0 = Instant::now();
+    let recorded = Recorded::new();
+    // Power cap at every export, thermal slowdown (0x40) at the second only.
+    let bits = [0x4u64, 0x44, 0x4];
+    let run = |detail: bool| -> Vec<Vec<(String, f64)>> {
+        let mut enc = Encoder::new(
+            &resource,
+            TemporalityPreference::Cumulative,
+            Duration::from_secs(3600),
+            t0,
+        )
+        .with_detail(detail);
+        bits.iter()
+            .enumerate()
+            .map(|(k, b)| {
+                let mut d = device(None);
+                d.clocks_event_reasons = Some(*b);
+                let at = Stamp {
+                    wall: t0 + Duration::from_secs(k as u64),
+                    mono: m0 + Duration::from_secs(k as u64),
+                };
+                let snap = Snapshot {
+                    taken_at: at.wall,
+                    taken_instant: at.mono,
+                    seq: k as u64 + 1,
+                    export: true,
+                    devices: vec![d],
+                };
+                reasons(
+                    &enc.encode(Some(&snap), &recorded, &OwnValues::default(), at)
+                        .request,
+                )
+            })
+            .collect()
+    };
+    let s = |r: &str| {
+        format!(
+            "{:?}",
+            Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(r.into()))
+        )
+    };
+    let default = run(false);
+    assert_eq!(default[0], [(s("sw_power_cap"), 1.0)]);
+    assert_eq!(
+        default[1],
+        [(s("sw_power_cap"), 1.0), (s("hw_thermal_slowdown"), 1.0)]
+    );
+    assert_eq!(
+        default[2],
+        [(s("sw_power_cap"), 1.0), (s("hw_thermal_slowdown"), 0.0)],
+        "a reason once shown stays, at 0"
+    );
+    let detail = run(true);
+    assert!(detail.iter().all(|e| e.len() == 9), "{detail:?}");
+}
