@@ -595,7 +595,7 @@ fn pcie_bytes_are_counted_once_when_gpm_answers_come_and_go() {
 /// the health endpoint answers meanwhile, alive and not ready, saying what it waits for.
 #[test]
 fn health_answers_while_the_kubelet_has_not() {
-    let socket = temp_path("silent-kubelet.sock");
+    let socket = common::socket_path("silent-kubelet.sock");
     let _ = std::fs::remove_file(&socket);
     let _kubelet = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let mut agent = Agent::builder()
@@ -629,7 +629,7 @@ fn health_answers_while_the_kubelet_has_not() {
 fn a_health_endpoint_that_cannot_be_served_stops_the_agent_before_anything_starts() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let socket = temp_path("silent-kubelet-2.sock");
+    let socket = common::socket_path("silent-kubelet-2.sock");
     let _ = std::fs::remove_file(&socket);
     let _kubelet = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let calls = temp_path("health-taken-calls.json");

@@ -55,7 +55,7 @@ pub mod receiver;
 pub use agent::{Agent, AgentBuilder};
 pub use paths::{
     fixture_dir, h200_recording, mock_as_nvidia_library, mock_library, read_json, read_text,
-    scenario, scratch_dir, temp_path, workspace_root,
+    scenario, scratch_dir, socket_path, temp_path, workspace_root,
 };
 pub use receiver::{
     Attempt, Kind, LogRecordView, Mode, Point, Protocol, Received, Receiver, ServerTls, Signal,

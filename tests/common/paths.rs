@@ -127,6 +127,48 @@ pub fn temp_path(name: &str) -> PathBuf {
     scratch_dir().join(name)
 }
 
+/// Longest path a Unix socket address holds (`sun_path`, less its terminating NUL).
+const SOCKET_PATH_MAX: usize = 107;
+
+/// A path for a Unix socket named `name`: [`temp_path`] where that fits in a socket address,
+/// else the same name in a short scratch directory of this process under `/tmp` (removed
+/// at exit like [`scratch_dir`]): a deep checkout's `TMPDIR` (CI's is inside its clone)
+/// makes paths too long to bind.
+///
+/// # Panics
+/// If the short directory cannot be created, or `name` is too long even there.
+pub fn socket_path(name: &str) -> PathBuf {
+    let path = temp_path(name);
+    if path.as_os_str().len() <= SOCKET_PATH_MAX {
+        return path;
+    }
+    static SHORT: OnceLock<PathBuf> = OnceLock::new();
+    extern "C" fn remove_short_dir() {
+        if let Some(dir) = SHORT.get() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    let dir = SHORT.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("gos-")
+            .tempdir_in("/tmp")
+            .unwrap_or_else(|e| panic!("cannot create a short socket directory in /tmp: {e}"))
+            .keep();
+        // SAFETY: registers a plain function; it runs once, at exit.
+        unsafe {
+            libc::atexit(remove_short_dir);
+        }
+        dir
+    });
+    let path = dir.join(name);
+    assert!(
+        path.as_os_str().len() <= SOCKET_PATH_MAX,
+        "socket path too long: {}",
+        path.display()
+    );
+    path
+}
+
 /// The mock library under the name the NVIDIA Container Toolkit mounts NVIDIA's under
 /// (`<dir>/libnvidia-ml.so.1`, a symbolic link to [`mock_library`]), for tests where the mock
 /// stands in for the driver's library: the agent gives driver advice only for a library of
