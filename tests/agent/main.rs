@@ -16,6 +16,7 @@ mod bench_scenarios;
 mod coverage;
 mod e2e;
 mod faults;
+mod golden;
 mod harness_selftest;
 mod old_drivers;
 mod pod_resources;
