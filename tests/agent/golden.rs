@@ -284,22 +284,22 @@ fn prometheus_name(name: &str, unit: &str, shape: Shape) -> String {
         Some(p) if !p.is_empty() && !braced(p) => clean_unit(per_unit_word(p).unwrap_or(p)),
         _ => String::new(),
     };
-    let main = if tokens.contains(&main) {
+    let mut main = if tokens.contains(&main) {
         String::new()
     } else {
         main
     };
-    let per = if per.is_empty() || tokens.contains(&per) {
+    // As the translator does: "per_<word>" is compared with the name's tokens, which never
+    // hold a `_`, so it is always added.
+    let per = if per.is_empty() {
         String::new()
     } else {
-        per
+        format!("per_{}", per.trim_end_matches('_'))
     };
-    if !main.is_empty() {
-        tokens.push(main.trim_end_matches('_').to_owned());
-    }
     if !per.is_empty() {
-        tokens.push(format!("per_{per}"));
+        main = main.trim_end_matches('_').to_owned();
     }
+    tokens.extend([main, per].into_iter().filter(|t| !t.is_empty()));
     if shape == (Shape::Sum { monotonic: true }) {
         tokens.retain(|t| t != "total");
         tokens.push("total".into());
