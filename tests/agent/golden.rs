@@ -52,7 +52,6 @@ fn h200_first_export() -> ExportMetricsServiceRequest {
         .env("NVML_MOCK_TIME_SCALE", "0")
         .env("OTEL_METRICS_EXPORTER", "console")
         .env("OTEL_LOGS_EXPORTER", "none")
-        .env("GPU_SIDECAR_HEALTH_ADDR", "127.0.0.1:0")
         .spawn();
     assert!(
         agent.wait_for_stdout("\"resourceMetrics\"", WAIT),
