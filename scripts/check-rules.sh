@@ -2,6 +2,9 @@
 # Checks the Prometheus alert rules with promtool:
 #   promtool check rules docker/prometheus-rules.yaml
 #   promtool test rules  tests/packaging/*.test.yaml   (unit tests with synthetic series)
+#   promtool check metrics < tests/golden/h200-export.prom
+#                        (the golden export as the Collector's Prometheus exporter serves it,
+#                        written by tests/agent/golden.rs: names, HELP, TYPE, counters' _total)
 #
 # promtool comes from PATH, else from $PROMTOOL, else from a cache, else it is extracted from
 # Debian's `prometheus` package with `apt-get download` + `dpkg-deb -x` (nothing is installed;
@@ -60,3 +63,7 @@ if [ "${#tests[@]}" -eq 0 ]; then
   exit 1
 fi
 "$PROMTOOL" test rules "${tests[@]}"
+golden="$ROOT/tests/golden/h200-export.prom"
+[ -f "$golden" ] || { echo "ERROR: $golden is missing (UPDATE_DOCS=1 cargo test --test agent golden:: writes it)" >&2; exit 1; }
+echo "promtool check metrics < tests/golden/h200-export.prom"
+"$PROMTOOL" check metrics <"$golden"

@@ -6,7 +6,7 @@
 //! `GPU_SIDECAR_REPORT_HTML`), a three-day log under its size bound, `compare`, and the
 //! page in a real browser (ignored here; `scripts/check-report-page.sh` runs it).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -714,5 +714,5 @@ fn report_profiling_figures_match_the_scenario() {
 }
 
 /// The page, `compare`, the browser check.
-#[path = "report/page.rs"]
+#[path = "page.rs"]
 mod page;
