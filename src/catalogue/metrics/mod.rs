@@ -2,11 +2,14 @@
 //! and NVML source, plus the pure function that turns a [`DeviceSample`] into data points.
 //!
 //! Export ([`crate::telemetry::encode`]), `docs/metrics.md` ([`markdown`]) and the
-//! consistency test all follow [`CATALOGUE`]; adding a metric is one row.
+//! consistency test all follow [`CATALOGUE`]; adding a metric for a field already read is one
+//! row of it: name, instrument, unit, attributes, NVML source, the valid ranges of its
+//! readings ([`MetricDef::bounds`]) and the mapping.
 
 use opentelemetry::KeyValue;
 
 use crate::catalogue::clocks_event_reasons;
+use crate::sampling::bounds::Bound;
 use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, SampleGroup};
 
 /// OpenTelemetry instrument kind of a metric.
@@ -74,6 +77,10 @@ pub struct MetricDef<X = Extract> {
     pub attributes: &'static str,
     /// NVML call(s) the value comes from, and the conversion.
     pub source: &'static str,
+    /// The valid ranges of the readings the value is made of ([`Bound::readings`]): the
+    /// sampler drops a value outside them, so no point of this metric carries it; rendered
+    /// as "Valid ranges" in `docs/metrics.md`.
+    pub bounds: &'static [&'static Bound],
     /// The mapping.
     pub extract: X,
     /// Which of its points are detail, exported by default only once they say something
@@ -202,9 +209,7 @@ mod pod;
 mod tests;
 
 pub use agent::*;
-pub use doc::{
-    age, markdown, H200_DEFAULT_SERIES, H200_DETAIL_SERIES, SERIES_BUDGET, VALID_RANGES,
-};
+pub use doc::{age, markdown, H200_DEFAULT_SERIES, H200_DETAIL_SERIES, SERIES_BUDGET};
 pub use gpu::CATALOGUE;
 pub use pod::{
     PodExtract, PodMetricDef, ATTRIBUTION, NOT_ATTRIBUTED, POD_ATTRIBUTES, POD_CATALOGUE,
