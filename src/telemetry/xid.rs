@@ -7,14 +7,15 @@ use opentelemetry::logs::Severity;
 use opentelemetry::KeyValue;
 
 use super::events::Event;
+use crate::catalogue::events;
 use crate::catalogue::metrics::info_attributes;
 use crate::catalogue::xid;
 use crate::sampling::{DeviceEvent, DeviceEventKind};
 
-/// `event.name` of an XID event.
-pub const XID_EVENT: &str = "nvidia.gpu.xid";
-/// `event.name` of an ECC error event.
-pub const ECC_EVENT: &str = "nvidia.gpu.ecc";
+/// `event.name` of an XID event ([`events::XID`]).
+pub const XID_EVENT: &str = events::XID.name;
+/// `event.name` of an ECC error event ([`events::ECC`]).
+pub const ECC_EVENT: &str = events::ECC.name;
 /// Attribute carrying the XID code (int), on the event and on `nvidia.gpu.xid.errors`.
 pub const XID_CODE: &str = "nvidia.gpu.xid.code";
 

@@ -47,7 +47,7 @@ pub fn markdown() -> String {
     let mut s = String::from(
         "# Metrics\n\n\
          Generated from `src/catalogue/metrics/` (the test `metrics_doc_matches_catalogue` fails when \
-         this file and the code disagree; regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`).\n\n\
+         this file and the code disagree; regenerate every generated doc with `UPDATE_DOCS=1 cargo test --test docs`).\n\n\
          Ratios are 0..1, units are UCUM. A value NVML does not give is absent, never 0 (a kind of a \
          folded breakdown that has been 0 since the agent started is absent too, until it is not: \
          [Series budget](#series-budget)).\n\n",

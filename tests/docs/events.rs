@@ -1,23 +1,18 @@
-//! `docs/events.md` is generated from the rule table; this test fails when they disagree.
-//! Regenerate with `UPDATE_DOCS=1 cargo test --test events_doc`.
+//! `docs/events.md` is generated from the event catalogue and the rule table; this test
+//! fails when they disagree. Regenerate with `UPDATE_DOCS=1 cargo test --test docs`.
 
+use gpu_otel_sidecar::catalogue::events::{ALERT, DEVICE_AND_RUN_EVENTS};
 use gpu_otel_sidecar::catalogue::metrics::RECORDED;
 use gpu_otel_sidecar::rules::catalogue::{markdown, RULES};
 
 #[test]
 fn events_doc_matches_catalogue() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/events.md");
-    let generated = markdown();
-    if std::env::var_os("UPDATE_DOCS").is_some() {
-        std::fs::write(&path, &generated).unwrap();
-    }
-    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        on_disk == generated,
-        "docs/events.md differs from the rule table; run UPDATE_DOCS=1 cargo test --test events_doc"
-    );
+    let on_disk = super::assert_generated("events.md", &markdown());
     for r in RULES {
         assert!(on_disk.contains(&format!("| `{}` | {} |", r.event_name, r.severity.as_str())));
+    }
+    for e in DEVICE_AND_RUN_EVENTS.iter().chain([&ALERT]) {
+        assert!(on_disk.contains(&format!("| `{}` |", e.name)), "{}", e.name);
     }
 }
 
