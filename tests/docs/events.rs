@@ -42,3 +42,23 @@ fn every_rule_is_a_value_of_the_alerts_counter_and_in_the_settings_doc() {
         );
     }
 }
+
+/// `docs/attributes.md` is generated from the attribute catalogue, and the closed value sets
+/// of the alert counter are those of the types the rules emit.
+#[test]
+fn attributes_doc_matches_catalogue() {
+    use gpu_otel_sidecar::catalogue::attributes::{markdown, AlertState, ATTRIBUTES};
+    let on_disk = super::assert_generated("attributes.md", &markdown());
+    for a in ATTRIBUTES {
+        assert!(on_disk.contains(&format!("| `{}` |", a.key)), "{}", a.key);
+    }
+    let alerts = RECORDED
+        .iter()
+        .find(|d| d.name == "nvidia.gpu.alerts")
+        .expect("nvidia.gpu.alerts is documented");
+    assert!(
+        alerts.attributes.contains(&AlertState::doc()),
+        "{}",
+        alerts.attributes
+    );
+}

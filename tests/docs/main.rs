@@ -5,6 +5,7 @@
 //!   ranges of `src/sampling/bounds.rs`;
 //! - `docs/events.md` from the event catalogue (`src/catalogue/events.rs`) and the rule
 //!   table (`src/rules/catalogue.rs`);
+//! - `docs/attributes.md` from the attribute catalogue (`src/catalogue/attributes.rs`);
 //! - `docs/settings.md` from the settings tables (`src/config/known.rs`);
 //! - `docs/otel-variables.md` from the `OTEL_*` table (`src/config/otel.rs`).
 

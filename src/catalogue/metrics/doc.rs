@@ -53,7 +53,8 @@ pub fn markdown() -> String {
          [Series budget](#series-budget)).\n\n",
     );
     s.push_str(&format!(
-        "Every GPU data point carries {COMMON_ATTRIBUTES}.\n\n"
+        "Every GPU data point carries {COMMON_ATTRIBUTES}. Every attribute key, with its values: \
+         [attributes.md](attributes.md).\n\n"
     ));
     s.push_str(
         "## Time\n\n\

@@ -3,7 +3,10 @@
 
 use opentelemetry::KeyValue;
 
-use super::{device_state, Fold, Instrument, MetricDef, Number, Point};
+use super::{device_hw_state, Fold, Instrument, MetricDef, Number, Point};
+use crate::catalogue::attributes::{
+    self, ClockType, GpuTask, HwState, IoDirection, MemoryErrorType, Pipe, SensorLocation, TensorOp,
+};
 use crate::catalogue::clocks_event_reasons::CLOCKS_EVENT_REASONS;
 use crate::sampling::bounds;
 use crate::sampling::{
@@ -22,9 +25,12 @@ fn push(out: &mut Vec<Point>, value: Option<f64>, attributes: Vec<KeyValue>) {
 
 /// `process.pid` and, where known, `process.executable.name`.
 fn process_attributes(p: &ProcessSample) -> Vec<KeyValue> {
-    let mut v = vec![KeyValue::new("process.pid", i64::from(p.pid))];
+    let mut v = vec![KeyValue::new(attributes::PROCESS_PID, i64::from(p.pid))];
     if let Some(name) = &p.executable_name {
-        v.push(KeyValue::new("process.executable.name", name.clone()));
+        v.push(KeyValue::new(
+            attributes::PROCESS_EXECUTABLE_NAME,
+            name.clone(),
+        ));
     }
     v
 }
@@ -56,9 +62,9 @@ pub static CATALOGUE: &[MetricDef] = &[
         source: "`nvmlDeviceGetUtilizationRates` (`.gpu`), `nvmlDeviceGetEncoderUtilization`, `nvmlDeviceGetDecoderUtilization`; percent / 100",
         bounds: &[&bounds::UTILIZATION_GPU, &bounds::UTILIZATION_ENCODER, &bounds::UTILIZATION_DECODER],
         extract: |d, out| {
-            push(out, d.utilization_gpu_ratio(), vec![kv("hw.gpu.task", "general")]);
-            push(out, d.utilization_encoder_ratio(), vec![kv("hw.gpu.task", "encoder")]);
-            push(out, d.utilization_decoder_ratio(), vec![kv("hw.gpu.task", "decoder")]);
+            push(out, d.utilization_gpu_ratio(), vec![GpuTask::General.kv()]);
+            push(out, d.utilization_encoder_ratio(), vec![GpuTask::Encoder.kv()]);
+            push(out, d.utilization_decoder_ratio(), vec![GpuTask::Decoder.kv()]);
         },
         fold: Fold::None,
     },
@@ -138,8 +144,8 @@ pub static CATALOGUE: &[MetricDef] = &[
         source: "`nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`; `nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)`; °C",
         bounds: &[&bounds::TEMPERATURE_GPU, &bounds::TEMPERATURE_MEMORY],
         extract: |d, out| {
-            push(out, d.temperature_gpu_celsius.map(f64::from), vec![kv("hw.sensor_location", "gpu")]);
-            push(out, d.temperature_memory_celsius.map(f64::from), vec![kv("hw.sensor_location", "memory")]);
+            push(out, d.temperature_gpu_celsius.map(f64::from), vec![SensorLocation::Gpu.kv()]);
+            push(out, d.temperature_memory_celsius.map(f64::from), vec![SensorLocation::Memory.kv()]);
         },
         fold: Fold::None,
     },
@@ -194,9 +200,9 @@ pub static CATALOGUE: &[MetricDef] = &[
         bounds: &[&bounds::CLOCK],
         extract: |d, out| {
             let hz = |mhz: Option<u32>| mhz.map(|m| f64::from(m) * 1e6);
-            push(out, hz(d.clock_graphics_mhz), vec![kv("nvidia.gpu.clock.type", "graphics")]);
-            push(out, hz(d.clock_sm_mhz), vec![kv("nvidia.gpu.clock.type", "sm")]);
-            push(out, hz(d.clock_memory_mhz), vec![kv("nvidia.gpu.clock.type", "memory")]);
+            push(out, hz(d.clock_graphics_mhz), vec![ClockType::Graphics.kv()]);
+            push(out, hz(d.clock_sm_mhz), vec![ClockType::Sm.kv()]);
+            push(out, hz(d.clock_memory_mhz), vec![ClockType::Memory.kv()]);
         },
         fold: Fold::None,
     },
@@ -214,11 +220,11 @@ pub static CATALOGUE: &[MetricDef] = &[
             if let Some(bits) = d.clocks_event_reasons {
                 for r in CLOCKS_EVENT_REASONS {
                     let v = if bits & r.bit != 0 { 1.0 } else { 0.0 };
-                    out.push(Point { value: v, attributes: vec![kv("nvidia.gpu.clocks_event.reason", r.value)] });
+                    out.push(Point { value: v, attributes: vec![kv(attributes::CLOCKS_EVENT_REASON, r.value)] });
                 }
             }
         },
-        fold: Fold::UntilNonZero { attribute: "nvidia.gpu.clocks_event.reason", always: &[] },
+        fold: Fold::UntilNonZero { attribute: attributes::CLOCKS_EVENT_REASON, always: &[] },
     },
     MetricDef {
         name: "nvidia.gpu.performance_state",
@@ -244,8 +250,8 @@ pub static CATALOGUE: &[MetricDef] = &[
         source: "`nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_CORRECTED | _UNCORRECTED, NVML_VOLATILE_ECC)` (since the driver loaded), minus the first reading",
         bounds: &[&bounds::ECC_ERRORS],
         extract: |d, out| {
-            push(out, d.ecc_corrected_total.map(|n| n as f64), vec![kv("error.type", "corrected")]);
-            push(out, d.ecc_uncorrected_total.map(|n| n as f64), vec![kv("error.type", "uncorrected")]);
+            push(out, d.ecc_corrected_total.map(|n| n as f64), vec![MemoryErrorType::Corrected.kv()]);
+            push(out, d.ecc_uncorrected_total.map(|n| n as f64), vec![MemoryErrorType::Uncorrected.kv()]);
         },
         fold: Fold::None,
     },
@@ -264,13 +270,13 @@ pub static CATALOGUE: &[MetricDef] = &[
             if d.state == DeviceState::Ok && d.answered_nothing() {
                 return;
             }
-            let state = device_state(d);
-            let mut facts = vec![KeyValue::new("nvidia.gpu.index", i64::from(d.info.index))];
+            let state = device_hw_state(d);
+            let mut facts = vec![KeyValue::new(attributes::GPU_INDEX, i64::from(d.info.index))];
             let i = &d.info;
             if let Some(m) = &i.mig {
                 for (k, v) in [
-                    ("nvidia.gpu.mig.gpu_instance_id", m.gpu_instance_id),
-                    ("nvidia.gpu.mig.compute_instance_id", m.compute_instance_id),
+                    (attributes::MIG_GPU_INSTANCE_ID, m.gpu_instance_id),
+                    (attributes::MIG_COMPUTE_INSTANCE_ID, m.compute_instance_id),
                 ] {
                     if let Some(v) = v {
                         facts.push(KeyValue::new(k, i64::from(v)));
@@ -278,19 +284,19 @@ pub static CATALOGUE: &[MetricDef] = &[
                 }
             }
             for (k, v) in [
-                ("hw.serial_number", &i.serial),
-                ("hw.firmware_version", &i.vbios_version),
-                ("hw.driver_version", &i.driver_version),
-                ("nvidia.gpu.pci.bus_id", &i.pci_bus_id),
+                (attributes::HW_SERIAL_NUMBER, &i.serial),
+                (attributes::HW_FIRMWARE_VERSION, &i.vbios_version),
+                (attributes::HW_DRIVER_VERSION, &i.driver_version),
+                (attributes::PCI_BUS_ID, &i.pci_bus_id),
             ] {
                 if let Some(v) = v {
                     facts.push(KeyValue::new(k, v.clone()));
                 }
             }
-            for s in ["ok", "degraded", "failed"] {
-                let mut attributes = vec![kv("hw.state", s)];
+            for s in HwState::ALL {
+                let mut attributes = vec![s.kv()];
                 attributes.extend(facts.iter().cloned());
-                out.push(Point { value: if s == state { 1.0 } else { 0.0 }, attributes });
+                out.push(Point { value: if *s == state { 1.0 } else { 0.0 }, attributes });
             }
         },
         fold: Fold::None,
@@ -307,8 +313,8 @@ pub static CATALOGUE: &[MetricDef] = &[
         bounds: &[&bounds::REMAPPED_ROWS],
         extract: |d, out| {
             if let Some(r) = d.remapped_rows {
-                push(out, Some(f64::from(r.correctable)), vec![kv("error.type", "corrected")]);
-                push(out, Some(f64::from(r.uncorrectable)), vec![kv("error.type", "uncorrected")]);
+                push(out, Some(f64::from(r.correctable)), vec![MemoryErrorType::Corrected.kv()]);
+                push(out, Some(f64::from(r.uncorrectable)), vec![MemoryErrorType::Uncorrected.kv()]);
             }
         },
         fold: Fold::None,
@@ -338,14 +344,14 @@ pub static CATALOGUE: &[MetricDef] = &[
         bounds: &[&bounds::PROCESS_UTILIZATION],
         extract: |d, out| {
             for (task, f) in [
-                ("general", ProcessUtilization::sm_ratio as fn(&_) -> f64),
-                ("encoder", ProcessUtilization::encoder_ratio),
-                ("decoder", ProcessUtilization::decoder_ratio),
+                (GpuTask::General, ProcessUtilization::sm_ratio as fn(&_) -> f64),
+                (GpuTask::Encoder, ProcessUtilization::encoder_ratio),
+                (GpuTask::Decoder, ProcessUtilization::decoder_ratio),
             ] {
-                per_process(d, out, |p| p.utilization.as_ref().map(f), &[kv("hw.gpu.task", task)]);
+                per_process(d, out, |p| p.utilization.as_ref().map(f), &[task.kv()]);
             }
         },
-        fold: Fold::UntilNonZero { attribute: "hw.gpu.task", always: &["general"] },
+        fold: Fold::UntilNonZero { attribute: GpuTask::KEY, always: &[GpuTask::General.as_str()] },
     },
     MetricDef {
         name: "nvidia.gpu.process.memory_controller.utilization",
@@ -412,12 +418,12 @@ pub static CATALOGUE: &[MetricDef] = &[
         extract: |d, out| {
             if let Some(g) = d.gpm {
                 for (op, v) in [
-                    ("any", g.any_tensor_util),
-                    ("hmma", g.hmma_tensor_util),
-                    ("imma", g.imma_tensor_util),
-                    ("dfma", g.dfma_tensor_util),
+                    (TensorOp::Any, g.any_tensor_util),
+                    (TensorOp::Hmma, g.hmma_tensor_util),
+                    (TensorOp::Imma, g.imma_tensor_util),
+                    (TensorOp::Dfma, g.dfma_tensor_util),
                 ] {
-                    push(out, GpmMetrics::ratio(v), vec![kv("nvidia.gpu.tensor.op", op)]);
+                    push(out, GpmMetrics::ratio(v), vec![op.kv()]);
                 }
             }
         },
@@ -436,16 +442,16 @@ pub static CATALOGUE: &[MetricDef] = &[
         extract: |d, out| {
             if let Some(g) = d.gpm {
                 for (pipe, v) in [
-                    ("fp16", g.fp16_util),
-                    ("fp32", g.fp32_util),
-                    ("fp64", g.fp64_util),
-                    ("integer", g.integer_util),
+                    (Pipe::Fp16, g.fp16_util),
+                    (Pipe::Fp32, g.fp32_util),
+                    (Pipe::Fp64, g.fp64_util),
+                    (Pipe::Integer, g.integer_util),
                 ] {
-                    push(out, GpmMetrics::ratio(v), vec![kv("nvidia.gpu.pipe", pipe)]);
+                    push(out, GpmMetrics::ratio(v), vec![pipe.kv()]);
                 }
             }
         },
-        fold: Fold::UntilNonZero { attribute: "nvidia.gpu.pipe", always: &[] },
+        fold: Fold::UntilNonZero { attribute: Pipe::KEY, always: &[] },
     },
     MetricDef {
         name: "nvidia.gpu.dram.activity",
@@ -471,8 +477,8 @@ pub static CATALOGUE: &[MetricDef] = &[
         source: "With GPM: `NVML_GPM_METRIC_PCIE_TX_PER_SEC` / `_RX_PER_SEC` (MiB/s, mean over each GPM window) × the window, summed: a count of every byte. Without GPM: `nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_TX_BYTES | _RX_BYTES)` (KB/s over a ~20 ms window) every `GPU_SIDECAR_PCIE_INTERVAL`, mean of consecutive readings × the time between them: an estimate. Absent until a first interval is complete",
         bounds: &[&bounds::GPM_PCIE, &bounds::PCIE_THROUGHPUT],
         extract: |d, out| {
-            push(out, d.io.pcie_transmit_bytes, vec![kv("network.io.direction", "transmit")]);
-            push(out, d.io.pcie_receive_bytes, vec![kv("network.io.direction", "receive")]);
+            push(out, d.io.pcie_transmit_bytes, vec![IoDirection::Transmit.kv()]);
+            push(out, d.io.pcie_receive_bytes, vec![IoDirection::Receive.kv()]);
         },
         fold: Fold::None,
     },
@@ -487,8 +493,8 @@ pub static CATALOGUE: &[MetricDef] = &[
         source: "GPM: `NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC` / `_RX_PER_SEC` (MiB/s, mean over each GPM window) × the window, summed; absent where GPM or NVLink is missing",
         bounds: &[&bounds::GPM_NVLINK],
         extract: |d, out| {
-            push(out, d.io.nvlink_transmit_bytes, vec![kv("network.io.direction", "transmit")]);
-            push(out, d.io.nvlink_receive_bytes, vec![kv("network.io.direction", "receive")]);
+            push(out, d.io.nvlink_transmit_bytes, vec![IoDirection::Transmit.kv()]);
+            push(out, d.io.nvlink_receive_bytes, vec![IoDirection::Receive.kv()]);
         },
         fold: Fold::None,
     },

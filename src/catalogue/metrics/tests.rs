@@ -151,3 +151,55 @@ fn lost_device_reports_failed_and_nothing_else() {
         }
     }
 }
+
+/// The closed value sets: the points of the H200 sample carry only their values, and every
+/// metric that has one of those keys documents all its values.
+#[test]
+fn closed_attribute_sets_are_what_is_emitted_and_documented() {
+    use crate::catalogue::attributes::{
+        ClockType, GpuTask, HwState, IoDirection, MemoryErrorType, Pipe, SensorLocation, TensorOp,
+    };
+    let sets: [(&str, &[&str]); 8] = [
+        (GpuTask::KEY, GpuTask::VALUES),
+        (SensorLocation::KEY, SensorLocation::VALUES),
+        (MemoryErrorType::KEY, MemoryErrorType::VALUES),
+        (HwState::KEY, HwState::VALUES),
+        (IoDirection::KEY, IoDirection::VALUES),
+        (ClockType::KEY, ClockType::VALUES),
+        (TensorOp::KEY, TensorOp::VALUES),
+        (Pipe::KEY, Pipe::VALUES),
+    ];
+    let d = h200();
+    let mut seen = std::collections::BTreeSet::new();
+    for def in CATALOGUE {
+        for p in device_points(def, &d) {
+            for (key, values) in sets {
+                if let Some(v) = attr(&p, key) {
+                    assert!(values.contains(&v.as_str()), "{}: {key} = {v}", def.name);
+                    seen.insert(key);
+                }
+            }
+        }
+        for (key, values) in sets {
+            if def.attributes.contains(&format!("`{key}` = ")) {
+                for v in values {
+                    assert!(
+                        def.attributes.contains(&format!("`{v}`")),
+                        "{}: {key} value {v} not documented",
+                        def.name
+                    );
+                }
+            }
+        }
+    }
+    // The H200 sample has no ECC totals, PCIe bytes or GPM window.
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        [
+            GpuTask::KEY,
+            SensorLocation::KEY,
+            HwState::KEY,
+            ClockType::KEY
+        ]
+    );
+}
