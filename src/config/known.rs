@@ -172,7 +172,7 @@ pub fn settings_markdown() -> String {
          webhook's), `RULES` in `src/rules/catalogue.rs` (the alert rules), `OTEL_VARIABLES` in \
          `src/config/otel.rs` (the standard `OTEL_*` ones) and `DOWNWARD_API` in `src/config/mod.rs`. \
          The test `settings_doc_matches_the_tables` fails when this file and the code disagree; \
-         regenerate with `UPDATE_DOCS=1 cargo test --lib settings_doc`. A new setting is one row of \
+         regenerate every generated doc with `UPDATE_DOCS=1 cargo test --test docs`. A new setting is one row of \
          the table it belongs to; its parsing reads the row.\n\n\
          All settings are environment variables (`gpu-otel-sidecar --help` lists their names). An empty \
          variable counts as unset. A bad value stops the agent with exit code 2 and one line naming the \

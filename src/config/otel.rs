@@ -216,7 +216,7 @@ pub fn otel_variables_markdown() -> String {
     let mut s = String::from(
         "# Standard OpenTelemetry variables\n\n\
          Generated from `OTEL_VARIABLES` in `src/config/otel.rs` (the test `otel_variables_doc_matches_the_table` \
-         fails when this file and the code disagree; regenerate with `UPDATE_DOCS=1 cargo test --lib otel_variables_doc`).\n\n\
+         fails when this file and the code disagree; regenerate every generated doc with `UPDATE_DOCS=1 cargo test --test docs`).\n\n\
          Every variable of the OpenTelemetry SDK environment and OTLP exporter specifications that could \
          reach a metrics-and-logs exporter, and what the agent does with it. *Honoured*: read and applied; \
          a bad value stops the agent with exit code 2 and one line naming the variable and what it accepts. \

@@ -702,29 +702,6 @@ fn every_otel_variable_is_honoured_or_named_in_the_warning() {
     assert_eq!(c.otlp.metrics.endpoint, "http://localhost:4317");
 }
 
-/// A generated page (`path` from the repository root) equals `generated`; with `UPDATE_DOCS`
-/// set, it is rewritten first.
-fn assert_generated_doc(path: &str, generated: &str, test: &str) {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    if std::env::var_os("UPDATE_DOCS").is_some() {
-        std::fs::write(&file, generated).unwrap();
-    }
-    let on_disk = std::fs::read_to_string(&file).unwrap_or_default();
-    assert!(
-        on_disk == generated,
-        "{path} differs from its table; run UPDATE_DOCS=1 cargo test --lib {test}"
-    );
-}
-
-#[test]
-fn otel_variables_doc_matches_the_table() {
-    assert_generated_doc(
-        "docs/otel-variables.md",
-        &otel_variables_markdown(),
-        "otel_variables_doc",
-    );
-}
-
 #[test]
 fn proc_root_and_node_mode() {
     let c = cfg(&[]).unwrap();

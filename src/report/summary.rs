@@ -16,7 +16,7 @@ use crate::telemetry::events::{Event, Events};
 
 /// `event.name` of the report's log record, and the value of the `event.name` key that
 /// starts the JSON document (so that it can be told apart from OTLP/JSON lines on stdout).
-pub const EVENT_NAME: &str = "gpu.run.report";
+pub const EVENT_NAME: &str = crate::catalogue::events::RUN_REPORT.name;
 
 /// Prefix of the event attributes that repeat the pod summary (`gpu.run.energy_j`, …).
 pub const ATTRIBUTE_PREFIX: &str = "gpu.run.";

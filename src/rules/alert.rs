@@ -8,24 +8,7 @@ use opentelemetry::KeyValue;
 
 use super::catalogue::RuleId;
 
-/// What happened to an alert.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AlertState {
-    /// The condition has held long enough.
-    Firing,
-    /// It has been clear long enough.
-    Resolved,
-}
-
-impl AlertState {
-    /// `firing` or `resolved` (the `nvidia.gpu.alert.state` value).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AlertState::Firing => "firing",
-            AlertState::Resolved => "resolved",
-        }
-    }
-}
+pub use crate::catalogue::attributes::AlertState;
 
 /// A transition to report as one record.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,7 @@
 //!
 //! Configuration ([`crate::config`] reads `GPU_SIDECAR_RULE_<ENV>_*` for each row), the
 //! engine ([`super::engine::Engine::new`]), the records ([`super::Rules`]) and
-//! `docs/events.md` ([`markdown`], checked by the `events_doc` test) all follow [`RULES`].
+//! `docs/events.md` ([`markdown`], checked by `tests/docs/events.rs`) all follow [`RULES`].
 
 use std::time::Duration;
 
@@ -440,12 +440,24 @@ start and PyTorch keeps what it reserved, so a full GPU is often a full pool: \
 pub fn markdown() -> String {
     let mut s = String::from(
         "# Events\n\n\
-         Generated from `src/rules/catalogue.rs` (the test `events_doc_matches_catalogue` fails when \
-         this file and the code disagree; regenerate with `UPDATE_DOCS=1 cargo test --test events_doc`).\n\n\
+         Generated from `src/catalogue/events.rs` and `src/rules/catalogue.rs` (the test \
+         `events_doc_matches_catalogue` fails when this file and the code disagree; regenerate \
+         every generated doc with `UPDATE_DOCS=1 cargo test --test docs`).\n\n\
+         The agent reports what happens to the GPUs as OpenTelemetry events: log records with an \
+         `event.name`, sent with the metrics' resource (pod, container, node) over OTLP logs \
+         (`OTEL_LOGS_EXPORTER`; `console` prints them as OTLP/JSON lines). These are all of them:\n\n",
+    );
+    s.push_str(&crate::catalogue::events::markdown_table(RULES.iter().map(
+        |r| crate::catalogue::events::RuleEvent {
+            name: r.event_name,
+            severity: r.severity.as_str(),
+            attributes: r.attributes,
+        },
+    )));
+    s.push_str(
+        "\n## Alerts\n\n\
          The agent judges every sample with the rules below and reports what it finds as \
-         OpenTelemetry events: log records with an `event.name`, sent with the metrics' resource \
-         (pod, container, node) over OTLP logs (`OTEL_LOGS_EXPORTER`; `console` prints them as \
-         OTLP/JSON lines).\n\n\
+         `nvidia.gpu.alert.<rule>` events.\n\n\
          - An alert **fires** once, when its condition has held for the rule's duration (or \
          samples): one record with state `firing` and the rule's severity. It does not repeat \
          while it stays firing.\n\

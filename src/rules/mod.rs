@@ -35,6 +35,7 @@ pub use catalogue::{AlertSeverity, Hold, RuleId, RULES};
 pub use engine::{pool_params, Engine};
 pub(crate) use workload::holds_memory;
 
+use crate::catalogue::attributes;
 use crate::catalogue::metrics::ALERTS;
 use crate::config::RulesConfig;
 use crate::sampling::consumer::{Consumer, ConsumerThread};
@@ -71,12 +72,12 @@ struct AlertReporter {
 fn alert_attributes(rule: RuleId, state: AlertState, hw_id: Option<&str>) -> Vec<KeyValue> {
     let spec = rule.spec();
     let mut attrs = vec![
-        KeyValue::new("nvidia.gpu.alert.rule", spec.name),
-        KeyValue::new("nvidia.gpu.alert.state", state.as_str()),
-        KeyValue::new("nvidia.gpu.alert.severity", spec.severity.as_str()),
+        KeyValue::new(attributes::ALERT_RULE, spec.name),
+        state.kv(),
+        KeyValue::new(attributes::ALERT_SEVERITY, spec.severity.as_str()),
     ];
     if let Some(h) = hw_id {
-        attrs.push(KeyValue::new("hw.id", h.to_string()));
+        attrs.push(KeyValue::new(attributes::HW_ID, h.to_string()));
     }
     attrs
 }
@@ -113,26 +114,23 @@ impl AlertReporter {
 pub fn to_event(alert: &Alert) -> Event {
     let spec = alert.rule.spec();
     let mut attributes = alert.device.clone();
-    attributes.push(KeyValue::new("nvidia.gpu.alert.rule", spec.name));
+    attributes.push(KeyValue::new(attributes::ALERT_RULE, spec.name));
+    attributes.push(alert.state.kv());
     attributes.push(KeyValue::new(
-        "nvidia.gpu.alert.state",
-        alert.state.as_str(),
-    ));
-    attributes.push(KeyValue::new(
-        "nvidia.gpu.alert.severity",
+        attributes::ALERT_SEVERITY,
         spec.severity.as_str(),
     ));
     if let Some(t) = alert.threshold {
-        attributes.push(KeyValue::new("nvidia.gpu.alert.threshold", t));
+        attributes.push(KeyValue::new(attributes::ALERT_THRESHOLD, t));
     }
     attributes.push(KeyValue::new(
-        "nvidia.gpu.alert.active_for",
+        attributes::ALERT_ACTIVE_FOR,
         alert.active_for.as_secs_f64(),
     ));
     let (severity, body) = match alert.state {
         AlertState::Firing => {
             attributes.push(KeyValue::new(
-                "nvidia.gpu.alert.samples",
+                attributes::ALERT_SAMPLES,
                 i64::from(alert.samples),
             ));
             let held = if alert.active_for.is_zero() {

@@ -42,6 +42,7 @@ mod processes;
 pub mod queue;
 mod raw;
 mod read;
+pub mod reading;
 pub mod sampler;
 pub mod snapshot;
 

@@ -7,16 +7,18 @@ use opentelemetry::logs::Severity;
 use opentelemetry::KeyValue;
 
 use super::events::Event;
+use crate::catalogue::attributes::MemoryErrorType;
+use crate::catalogue::events;
 use crate::catalogue::metrics::info_attributes;
 use crate::catalogue::xid;
 use crate::sampling::{DeviceEvent, DeviceEventKind};
 
-/// `event.name` of an XID event.
-pub const XID_EVENT: &str = "nvidia.gpu.xid";
-/// `event.name` of an ECC error event.
-pub const ECC_EVENT: &str = "nvidia.gpu.ecc";
+/// `event.name` of an XID event ([`events::XID`]).
+pub const XID_EVENT: &str = events::XID.name;
+/// `event.name` of an ECC error event ([`events::ECC`]).
+pub const ECC_EVENT: &str = events::ECC.name;
 /// Attribute carrying the XID code (int), on the event and on `nvidia.gpu.xid.errors`.
-pub const XID_CODE: &str = "nvidia.gpu.xid.code";
+pub use crate::catalogue::attributes::XID_CODE;
 
 /// The OTel event for a device event.
 pub fn to_event(e: &DeviceEvent) -> Event {
@@ -35,7 +37,7 @@ pub fn to_event(e: &DeviceEvent) -> Event {
             )
         }
         DeviceEventKind::EccDoubleBit => {
-            attributes.push(KeyValue::new("error.type", "uncorrected"));
+            attributes.push(MemoryErrorType::Uncorrected.kv());
             (
                 ECC_EVENT,
                 Severity::Error,
@@ -46,7 +48,7 @@ pub fn to_event(e: &DeviceEvent) -> Event {
             )
         }
         DeviceEventKind::EccSingleBit => {
-            attributes.push(KeyValue::new("error.type", "corrected"));
+            attributes.push(MemoryErrorType::Corrected.kv());
             (
                 ECC_EVENT,
                 Severity::Info,

@@ -18,71 +18,8 @@ pub const H200_DEFAULT_SERIES: usize = 38;
 
 /// The same with `GPU_SIDECAR_METRICS_DETAIL=true`, measured by the same test.
 pub const H200_DETAIL_SERIES: usize = 55;
-use crate::sampling::bounds::{self, Reading};
+use crate::sampling::bounds;
 use crate::sampling::SampleGroup;
-
-/// The metrics each reading's bounds ([`bounds::BOUNDS`]) hold: a value outside them is
-/// dropped by the sampler, so none of these metrics carries it. Rendered as "Valid ranges"
-/// in `docs/metrics.md`; a test checks every reading and every metric above is here.
-pub static VALID_RANGES: &[(Reading, &[&str])] = &[
-    (Reading::UtilizationGpu, &["hw.gpu.utilization"]),
-    (
-        Reading::UtilizationMemoryController,
-        &["nvidia.gpu.memory_controller.utilization"],
-    ),
-    (Reading::UtilizationEncoder, &["hw.gpu.utilization"]),
-    (Reading::UtilizationDecoder, &["hw.gpu.utilization"]),
-    (
-        Reading::MemoryTotal,
-        &["hw.gpu.memory.limit", "hw.gpu.memory.utilization"],
-    ),
-    (
-        Reading::MemoryPart,
-        &[
-            "hw.gpu.memory.usage",
-            "hw.gpu.memory.utilization",
-            "nvidia.gpu.memory.reserved",
-        ],
-    ),
-    (Reading::TemperatureGpu, &["hw.temperature"]),
-    (Reading::TemperatureMemory, &["hw.temperature"]),
-    (Reading::Power, &["hw.power"]),
-    (Reading::PowerLimit, &["nvidia.gpu.power.limit"]),
-    (Reading::Energy, &["hw.energy"]),
-    (Reading::Clock, &["nvidia.gpu.clock.frequency"]),
-    (
-        Reading::ClocksEventReasons,
-        &["nvidia.gpu.clocks_event.active", "hw.status"],
-    ),
-    (Reading::PerformanceState, &["nvidia.gpu.performance_state"]),
-    (Reading::EccErrors, &["hw.errors"]),
-    (
-        Reading::RemappedRows,
-        &["nvidia.gpu.memory.remapped_rows", "hw.status"],
-    ),
-    (Reading::ProcessMemory, &["nvidia.gpu.process.memory.usage"]),
-    (
-        Reading::ProcessUtilization,
-        &[
-            "nvidia.gpu.process.utilization",
-            "nvidia.gpu.process.memory_controller.utilization",
-        ],
-    ),
-    (
-        Reading::GpmActivity,
-        &[
-            "nvidia.gpu.graphics_engine.activity",
-            "nvidia.gpu.sm.activity",
-            "nvidia.gpu.sm.occupancy",
-            "nvidia.gpu.tensor.activity",
-            "nvidia.gpu.pipe.activity",
-            "nvidia.gpu.dram.activity",
-        ],
-    ),
-    (Reading::GpmPcie, &["hw.gpu.io"]),
-    (Reading::GpmNvlink, &["nvidia.gpu.nvlink.io"]),
-    (Reading::PcieThroughput, &["hw.gpu.io"]),
-];
 
 /// How old a value of `group` can be when exported, and how often it is in an export.
 pub fn age(group: SampleGroup) -> &'static str {
@@ -110,13 +47,14 @@ pub fn markdown() -> String {
     let mut s = String::from(
         "# Metrics\n\n\
          Generated from `src/catalogue/metrics/` (the test `metrics_doc_matches_catalogue` fails when \
-         this file and the code disagree; regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`).\n\n\
+         this file and the code disagree; regenerate every generated doc with `UPDATE_DOCS=1 cargo test --test docs`).\n\n\
          Ratios are 0..1, units are UCUM. A value NVML does not give is absent, never 0 (a kind of a \
          folded breakdown that has been 0 since the agent started is absent too, until it is not: \
          [Series budget](#series-budget)).\n\n",
     );
     s.push_str(&format!(
-        "Every GPU data point carries {COMMON_ATTRIBUTES}.\n\n"
+        "Every GPU data point carries {COMMON_ATTRIBUTES}. Every attribute key, with its values: \
+         [attributes.md](attributes.md).\n\n"
     ));
     s.push_str(
         "## Time\n\n\
@@ -204,10 +142,18 @@ pub fn markdown() -> String {
     );
     s.push_str("| reading | valid (NVML unit) | metrics | why |\n| --- | --- | --- | --- |\n");
     for b in bounds::BOUNDS {
-        let metrics: Vec<String> = VALID_RANGES
+        let holds = |bounds: &[&bounds::Bound]| bounds.iter().any(|x| x.name == b.name);
+        let metrics: Vec<String> = CATALOGUE
             .iter()
-            .filter(|(r, _)| *r == b.reading)
-            .flat_map(|(_, m)| m.iter().map(|n| format!("`{n}`")))
+            .filter(|d| holds(d.bounds))
+            .map(|d| d.name)
+            .chain(
+                POD_CATALOGUE
+                    .iter()
+                    .filter(|d| holds(d.bounds))
+                    .map(|d| d.name),
+            )
+            .map(|n| format!("`{n}`"))
             .collect();
         s.push_str(&format!(
             "| {} | {} to {} {} | {} | {} |\n",

@@ -2,11 +2,15 @@
 //! and NVML source, plus the pure function that turns a [`DeviceSample`] into data points.
 //!
 //! Export ([`crate::telemetry::encode`]), `docs/metrics.md` ([`markdown`]) and the
-//! consistency test all follow [`CATALOGUE`]; adding a metric is one row.
+//! consistency test all follow [`CATALOGUE`]; adding a metric for a field already read is one
+//! row of it: name, instrument, unit, attributes, NVML source, the valid ranges of its
+//! readings ([`MetricDef::bounds`]) and the mapping.
 
 use opentelemetry::KeyValue;
 
+use crate::catalogue::attributes::{self, HwState};
 use crate::catalogue::clocks_event_reasons;
+use crate::sampling::bounds::Bound;
 use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, SampleGroup};
 
 /// OpenTelemetry instrument kind of a metric.
@@ -74,6 +78,10 @@ pub struct MetricDef<X = Extract> {
     pub attributes: &'static str,
     /// NVML call(s) the value comes from, and the conversion.
     pub source: &'static str,
+    /// The valid ranges of the readings the value is made of ([`Bound::readings`]): the
+    /// sampler drops a value outside them, so no point of this metric carries it; rendered
+    /// as "Valid ranges" in `docs/metrics.md`.
+    pub bounds: &'static [&'static Bound],
     /// The mapping.
     pub extract: X,
     /// Which of its points are detail, exported by default only once they say something
@@ -137,20 +145,25 @@ impl Fold {
 pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), on a MIG device `hw.parent` (its GPU's UUID), and on a GPU shared with other pods `nvidia.gpu.sharing` = `time_slicing` | `mps` (its values are the whole GPU's; see [Shared GPUs](kubernetes.md#shared-gpus-time-slicing-mps))";
 
 /// The attribute that marks a shared GPU ([`crate::sampling::Sharing`]).
-pub const SHARING: &str = "nvidia.gpu.sharing";
+pub const SHARING: &str = attributes::SHARING;
 
-/// The `hw.state` of a device: `failed`, `degraded` or `ok`.
-pub fn device_state(d: &DeviceSample) -> &'static str {
+/// The `hw.state` of a device: `failed`, `degraded` or `ok` ([`HwState`]).
+pub fn device_hw_state(d: &DeviceSample) -> HwState {
     match d.state {
-        DeviceState::Lost => "failed",
+        DeviceState::Lost => HwState::Failed,
         DeviceState::Ok
             if d.clocks_event_reasons.unwrap_or(0) & clocks_event_reasons::DEGRADING != 0
                 || d.remapped_rows.is_some_and(|r| r.pending || r.failed) =>
         {
-            "degraded"
+            HwState::Degraded
         }
-        DeviceState::Ok => "ok",
+        DeviceState::Ok => HwState::Ok,
     }
+}
+
+/// [`device_hw_state`] as exported.
+pub fn device_state(d: &DeviceSample) -> &'static str {
+    device_hw_state(d).as_str()
 }
 
 /// The attributes every data point of this device carries (see [`COMMON_ATTRIBUTES`]).
@@ -165,15 +178,15 @@ pub fn device_attributes(d: &DeviceSample) -> Vec<KeyValue> {
 /// [`device_attributes`] from the static facts alone (for events and recorded metrics).
 pub fn info_attributes(info: &DeviceInfo) -> Vec<KeyValue> {
     let mut v = vec![
-        KeyValue::new("hw.id", info.uuid.clone()),
-        KeyValue::new("hw.type", "gpu"),
-        KeyValue::new("hw.vendor", "NVIDIA"),
+        KeyValue::new(attributes::HW_ID, info.uuid.clone()),
+        KeyValue::new(attributes::HW_TYPE, "gpu"),
+        KeyValue::new(attributes::HW_VENDOR, "NVIDIA"),
     ];
     if let Some(name) = &info.name {
-        v.push(KeyValue::new("hw.model", name.clone()));
+        v.push(KeyValue::new(attributes::HW_MODEL, name.clone()));
     }
     if let Some(m) = &info.mig {
-        v.push(KeyValue::new("hw.parent", m.parent_uuid.clone()));
+        v.push(KeyValue::new(attributes::HW_PARENT, m.parent_uuid.clone()));
     }
     v
 }
@@ -202,9 +215,7 @@ mod pod;
 mod tests;
 
 pub use agent::*;
-pub use doc::{
-    age, markdown, H200_DEFAULT_SERIES, H200_DETAIL_SERIES, SERIES_BUDGET, VALID_RANGES,
-};
+pub use doc::{age, markdown, H200_DEFAULT_SERIES, H200_DETAIL_SERIES, SERIES_BUDGET};
 pub use gpu::CATALOGUE;
 pub use pod::{
     PodExtract, PodMetricDef, ATTRIBUTION, NOT_ATTRIBUTED, POD_ATTRIBUTES, POD_CATALOGUE,

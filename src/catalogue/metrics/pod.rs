@@ -11,6 +11,7 @@
 //! `hw.power`, `hw.energy`), which stays on the node's resource once.
 
 use super::{Fold, Instrument, MetricDef, Number};
+use crate::sampling::bounds;
 use crate::sampling::{PodShare, SampleGroup};
 
 /// The attribute that marks the share of no known pod (on the node's resource):
@@ -43,6 +44,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         description: "GPU memory the pod's processes hold on the device (exact).",
         attributes: "",
         source: "`nvmlDeviceGetComputeRunningProcesses_v3` and `nvmlDeviceGetMPSComputeRunningProcesses_v3` (`usedGpuMemory`), every tick, each process's pod from `/proc/<pid>/cgroup`: the sum over the pod's processes. Not attributed: `nvmlDeviceGetMemoryInfo_v2.used` minus every pod's (processes in no pod, the driver's own; negative when NVML's per-process figures add up to more). Absent where NVML does not tell one process's memory. Pods and the not-attributed share add up to the device's `hw.gpu.memory.usage` exactly",
+        bounds: &[&bounds::PROCESS_MEMORY, &bounds::MEMORY_PART],
         fold: Fold::None,
         extract: |s| s.memory_used_bytes.map(|b| b as f64),
     },
@@ -55,6 +57,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         description: "Sum of the SM shares of the pod's processes on the device over the last window.",
         attributes: "",
         source: "`nvmlDeviceGetProcessUtilization` (`smUtil`), as `nvidia.gpu.process.utilization`, summed over the pod's processes (NVML's per-process measure, not `hw.gpu.utilization`'s); percent / 100. Not attributed: the processes in no pod",
+        bounds: &[&bounds::PROCESS_UTILIZATION],
         fold: Fold::None,
         extract: |s| s.sm_ratio,
     },
@@ -67,6 +70,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         description: "The pod's share of the GPU's power draw (apportioned).",
         attributes: "",
         source: "`nvmlDeviceGetPowerUsage` (mW) split in proportion to each pod's weight, in whole mW (largest remainder): its processes' SM shares from the latest `nvmlDeviceGetProcessUtilization` read (on a MIG device times its compute slices, the `<n>g` of its profile); when no process had an SM share, the memory they hold; when none holds any, all not attributed. On the physical GPU only; pods and the not-attributed share add up to `hw.power` exactly. See docs/kubernetes.md, One agent per node",
+        bounds: &[&bounds::POWER],
         fold: Fold::None,
         extract: |s| s.power_milliwatts.map(|mw| mw as f64 / 1000.0),
     },
@@ -79,6 +83,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         description: "The pod's share of the GPU's energy (apportioned) since its start time.",
         attributes: "",
         source: "`nvmlDeviceGetTotalEnergyConsumption`: each window between two readings (mJ) split by the weights of `nvidia.gpu.pod.power`, in whole mJ; the window's energy goes to the processes listed at its end; a window in which NVML's total went down is not split; / 1000. Start time: the start of the first window the pod was given a share of. On the physical GPU only; over any stretch, pods and the not-attributed share add up to `hw.energy`'s increase",
+        bounds: &[&bounds::ENERGY],
         fold: Fold::None,
         extract: |s| s.energy_millijoules.map(|mj| mj as f64 / 1000.0),
     },
@@ -91,6 +96,7 @@ pub static POD_CATALOGUE: &[PodMetricDef] = &[
         description: "The pod's compute processes on the device (MPS clients included).",
         attributes: "",
         source: "`nvmlDeviceGetComputeRunningProcesses_v3` and `nvmlDeviceGetMPSComputeRunningProcesses_v3`, every tick, by `/proc/<pid>/cgroup`",
+        bounds: &[],
         fold: Fold::None,
         extract: |s| s.processes.map(f64::from),
     },

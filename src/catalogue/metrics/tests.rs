@@ -117,31 +117,20 @@ fn clocks_event_bits_and_status() {
     );
 }
 
+/// Every bound holds a metric, and every GPU metric has the bounds of its readings.
 #[test]
-fn every_reading_and_metric_has_a_valid_range() {
+fn every_bound_and_metric_has_a_valid_range() {
     for b in bounds::BOUNDS {
         assert!(
-            VALID_RANGES.iter().any(|(r, _)| *r == b.reading),
-            "{:?} holds no metric",
-            b.reading
+            CATALOGUE
+                .iter()
+                .any(|d| d.bounds.iter().any(|x| x.name == b.name)),
+            "{} holds no metric",
+            b.name
         );
-    }
-    for (r, names) in VALID_RANGES {
-        for n in *names {
-            assert!(
-                CATALOGUE.iter().any(|d| d.name == *n),
-                "{r:?}: no metric {n}"
-            );
-        }
     }
     for d in CATALOGUE {
-        assert!(
-            VALID_RANGES
-                .iter()
-                .any(|(_, names)| names.contains(&d.name)),
-            "{} has no valid range",
-            d.name
-        );
+        assert!(!d.bounds.is_empty(), "{} has no valid range", d.name);
     }
 }
 
@@ -161,4 +150,56 @@ fn lost_device_reports_failed_and_nothing_else() {
             assert!(points.is_empty(), "{} emitted for a lost GPU", def.name);
         }
     }
+}
+
+/// The closed value sets: the points of the H200 sample carry only their values, and every
+/// metric that has one of those keys documents all its values.
+#[test]
+fn closed_attribute_sets_are_what_is_emitted_and_documented() {
+    use crate::catalogue::attributes::{
+        ClockType, GpuTask, HwState, IoDirection, MemoryErrorType, Pipe, SensorLocation, TensorOp,
+    };
+    let sets: [(&str, &[&str]); 8] = [
+        (GpuTask::KEY, GpuTask::VALUES),
+        (SensorLocation::KEY, SensorLocation::VALUES),
+        (MemoryErrorType::KEY, MemoryErrorType::VALUES),
+        (HwState::KEY, HwState::VALUES),
+        (IoDirection::KEY, IoDirection::VALUES),
+        (ClockType::KEY, ClockType::VALUES),
+        (TensorOp::KEY, TensorOp::VALUES),
+        (Pipe::KEY, Pipe::VALUES),
+    ];
+    let d = h200();
+    let mut seen = std::collections::BTreeSet::new();
+    for def in CATALOGUE {
+        for p in device_points(def, &d) {
+            for (key, values) in sets {
+                if let Some(v) = attr(&p, key) {
+                    assert!(values.contains(&v.as_str()), "{}: {key} = {v}", def.name);
+                    seen.insert(key);
+                }
+            }
+        }
+        for (key, values) in sets {
+            if def.attributes.contains(&format!("`{key}` = ")) {
+                for v in values {
+                    assert!(
+                        def.attributes.contains(&format!("`{v}`")),
+                        "{}: {key} value {v} not documented",
+                        def.name
+                    );
+                }
+            }
+        }
+    }
+    // The H200 sample has no ECC totals, PCIe bytes or GPM window.
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        [
+            GpuTask::KEY,
+            SensorLocation::KEY,
+            HwState::KEY,
+            ClockType::KEY
+        ]
+    );
 }

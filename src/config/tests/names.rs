@@ -171,15 +171,6 @@ fn help_names_the_webhook_settings_and_the_honoured_otel_variables() {
     assert!(help.lines().all(|l| l.len() <= 100), "{help}");
 }
 
-#[test]
-fn settings_doc_matches_the_tables() {
-    assert_generated_doc(
-        "docs/settings.md",
-        &known::settings_markdown(),
-        "settings_doc",
-    );
-}
-
 /// Every `GPU_SIDECAR_*` name the project's scripts, CI, packaging, benchmarks and docs use
 /// is a setting of the agent (the agent refuses any other: a script reading one, exported
 /// in a user's shell, made both README commands exit 2), and the integration tests read

@@ -1,4 +1,4 @@
-//! [`Gate`]: every per-tick NVML call goes through it, so an unsupported field is asked once
+//! [`Gate`]: every per-tick NVML call goes through it, so an unsupported reading is asked once
 //! and then left alone, each failure is said once (or once a minute while it flaps), every
 //! error is counted by call and code, and an impossible value is dropped.
 
@@ -8,88 +8,31 @@ use std::time::Instant;
 use nvml_wrapper::error::NvmlError;
 
 use crate::logging::LogLimiter;
-use crate::sampling::bounds::{self, Reading};
+use crate::sampling::bounds::{Bound, Reading};
 use crate::sampling::nvml_error::{call_versioned, classify, error_code, ErrorClass};
 use crate::sampling::raw::Versioned;
 use crate::sampling::snapshot::DeviceInfo;
 
-/// A per-tick field: its name in logs and the NVML call behind it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Field {
-    Utilization,
-    EncoderUtilization,
-    DecoderUtilization,
-    Memory,
-    TemperatureGpu,
-    TemperatureMemory,
-    Power,
-    PowerLimit,
-    Energy,
-    ClockGraphics,
-    ClockSm,
-    ClockMemory,
-    ClocksEventReasons,
-    PerformanceState,
-    EccCorrected,
-    EccUncorrected,
-    Processes,
-    MpsProcesses,
-    RemappedRows,
-    ProcessUtilization,
-    PcieThroughput,
-    Gpm,
-}
-
-impl Field {
-    /// The NVML C function (and argument) that reads this field.
-    pub(crate) fn nvml_call(self) -> &'static str {
-        match self {
-            Field::Utilization => "nvmlDeviceGetUtilizationRates",
-            Field::EncoderUtilization => "nvmlDeviceGetEncoderUtilization",
-            Field::DecoderUtilization => "nvmlDeviceGetDecoderUtilization",
-            Field::Memory => "nvmlDeviceGetMemoryInfo_v2",
-            Field::TemperatureGpu => "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
-            Field::TemperatureMemory => "nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)",
-            Field::Power => "nvmlDeviceGetPowerUsage",
-            Field::PowerLimit => "nvmlDeviceGetEnforcedPowerLimit",
-            Field::Energy => "nvmlDeviceGetTotalEnergyConsumption",
-            Field::ClockGraphics => "nvmlDeviceGetClockInfo(NVML_CLOCK_GRAPHICS)",
-            Field::ClockSm => "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)",
-            Field::ClockMemory => "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)",
-            Field::ClocksEventReasons => "nvmlDeviceGetCurrentClocksEventReasons",
-            Field::PerformanceState => "nvmlDeviceGetPerformanceState",
-            Field::EccCorrected => "nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE)",
-            Field::EccUncorrected => "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)",
-            Field::Processes => "nvmlDeviceGetComputeRunningProcesses_v3",
-            Field::MpsProcesses => "nvmlDeviceGetMPSComputeRunningProcesses_v3",
-            Field::RemappedRows => "nvmlDeviceGetRemappedRows",
-            Field::ProcessUtilization => "nvmlDeviceGetProcessUtilization",
-            Field::PcieThroughput => "nvmlDeviceGetPcieThroughput",
-            Field::Gpm => "nvmlGpmSampleGet/nvmlGpmMigSampleGet + nvmlGpmMetricsGet",
-        }
-    }
-}
-
 /// Errors seen since the last [`Gate::take_errors`], by (call, code).
 pub(crate) type ErrorCounts = BTreeMap<(&'static str, String), u64>;
 
-/// Remembers which (device, field) pairs NVML does not answer, and which errors were
+/// Remembers which (device, reading) pairs NVML does not answer, and which errors were
 /// already logged, so each is said once; counts every error by call and code. Devices are
 /// keyed by their slot in the reader's list (a MIG device shares its parent's NVML index).
-/// A field that fails and answers again over and over is said at most once a minute (with
+/// A reading that fails and answers again over and over is said at most once a minute (with
 /// the count of failures in between), not twice per flap.
 #[derive(Debug)]
 pub(crate) struct Gate {
-    unsupported: HashSet<(usize, Field)>,
-    /// Fields failing now, and whether this run of failures was logged.
-    failing: HashMap<(usize, Field), bool>,
-    lines: LogLimiter<(usize, Field)>,
+    unsupported: HashSet<(usize, Reading)>,
+    /// Readings failing now, and whether this run of failures was logged.
+    failing: HashMap<(usize, Reading), bool>,
+    lines: LogLimiter<(usize, Reading)>,
     errors: ErrorCounts,
     /// The version in use of each versioned call, by device slot (index into
     /// [`Versioned::versions`]; absent: the newest).
     versions: HashMap<(usize, Versioned), usize>,
-    /// Readings that answered an impossible value, by device slot (said once).
-    rejected: HashSet<(usize, Reading)>,
+    /// Bounds a value broke, by device slot and bound name (said once).
+    rejected: HashSet<(usize, &'static str)>,
 }
 
 impl Default for Gate {
@@ -116,11 +59,10 @@ impl Gate {
         std::mem::take(&mut self.errors)
     }
 
-    /// An impossible `value` of `reading` on the device in `slot` was dropped
-    /// ([`bounds`]): one warning per device and reading.
-    pub(crate) fn reject(&mut self, slot: usize, info: &DeviceInfo, reading: Reading, value: f64) {
-        if self.rejected.insert((slot, reading)) {
-            let b = bounds::bound(reading);
+    /// An impossible `value` (outside `b`) on the device in `slot` was dropped
+    /// ([`crate::sampling::bounds`]): one warning per device and reading.
+    pub(crate) fn reject(&mut self, slot: usize, info: &DeviceInfo, b: &'static Bound, value: f64) {
+        if self.rejected.insert((slot, b.name)) {
             tracing::warn!(
                 gpu = info.index,
                 uuid = %info.uuid,
@@ -132,54 +74,54 @@ impl Gate {
         }
     }
 
-    /// `value` of `reading` if it is possible, else `None` (and [`Gate::reject`]).
+    /// `value` if `bound` admits it, else `None` (and [`Gate::reject`]).
     pub(crate) fn admit(
         &mut self,
         slot: usize,
         info: &DeviceInfo,
-        reading: Reading,
+        bound: &'static Bound,
         value: f64,
     ) -> Option<f64> {
-        if bounds::admits(reading, value) {
+        if bound.admits(value) {
             Some(value)
         } else {
-            self.reject(slot, info, reading, value);
+            self.reject(slot, info, bound, value);
             None
         }
     }
 
-    /// Whether `field` of the device in `slot` is known unsupported.
-    pub(crate) fn is_unsupported(&self, slot: usize, field: Field) -> bool {
-        self.unsupported.contains(&(slot, field))
+    /// Whether `reading` of the device in `slot` is known unsupported.
+    pub(crate) fn is_unsupported(&self, slot: usize, reading: Reading) -> bool {
+        self.unsupported.contains(&(slot, reading))
     }
 
-    /// Runs `call` for `field` of the device in `slot` (`info`) unless it is known
-    /// unsupported. Returns the value, or `None` (logged once per device, field and kind of
+    /// Runs `call` for `reading` of the device in `slot` (`info`) unless it is known
+    /// unsupported. Returns the value, or `None` (logged once per device, reading and kind of
     /// failure). Sets `*lost` when the device answered that it is lost.
     pub(crate) fn read<T>(
         &mut self,
         slot: usize,
         info: &DeviceInfo,
-        field: Field,
+        reading: Reading,
         lost: &mut bool,
         call: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
-        self.read_named(slot, info, field, field.nvml_call(), lost, call)
+        self.read_named(slot, info, reading, reading.nvml_call(), lost, call)
     }
 
-    /// As [`Gate::read`] for a field read through a versioned call `v`: `call(k)` makes
+    /// As [`Gate::read`] for a reading read through a versioned call `v`: `call(k)` makes
     /// version `k` ([`Versioned::versions`]); see [`call_versioned`]. The version chosen is
     /// kept for the device in `slot` for the rest of the NVML session.
     pub(crate) fn read_versioned<T>(
         &mut self,
         slot: usize,
         info: &DeviceInfo,
-        field: Field,
+        reading: Reading,
         v: Versioned,
         lost: &mut bool,
         call: impl FnMut(usize) -> Result<T, NvmlError>,
     ) -> Option<T> {
-        if *lost || self.unsupported.contains(&(slot, field)) {
+        if *lost || self.unsupported.contains(&(slot, reading)) {
             return None;
         }
         let start = self.versions.get(&(slot, v)).copied().unwrap_or(0);
@@ -189,7 +131,7 @@ impl Gate {
             self.count(v.versions()[start], &e);
             self.versions.insert((slot, v), chosen);
         }
-        self.read_named(slot, info, field, v.versions()[chosen], lost, || result)
+        self.read_named(slot, info, reading, v.versions()[chosen], lost, || result)
     }
 
     /// [`Gate::read`], with the C name `call_name` in logs and counts.
@@ -197,17 +139,17 @@ impl Gate {
         &mut self,
         slot: usize,
         info: &DeviceInfo,
-        field: Field,
+        reading: Reading,
         call_name: &'static str,
         lost: &mut bool,
         call: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
-        if *lost || self.unsupported.contains(&(slot, field)) {
+        if *lost || self.unsupported.contains(&(slot, reading)) {
             return None;
         }
         let index = info.index;
         let uuid = info.uuid.as_str();
-        let key = (slot, field);
+        let key = (slot, reading);
         match call() {
             Ok(v) => {
                 if self.failing.remove(&key) == Some(true) {

@@ -25,7 +25,7 @@ pub(super) fn sample_fast(
     let memory = gate.read_versioned(
         slot,
         &info,
-        Field::Memory,
+        Reading::Memory,
         Versioned::MemoryInfo,
         &mut lost,
         |k| raw::memory_info(nvml, dev, k),
@@ -55,53 +55,53 @@ pub(super) fn sample_fast(
         };
     }
     if sel.is_gpu() {
-        if let Some(u) = read!(Field::Utilization, dev.utilization_rates()) {
+        if let Some(u) = read!(Reading::Utilization, dev.utilization_rates()) {
             s.utilization_gpu_percent = Some(u.gpu);
             s.utilization_memory_controller_percent = Some(u.memory);
         }
         s.utilization_encoder_percent =
-            read!(Field::EncoderUtilization, dev.encoder_utilization()).map(|u| u.utilization);
+            read!(Reading::EncoderUtilization, dev.encoder_utilization()).map(|u| u.utilization);
         s.utilization_decoder_percent =
-            read!(Field::DecoderUtilization, dev.decoder_utilization()).map(|u| u.utilization);
+            read!(Reading::DecoderUtilization, dev.decoder_utilization()).map(|u| u.utilization);
         s.temperature_gpu_celsius = read!(
-            Field::TemperatureGpu,
+            Reading::TemperatureGpu,
             dev.temperature(TemperatureSensor::Gpu)
         );
-        s.temperature_memory_celsius = read!(Field::TemperatureMemory, memory_temperature(dev))
-            .and_then(|c| gate.admit(slot, &info, Reading::TemperatureMemory, c))
+        s.temperature_memory_celsius = read!(Reading::TemperatureMemory, memory_temperature(dev))
+            .and_then(|c| gate.admit(slot, &info, &bounds::TEMPERATURE_MEMORY, c))
             .map(|c| c.round() as u32);
-        s.power_milliwatts = read!(Field::Power, dev.power_usage());
-        s.power_limit_milliwatts = read!(Field::PowerLimit, dev.enforced_power_limit());
-        s.clock_graphics_mhz = read!(Field::ClockGraphics, dev.clock_info(Clock::Graphics));
-        s.clock_sm_mhz = read!(Field::ClockSm, dev.clock_info(Clock::SM));
-        s.clock_memory_mhz = read!(Field::ClockMemory, dev.clock_info(Clock::Memory));
+        s.power_milliwatts = read!(Reading::Power, dev.power_usage());
+        s.power_limit_milliwatts = read!(Reading::PowerLimit, dev.enforced_power_limit());
+        s.clock_graphics_mhz = read!(Reading::ClockGraphics, dev.clock_info(Clock::Graphics));
+        s.clock_sm_mhz = read!(Reading::ClockSm, dev.clock_info(Clock::SM));
+        s.clock_memory_mhz = read!(Reading::ClockMemory, dev.clock_info(Clock::Memory));
         s.clocks_event_reasons = gate.read_versioned(
             slot,
             &info,
-            Field::ClocksEventReasons,
+            Reading::ClocksEventReasons,
             Versioned::ClocksEventReasons,
             &mut lost,
             |k| raw::clocks_event_reasons(nvml, dev, k),
         );
-        s.performance_state = read!(Field::PerformanceState, dev.performance_state())
+        s.performance_state = read!(Reading::PerformanceState, dev.performance_state())
             .map(|p| p.as_c())
             // NVML_PSTATE_UNKNOWN (32) is no state: absent, not 32.
             .filter(|p| *p <= 15);
         s.ecc_corrected_total = read!(
-            Field::EccCorrected,
+            Reading::EccCorrected,
             dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
         );
         s.ecc_uncorrected_total = read!(
-            Field::EccUncorrected,
+            Reading::EccUncorrected,
             dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
         );
-        s.remapped_rows = read!(Field::RemappedRows, raw::remapped_rows(nvml, dev));
+        s.remapped_rows = read!(Reading::RemappedRows, raw::remapped_rows(nvml, dev));
     }
     if sel.reports_processes() {
         sel.processes = gate.read_versioned(
             slot,
             &info,
-            Field::Processes,
+            Reading::Processes,
             Versioned::ComputeProcesses,
             &mut lost,
             |k| raw::process_list(nvml, dev, ProcessList::Compute, k, layout),
@@ -112,7 +112,7 @@ pub(super) fn sample_fast(
             let clients = gate.read_versioned(
                 slot,
                 &info,
-                Field::MpsProcesses,
+                Reading::MpsProcesses,
                 Versioned::MpsComputeProcesses,
                 &mut lost,
                 |k| raw::process_list(nvml, dev, ProcessList::Mps, k, layout),
@@ -195,7 +195,7 @@ pub(super) fn read_slow<'n>(
     match group {
         SampleGroup::Energy if d.is_gpu() => {
             let dev = &d.device;
-            d.fresh.energy_millijoules = gate.read(slot, &info, Field::Energy, lost, || {
+            d.fresh.energy_millijoules = gate.read(slot, &info, Reading::Energy, lost, || {
                 dev.total_energy_consumption()
             });
             true
@@ -203,7 +203,7 @@ pub(super) fn read_slow<'n>(
         SampleGroup::Process if d.reports_processes() => {
             let dev = &d.device;
             let seen = d.process_utilization_seen_us;
-            let samples = gate.read(slot, &info, Field::ProcessUtilization, lost, || {
+            let samples = gate.read(slot, &info, Reading::ProcessUtilization, lost, || {
                 // NOT_FOUND: no sample since `seen`, i.e. no process ran in the window.
                 match dev.process_utilization_stats(seen) {
                     Err(NvmlError::NotFound) => Ok(Vec::new()),
@@ -226,7 +226,7 @@ pub(super) fn read_slow<'n>(
                     .read_versioned(
                         slot,
                         &info,
-                        Field::MpsProcesses,
+                        Reading::MpsProcesses,
                         Versioned::MpsComputeProcesses,
                         lost,
                         |k| raw::process_list(nvml, dev, ProcessList::Mps, k, layout),
@@ -246,7 +246,7 @@ pub(super) fn read_slow<'n>(
                 return false;
             };
             let reading = match role {
-                Role::Gpu { .. } => gate.read(slot, &info, Field::Gpm, lost, || {
+                Role::Gpu { .. } => gate.read(slot, &info, Reading::Gpm, lost, || {
                     state.read(nvml, || device.gpm_sample())
                 }),
                 Role::Mig {
@@ -254,7 +254,7 @@ pub(super) fn read_slow<'n>(
                     gpu_instance_id: Some(gi),
                 } => {
                     let gi = *gi;
-                    gate.read(slot, &info, Field::Gpm, lost, || {
+                    gate.read(slot, &info, Reading::Gpm, lost, || {
                         state.read(nvml, || parent.gpm_mig_sample(gi))
                     })
                 }
@@ -264,14 +264,14 @@ pub(super) fn read_slow<'n>(
                 Some(Some(r)) => {
                     let window = r.metrics.window_seconds;
                     // An impossible rate is left out, not added to the byte totals.
-                    let mut rate = |reading: Reading, mib_s: Option<f64>| {
-                        mib_s.and_then(|v| gate.admit(slot, &info, reading, v))
+                    let mut rate = |bound: &'static bounds::Bound, mib_s: Option<f64>| {
+                        mib_s.and_then(|v| gate.admit(slot, &info, bound, v))
                     };
                     let (pcie_tx, pcie_rx, nvlink_tx, nvlink_rx) = (
-                        rate(Reading::GpmPcie, r.pcie_tx_mib_s),
-                        rate(Reading::GpmPcie, r.pcie_rx_mib_s),
-                        rate(Reading::GpmNvlink, r.nvlink_tx_mib_s),
-                        rate(Reading::GpmNvlink, r.nvlink_rx_mib_s),
+                        rate(&bounds::GPM_PCIE, r.pcie_tx_mib_s),
+                        rate(&bounds::GPM_PCIE, r.pcie_rx_mib_s),
+                        rate(&bounds::GPM_NVLINK, r.nvlink_tx_mib_s),
+                        rate(&bounds::GPM_NVLINK, r.nvlink_rx_mib_s),
                     );
                     let add =
                         |total: &mut Option<f64>, now: &mut Option<f64>, mib_s: Option<f64>| {
@@ -311,7 +311,7 @@ pub(super) fn read_slow<'n>(
                 }
                 Some(None) => {} // first sample: no window yet
                 None => {
-                    if gate.is_unsupported(slot, Field::Gpm) {
+                    if gate.is_unsupported(slot, Reading::Gpm) {
                         d.gpm = None; // frees the held sample
                     }
                 }
@@ -320,7 +320,7 @@ pub(super) fn read_slow<'n>(
         }
         SampleGroup::Pcie if d.is_gpu() && (d.gpm.is_none() || d.gpm_pcie == Some(false)) => {
             let dev = &d.device;
-            let rates = gate.read(slot, &info, Field::PcieThroughput, lost, || {
+            let rates = gate.read(slot, &info, Reading::PcieThroughput, lost, || {
                 Ok((
                     dev.pcie_throughput(PcieUtilCounter::Send)?,
                     dev.pcie_throughput(PcieUtilCounter::Receive)?,
@@ -328,8 +328,8 @@ pub(super) fn read_slow<'n>(
             });
             let rates = rates.filter(|(tx, rx)| {
                 // Both or neither: an interval needs both ends of both directions.
-                let tx_ok = gate.admit(slot, &info, Reading::PcieThroughput, f64::from(*tx));
-                let rx_ok = gate.admit(slot, &info, Reading::PcieThroughput, f64::from(*rx));
+                let tx_ok = gate.admit(slot, &info, &bounds::PCIE_THROUGHPUT, f64::from(*tx));
+                let rx_ok = gate.admit(slot, &info, &bounds::PCIE_THROUGHPUT, f64::from(*rx));
                 tx_ok.is_some() && rx_ok.is_some()
             });
             if let Some((tx, rx)) = rates {

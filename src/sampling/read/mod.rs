@@ -40,7 +40,7 @@ use crate::config::{DeviceId, DeviceSelection, POD_RESOURCES_MODE};
 mod gate;
 mod groups;
 
-pub(crate) use gate::{ErrorCounts, Field, Gate};
+pub(crate) use gate::{ErrorCounts, Gate};
 use groups::{log_unlisted, read_slow, sample_fast, sharing};
 
 /// What a device is, for what it is asked.

@@ -1,5 +1,5 @@
 //! `docs/metrics.md` is generated from the catalogue; this test fails when they disagree.
-//! Regenerate with `UPDATE_DOCS=1 cargo test --test metrics_doc`. Also the checks of every
+//! Regenerate with `UPDATE_DOCS=1 cargo test --test docs`. Also the checks of every
 //! doc against the repository (links and anchors, shell commands, the README's thread
 //! table) and of the agent's log lines (no Debug text).
 
@@ -9,16 +9,7 @@ use gpu_otel_sidecar::catalogue::metrics::{
 
 #[test]
 fn metrics_doc_matches_catalogue() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md");
-    let generated = markdown();
-    if std::env::var_os("UPDATE_DOCS").is_some() {
-        std::fs::write(&path, &generated).unwrap();
-    }
-    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        on_disk == generated,
-        "docs/metrics.md differs from the catalogue; run UPDATE_DOCS=1 cargo test --test metrics_doc"
-    );
+    let on_disk = super::assert_generated("metrics.md", &markdown());
     for def in CATALOGUE {
         assert!(on_disk.contains(&format!(
             "| `{}` | {} | `{}` |",
