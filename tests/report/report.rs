@@ -612,8 +612,10 @@ fn report_profiling_figures_match_the_scenario() {
         0.015,
     );
     // PCIe: the scenario's MiB/s over the time GPM covered (the sampler counts each window
-    // up to the end of its read, never twice: a few µs per window apart from the windows'
-    // own lengths, hence 0.2 %).
+    // up to the end of its read, never twice). The agent times a window by its own clock and
+    // the mock counts bytes by its scaled clock (10x here) at the call: a few µs apart per
+    // window on an idle machine, but a loaded one delays a call by milliseconds between the
+    // two readings (0.33 % seen on the 2-core machine with four builds running), hence 1 %.
     let covered = num(gpu0, "gpm_window_s");
     let wall = num(gpu0, "wall_time_s");
     assert!(
@@ -626,7 +628,7 @@ fn report_profiling_figures_match_the_scenario() {
         ("pcie_receive_bytes", "pcie_rx_per_sec"),
     ] {
         let expected = rate(key) * covered;
-        close(&gpu0[field], expected, expected * 0.002);
+        close(&gpu0[field], expected, expected * 0.01);
     }
     assert!(gpu0["nvlink_transmit_bytes"].is_null());
     // Idle while holding memory: the 0 % rows of the sample log, each held until the next
