@@ -249,7 +249,10 @@ pub fn settings_markdown() -> String {
         "\n## Kubernetes Downward API\n\n\
          Set by the Helm chart and the webhook from the pod's fields; `K8S_CONTAINER_NAME` is the \
          GPU-using container's name (not the sidecar's). `host.name` comes from the kernel unless \
-         `OTEL_RESOURCE_ATTRIBUTES` gives it.\n\n\
+         `OTEL_RESOURCE_ATTRIBUTES` gives it. A pod label's variable is `K8S_POD_LABEL_` and its key in \
+         capitals, `_` for every other character, for each key of `GPU_SIDECAR_POD_LABELS` (the rows below \
+         are the default's) and the three read for `k8s.job.name`; an empty one (a label the pod lacks) \
+         adds nothing, and one of no such key is refused.\n\n\
          | variable | default | what |\n| --- | --- | --- |\n",
     );
     for (var, attribute) in DOWNWARD_API {
@@ -257,6 +260,7 @@ pub fn settings_markdown() -> String {
             "| `{var}` | none | Downward API → `{attribute}` |\n"
         ));
     }
+    s.push_str(&super::job::label_rows_markdown());
     s.push_str(
         "\n## The webhook command\n\n\
          The `webhook` command (the admission webhook the Helm chart installs, see \

@@ -328,9 +328,14 @@ RESOURCE_ATTRIBUTES = {
     "service.name", "service.instance.id", "service.namespace", "host.name",
     "k8s.pod.name", "k8s.pod.uid", "k8s.namespace.name", "k8s.node.name", "k8s.container.name",
     "container.name", "deployment.environment.name",
-}
+    # The pod's workload (docs/kubernetes.md#jobs): the chart's default podLabels.
+    "k8s.job.name",
+} | {"k8s.pod.label." + key for key in yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))["telemetry"]["podLabels"]}
 # Labels that Prometheus or the exporter add themselves.
 PROMETHEUS_LABELS = {"job", "instance", "__name__", "alertname", "alertstate", "severity", "otel_scope_name", "otel_scope_version"}
+# Labels the rules of docker/prometheus-rules.yaml make: a job's name (gpu-otel-sidecar.job)
+# and which signal a straggler was found in.
+PROMETHEUS_LABELS |= {"training_job", "signal"}
 # Series Prometheus itself produces.
 PROMETHEUS_BUILTIN_SERIES = {"ALERTS", "ALERTS_FOR_STATE", "up", "target_info"}
 

@@ -173,13 +173,33 @@ def test_rules_use_exported_names(metrics_catalogue):
                 assert label in metrics_catalogue["labels"], f"{name}: annotation label {label}"
 
 
+def reporting_records():
+    """gpu_sidecar:reporting and the records built on it (transitively): series of reporting
+    sidecars only."""
+    records = {r["record"]: promql_refs(r["expr"])[0] for r in all_rules() if "record" in r}
+    out = {"gpu_sidecar:reporting"}
+    while True:
+        more = {name for name, refs in records.items() if refs & out} - out
+        if not more:
+            return out
+        out |= more
+
+
 def test_every_alert_counts_only_reporting_sidecars_and_groups_by_instance():
+    reporting = reporting_records()
+    assert "gpu_sidecar:job_member" in reporting
+    job_group = {r["alert"] for g in load_yaml(RULES)["groups"] if g["name"] == "gpu-otel-sidecar.job"
+                 for r in g["rules"] if "alert" in r}
     for r in rules():
         metrics, _ = promql_refs(r["expr"])
-        assert "gpu_sidecar:reporting" in metrics, f"{r['alert']}: not joined with gpu_sidecar:reporting"
+        assert metrics & reporting, f"{r['alert']}: not joined with gpu_sidecar:reporting"
         # A sidecar is (job, instance); pod labels come from target_info and may be absent.
+        # A job's alerts compare the workers of one job (its records group by the job).
         for by in re.findall(r"\bby\s*\(([^)]*)\)", r["expr"]):
-            assert {x.strip() for x in by.split(",")} == {"job", "instance"}, f"{r['alert']}: by ({by})"
+            if r["alert"] in job_group:
+                assert {x.strip() for x in by.split(",")} >= {"k8s_namespace_name", "training_job"}, f"{r['alert']}: by ({by})"
+            else:
+                assert {x.strip() for x in by.split(",")} == {"job", "instance"}, f"{r['alert']}: by ({by})"
 
 
 def test_rules_have_the_required_alerts():
