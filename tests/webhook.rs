@@ -807,55 +807,22 @@ fn injected(sidecar_file: &str, review: &str) -> Value {
 /// environment, resolved against that pod as the kubelet would (its labels through the
 /// Downward API), gives `check-config` exactly the pod's workload attributes: the labels it
 /// has among the default list as `k8s.pod.label.<key>`, `k8s.job.name` for a batch Job's pod
-/// (a JobSet pod is one), nothing for a label it lacks.
+/// (a JobSet pod is one), nothing for a label it lacks (`job-resources.json`, which
+/// `tests/packaging/test_helm_chart.py` checks the named templates against too).
 #[test]
 fn training_job_pods_carry_their_job_on_the_resource() {
     let pki = Pki::new("jobs");
     pki.install("webhook");
     let mut agent = webhook(&pki, "sidecar-native-pod-resources.json").spawn();
     let addr = address(&agent);
-    let cases: [(&str, &[(&str, &str)]); 4] = [
-        (
-            "review-pytorchjob-worker.json",
-            &[
-                ("k8s.pod.label.training.kubeflow.org/job-name", "bert-large"),
-                ("k8s.pod.label.training.kubeflow.org/replica-index", "3"),
-                ("k8s.pod.label.training.kubeflow.org/replica-type", "worker"),
-            ],
-        ),
-        (
-            "review-tfjob-chief.json",
-            &[
-                ("k8s.pod.label.training.kubeflow.org/job-name", "mnist"),
-                ("k8s.pod.label.training.kubeflow.org/job-role", "master"),
-                ("k8s.pod.label.training.kubeflow.org/replica-index", "0"),
-                ("k8s.pod.label.training.kubeflow.org/replica-type", "chief"),
-            ],
-        ),
-        (
-            "review-jobset-pod.json",
-            &[
-                ("k8s.job.name", "llama-pretrain-workers-1"),
-                (
-                    "k8s.pod.label.batch.kubernetes.io/job-completion-index",
-                    "2",
-                ),
-                ("k8s.pod.label.jobset.sigs.k8s.io/job-index", "1"),
-                (
-                    "k8s.pod.label.jobset.sigs.k8s.io/jobset-name",
-                    "llama-pretrain",
-                ),
-                (
-                    "k8s.pod.label.jobset.sigs.k8s.io/replicatedjob-name",
-                    "workers",
-                ),
-            ],
-        ),
-        (
-            "review-plain-job.json",
-            &[("k8s.job.name", "resnet50-train")],
-        ),
-    ];
+    let table = read_json(&fixture("job-resources.json"));
+    let cases: Vec<(&String, &Value)> = table
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.ends_with(".json"))
+        .collect();
+    assert_eq!(cases.len(), 4);
     for (review, expected) in cases {
         let (response, pod) = admit(&pki.client(), &addr, "/mutate", review);
         assert_eq!(
@@ -876,8 +843,10 @@ fn training_job_pods_carry_their_job_on_the_resource() {
             .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
             .collect();
         let expected: BTreeMap<String, String> = expected
+            .as_object()
+            .unwrap()
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
             .collect();
         assert_eq!(workload, expected, "{review}");
         assert_eq!(

@@ -130,10 +130,11 @@ FIELD_VALUES = {
 }
 
 
-def kube_env(container, fields=FIELD_VALUES, secrets=None):
-    """The environment the kubelet gives `container`: fieldRefs from `fields`, secretKeyRefs
-    from `secrets` {(name, key): value}, and `$(VAR)` references to variables defined
-    earlier in the list expanded (`$$` is a literal `$`), as Kubernetes does."""
+def kube_env(container, fields=FIELD_VALUES, secrets=None, labels=None):
+    """The environment the kubelet gives `container`: fieldRefs from `fields` (and
+    `metadata.labels['<key>']` from `labels`, "" for a label the pod lacks, as the kubelet
+    gives), secretKeyRefs from `secrets` {(name, key): value}, and `$(VAR)` references to
+    variables defined earlier in the list expanded (`$$` is a literal `$`), as Kubernetes does."""
     out = {}
     for e in container.get("env") or []:
         if "value" in e:
@@ -144,7 +145,10 @@ def kube_env(container, fields=FIELD_VALUES, secrets=None):
             )
         else:
             src = e["valueFrom"]
-            if "fieldRef" in src:
+            label = re.fullmatch(r"metadata\.labels\['([^']+)'\]", src.get("fieldRef", {}).get("fieldPath", ""))
+            if label:
+                value = (labels or {}).get(label.group(1), "")
+            elif "fieldRef" in src:
                 value = fields[src["fieldRef"]["fieldPath"]]
             elif "secretKeyRef" in src:
                 ref = src["secretKeyRef"]
@@ -348,11 +352,15 @@ GRAFANA_RANGE_VARS = {"$__rate_interval": "1m", "$__interval": "1m", "$__range":
                       "${__rate_interval}": "1m", "${__interval}": "1m"}
 
 
+# Dashboard variables that stand for a number in a query (the Jobs row's price).
+GRAFANA_VALUE_VARS = {"$price": "0"}
+
+
 def promql_refs(expr):
     """(metric names, label names) an expression refers to, from a real PromQL parser."""
     import promql_parser
 
-    for var, value in GRAFANA_RANGE_VARS.items():
+    for var, value in {**GRAFANA_RANGE_VARS, **GRAFANA_VALUE_VARS}.items():
         expr = expr.replace(var, value)
     ast = promql_parser.parse(expr)
     metrics, labels = set(), set()

@@ -90,7 +90,7 @@ def test_dashboard_is_wellformed():
     var_names = {v["name"] for v in dash["templating"]["list"]}
     # The sidecar picker is the instance (service.instance.id), which every sidecar has, in
     # Kubernetes or not; a pod picker was empty outside Kubernetes.
-    assert {"datasource", "gpu", "instance"} <= var_names
+    assert {"datasource", "gpu", "instance", "job"} <= var_names
     assert "pod" not in var_names
     for title, t in targets:
         assert t.get("expr"), f"panel {title!r}: empty query"
@@ -99,9 +99,14 @@ def test_dashboard_is_wellformed():
             assert var in var_names or var.startswith("__"), f"panel {title!r}: unknown variable ${var}"
 
 
+def recorded():
+    """The series the rules record (the dashboard's Jobs row reads the gpu_sidecar:job_* ones)."""
+    return {r["record"] for r in all_rules() if "record" in r}
+
+
 def test_dashboard_queries_use_exported_names(metrics_catalogue):
     _, targets = dashboard_targets()
-    known = set(metrics_catalogue["prometheus"]) | PROMETHEUS_BUILTIN_SERIES
+    known = set(metrics_catalogue["prometheus"]) | PROMETHEUS_BUILTIN_SERIES | recorded()
     used = set()
     for title, t in targets:
         metrics, labels = promql_refs(t["expr"])
@@ -131,7 +136,7 @@ def test_dashboard_variables_use_exported_names(metrics_catalogue):
         m = re.fullmatch(r"label_values\((.*),\s*([A-Za-z_][A-Za-z0-9_]*)\)", q)
         assert m, f"variable {v['name']}: expected label_values(selector, label), got {q}"
         metrics, labels = promql_refs(m.group(1))
-        assert metrics <= set(metrics_catalogue["prometheus"]), f"variable {v['name']}: {metrics}"
+        assert metrics <= set(metrics_catalogue["prometheus"]) | recorded(), f"variable {v['name']}: {metrics}"
         assert (labels | {m.group(2)}) <= metrics_catalogue["labels"], f"variable {v['name']}: {labels}"
 
 
@@ -139,9 +144,14 @@ def test_dashboard_counts_only_reporting_sidecars():
     # A stopped sidecar's series linger in the exporter (metric_expiration): every GPU query
     # keeps only sidecars whose last export is recent, and none groups by k8s labels (absent
     # outside Kubernetes, and on target_info only with the exporter's default settings).
+    # The Jobs row reads the job records, built on gpu_sidecar:reporting (reporting sidecars
+    # only, the pod's labels joined from target_info by the rules).
     _, targets = dashboard_targets()
+    reporting = reporting_records()
     for title, t in targets:
         if "ALERTS" in t["expr"]:
+            continue
+        if promql_refs(t["expr"])[0] <= reporting - {"gpu_sidecar:reporting"}:
             continue
         assert "gpu_sidecar_export_last_success_seconds" in t["expr"], f"panel {title!r}: {t['expr']}"
         assert "k8s_" not in t["expr"], f"panel {title!r}: {t['expr']}"
