@@ -51,22 +51,31 @@ pub fn job_identity(resource: &BTreeMap<String, String>) -> Option<JobIdentity> 
     })
 }
 
-/// The pod figures (`pod.<field>`) a job's report adds up: GPU-seconds busy, energy, cost,
-/// idle cost and idle GPU-hours holding memory.
-const SUMMED: &[&str] = &[
-    "busy_gpu_s",
-    "energy_j",
-    "energy_kwh",
-    "cost",
-    "idle_cost",
-    "idle_memory_held_gpu_h",
+/// The pod figures (`pod.<field>`) a job's report adds up, with the decimals the run report
+/// gives each (the sum is rounded to them): GPU-seconds busy, energy (J, kWh), cost, idle
+/// cost and idle GPU-hours holding memory.
+const SUMMED: &[(&str, i32)] = &[
+    ("busy_gpu_s", 3),
+    ("energy_j", 3),
+    ("energy_kwh", 9),
+    ("cost", 4),
+    ("idle_cost", 4),
+    ("idle_memory_held_gpu_h", 6),
 ];
+
+/// `x` rounded to `decimals` places (sums of figures already rounded so, without the float
+/// noise of adding them).
+fn round(x: f64, decimals: i32) -> f64 {
+    let f = 10f64.powi(decimals);
+    (x * f).round() / f
+}
 
 /// The job reports of `reports` (run reports as JSON, [`super::read::load_report`]), one per
 /// job, ordered by namespace and name:
 ///
 /// ```json
 /// {"event.name": "gpu.job.report", "job": {"namespace", "name", "from"}, "pods": 4,
+///  (keys in alphabetical order)
 ///  "gpu_count": 32, "started_at": "…", "ended_at": "…",
 ///  "busy_gpu_s": …, "energy_j": …, "energy_kwh": …, "cost": …, "idle_cost": …,
 ///  "idle_memory_held_gpu_h": …, "utilization_mean": …, "utilization_spread": …,
@@ -74,10 +83,10 @@ const SUMMED: &[&str] = &[
 ///  "notes": […]}
 /// ```
 ///
-/// Sums are of the pods' figures (`pod` of each report); one absent in any report makes the
-/// sum absent (`null`, with a note), never a partial total. `utilization_mean` is the pods'
-/// means weighted by their samples taken; `utilization_spread` the highest pod mean minus the
-/// lowest. `workers` are ordered from the least busy: a straggler comes first. `started_at` is
+/// Sums are of the pods' figures (`pod` of each report), rounded as the run report rounds
+/// them; one absent in any report makes the sum absent (`null`, with a note), never a partial
+/// total. `utilization_mean` is the pods' means weighted by their samples taken (4 decimals);
+/// `utilization_spread` the highest pod mean minus the lowest. `workers` are ordered from the least busy: a straggler comes first. `started_at` is
 /// the earliest pod's first sample, `ended_at` the latest's last.
 ///
 /// # Errors
@@ -126,7 +135,7 @@ fn job_report(job: &JobIdentity, pods: &[&Value]) -> Value {
     let ended = pods.iter().filter_map(|r| r["ended_at"].as_str()).max();
     out.insert("started_at".into(), json!(started));
     out.insert("ended_at".into(), json!(ended));
-    for key in SUMMED {
+    for (key, decimals) in SUMMED {
         let values: Vec<Option<f64>> = pods.iter().map(|r| r["pod"][key].as_f64()).collect();
         let missing = values.iter().filter(|v| v.is_none()).count();
         if missing > 0 {
@@ -135,7 +144,7 @@ fn job_report(job: &JobIdentity, pods: &[&Value]) -> Value {
                 pods.len()
             ));
         }
-        let sum = (missing == 0).then(|| values.iter().flatten().sum::<f64>());
+        let sum = (missing == 0).then(|| round(values.iter().flatten().sum::<f64>(), *decimals));
         out.insert((*key).into(), json!(sum));
     }
     let means: Vec<(f64, f64)> = pods
@@ -147,7 +156,7 @@ fn job_report(job: &JobIdentity, pods: &[&Value]) -> Value {
         .collect();
     let weight: f64 = means.iter().map(|(_, n)| n).sum();
     let mean = (means.len() == pods.len() && weight > 0.0)
-        .then(|| means.iter().map(|(m, n)| m * n).sum::<f64>() / weight);
+        .then(|| round(means.iter().map(|(m, n)| m * n).sum::<f64>() / weight, 4));
     if mean.is_none() {
         notes.push("utilization_mean: absent in a pod report".into());
     }
@@ -155,7 +164,7 @@ fn job_report(job: &JobIdentity, pods: &[&Value]) -> Value {
     let spread = (means.len() == pods.len()).then(|| {
         let hi = means.iter().map(|(m, _)| *m).fold(f64::MIN, f64::max);
         let lo = means.iter().map(|(m, _)| *m).fold(f64::MAX, f64::min);
-        hi - lo
+        round(hi - lo, 4)
     });
     out.insert("utilization_spread".into(), json!(spread));
     let mut workers: Vec<Value> = pods
