@@ -211,6 +211,15 @@ pub fn workload_attributes(
     Ok(out)
 }
 
+/// The label variables `docs/settings.md` and `--help` list: those of [`JOB_LABELS`], then
+/// those of [`DEFAULT_POD_LABELS`].
+pub(super) fn documented_label_variables() -> impl Iterator<Item = String> {
+    JOB_LABELS
+        .iter()
+        .chain(DEFAULT_POD_LABELS)
+        .map(|k| label_variable(k))
+}
+
 /// The rows of `docs/settings.md`'s Downward API table for the label variables: those of
 /// [`JOB_LABELS`], then those of [`DEFAULT_POD_LABELS`].
 pub(super) fn label_rows_markdown() -> String {

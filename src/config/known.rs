@@ -117,7 +117,8 @@ fn honoured_otel() -> impl Iterator<Item = &'static super::OtelVariable> {
 /// The names of every setting, for `gpu-otel-sidecar --help`: lines of at most 100
 /// characters, one group per line start (the agent's `GPU_SIDECAR_*`, the alert rules
 /// with their suffixes in braces, the webhook's, the honoured `OTEL_*`, the Downward API
-/// `K8S_*`), the names `docs/settings.md` gives in its first column.
+/// `K8S_*` with the default list's pod label variables), the names `docs/settings.md` gives
+/// in its first column.
 pub fn settings_help() -> String {
     let of = |c: Component| {
         SETTINGS
@@ -131,7 +132,11 @@ pub fn settings_help() -> String {
         RULES.iter().map(rule_row_name).collect(),
         of(Component::Webhook),
         honoured_otel().map(|v| v.name.to_string()).collect(),
-        DOWNWARD_API.iter().map(|(v, _)| v.to_string()).collect(),
+        DOWNWARD_API
+            .iter()
+            .map(|(v, _)| v.to_string())
+            .chain(super::job::documented_label_variables())
+            .collect(),
     ];
     let mut out = String::new();
     for group in groups {
