@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the wall-clock step test (tests/time.rs,
+# Runs the wall-clock step test (tests/agent/time.rs,
 # wall_clock_step_back_of_an_hour_never_gives_a_point_before_its_start): the agent with
 # Debian's libfaketime preloaded steps its wall clock back one hour mid-run (the monotonic
 # clock left alone, DONT_FAKE_MONOTONIC=1), and no exported point may end before it starts.
@@ -56,4 +56,4 @@ find_libfaketime
 echo "libfaketime: $GPU_OTEL_SIDECAR_TEST_LIBFAKETIME"
 cd "$ROOT"
 GPU_OTEL_SIDECAR_TEST_LIBFAKETIME="$GPU_OTEL_SIDECAR_TEST_LIBFAKETIME" \
-  cargo test --test time -- --ignored --exact wall_clock_step_back_of_an_hour_never_gives_a_point_before_its_start
+  cargo test --test agent -- --ignored --exact time::wall_clock_step_back_of_an_hour_never_gives_a_point_before_its_start

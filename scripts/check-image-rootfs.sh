@@ -10,7 +10,7 @@
 #      distroless makes it, /var/lib/dpkg/status.d), and the release binary where the
 #      Dockerfile's COPY puts it;
 #   2. report the size of the image those files make (uncompressed, and gzip'ed as layers);
-#   3. run tests/image_rootfs.rs in it (`cargo test --test image_rootfs -- --ignored`): the
+#   3. run tests/packaging/image_rootfs.rs in it (`cargo test --test packaging -- --ignored image_rootfs::`): the
 #      binary as UID 65532 with a read-only root, the mock NVML library mounted where the
 #      NVIDIA Container Toolkit mounts libnvidia-ml.so.1; it starts, exports to a receiver on
 #      loopback, answers `gpu-otel-sidecar health`, writes nothing outside the files it is
@@ -165,7 +165,7 @@ dest="$(awk '{print $NF}' <<<"$copy")"
 grep -qE '^USER 65532:65532$' "$ROOT/Dockerfile" || fail "the Dockerfile's USER is not 65532:65532 (scripts/run-in-image-rootfs.sh runs as that)"
 grep -qE "^ENTRYPOINT \[\"$dest\"\]" "$ROOT/Dockerfile" || fail "the Dockerfile's ENTRYPOINT is not [\"$dest\"]"
 install -D -m 0755 -o 0 -g 0 "$BINARY" "$FS$dest"
-[ "$dest" = /gpu-otel-sidecar ] || fail "tests/image_rootfs.rs runs /gpu-otel-sidecar; the Dockerfile puts it at $dest"
+[ "$dest" = /gpu-otel-sidecar ] || fail "tests/packaging/image_rootfs.rs runs /gpu-otel-sidecar; the Dockerfile puts it at $dest"
 binary_bytes="$(stat -c %s "$FS$dest")"
 
 # ---- 3. size --------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ touch "$FS/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 # ---- 4. run it ------------------------------------------------------------------------------
 echo "== the binary's libraries resolve in the image (as 65532, read-only root)"
 env -i PATH=/usr/bin:/bin "$ROOT/scripts/run-in-image-rootfs.sh" "$FS" -- /gpu-otel-sidecar --version
-echo "== tests/image_rootfs.rs in the image"
+echo "== tests/packaging/image_rootfs.rs in the image"
 cd "$ROOT"
 GPU_OTEL_SIDECAR_TEST_ROOTFS="$FS" GPU_OTEL_SIDECAR_TEST_MOCK="$MOCK" \
-  cargo test --test image_rootfs -- --ignored --test-threads=1
+  cargo test --test packaging -- --ignored --test-threads=1 image_rootfs::

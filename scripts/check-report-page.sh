@@ -54,5 +54,5 @@ fi
 cd "$ROOT"
 GPU_OTEL_SIDECAR_TEST_PLAYWRIGHT="$PW_DIR/node_modules/playwright-core" \
 GPU_OTEL_SIDECAR_TEST_CHROMIUM="$CHROMIUM" \
-  cargo test --test report -- --ignored --exact page::report_page_in_chromium
+  cargo test --test report -- --ignored --exact report::page::report_page_in_chromium
 echo "screenshots: $ROOT/target/report-page/"

@@ -4,6 +4,9 @@
 #   promtool test rules  tests/packaging/*.test.yaml   (unit tests with synthetic series;
 #                        prometheus-rules-jobs.test.yaml is written by
 #                        scripts/gen-job-rule-tests.py, checked up to date first)
+#   promtool check metrics < tests/golden/h200-export.prom
+#                        (the golden export as the Collector's Prometheus exporter serves it,
+#                        written by tests/agent/golden.rs: names, HELP, TYPE, counters' _total)
 #
 # promtool comes from PATH, else from $PROMTOOL, else from a cache, else it is extracted from
 # Debian's `prometheus` package with `apt-get download` + `dpkg-deb -x` (nothing is installed;
@@ -64,3 +67,7 @@ if [ "${#tests[@]}" -eq 0 ]; then
   exit 1
 fi
 "$PROMTOOL" test rules "${tests[@]}"
+golden="$ROOT/tests/golden/h200-export.prom"
+[ -f "$golden" ] || { echo "ERROR: $golden is missing (UPDATE_DOCS=1 cargo test --test agent golden:: writes it)" >&2; exit 1; }
+echo "promtool check metrics < tests/golden/h200-export.prom"
+"$PROMTOOL" check metrics <"$golden"

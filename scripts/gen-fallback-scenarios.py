@@ -5,7 +5,7 @@ src/sampling/raw.rs `Versioned`).
 
 Usage: scripts/gen-fallback-scenarios.py [OUTPUT_DIR]   (default: tests/scenarios)
 
-Python 3 standard library only; deterministic. tests/old_drivers.rs runs the agent on each
+Python 3 standard library only; deterministic. tests/agent/old_drivers.rs runs the agent on each
 (with tests/scenarios/memory-v2-missing.json, the case as it was reported).
 
   fallback-memory-info.json      GPU 0: nvmlDeviceGetMemoryInfo_v2 NOT_SUPPORTED (WSL);

@@ -5,7 +5,7 @@ Usage: scripts/gen-rule-scenarios.py [OUTPUT_DIR]   (default: tests/scenarios)
 
 Python 3 standard library only; deterministic (same bytes on every run). Each scenario is a
 training job told in scenario seconds (run it with NVML_MOCK_TIME_SCALE to compress minutes
-into seconds); its "description" says which alerts it must raise, and when. tests/rules.rs
+into seconds); its "description" says which alerts it must raise, and when. tests/rules/rules.rs
 checks them against the agent, with the phase times below.
 
   rule-leaking-job.json     memory loads, plateaus, then leaks 0.5 GiB/min from 300 s; the

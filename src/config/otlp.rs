@@ -182,7 +182,7 @@ pub struct OtlpConfig {
 
 /// Events held while the collector is slow or down, by default (`OTEL_BLRP_MAX_QUEUE_SIZE`;
 /// the specification's 2048 is sized for applications' logs). Sized from the encoded OTLP
-/// records measured on the H200 recording (`tests/reliability.rs`,
+/// records measured on the H200 recording (`tests/agent/reliability.rs`,
 /// `events_raised_during_a_60_s_outage_arrive_once_in_order`, which checks them): an XID
 /// event 0.33-0.5 KiB, an alert with every reading of its GPU 2.5-2.7 KiB, the run report
 /// ~4.2 KiB. 1024 hold a minute of a storm of 17 XIDs a second, or days of alerts, in at most

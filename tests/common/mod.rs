@@ -1,10 +1,9 @@
-//! Shared harness for the integration tests in `tests/*.rs`.
-//!
-//! Include it from a test file with `mod common;` and use the re-exports:
+//! Shared harness for the integration tests. Each test executable (`tests/<kind>/main.rs`:
+//! `agent`, `webhook`, `rules`, `report`, `packaging`) declares it once,
+//! `#[path = "../common/mod.rs"] mod common;`, and its modules use the re-exports:
 //!
 //! ```ignore
-//! mod common;
-//! use common::{Agent, Kind, Receiver};
+//! use crate::common::{Agent, Kind, Receiver};
 //!
 //! #[tokio::test(flavor = "multi_thread")]
 //! async fn exports_power() {

@@ -9,6 +9,7 @@ import pytest
 from conftest import (
     DOCKER,
     PROMETHEUS_BUILTIN_SERIES,
+    ROOT,
     instrument_kind,
     load_yaml,
     parse_metrics_doc,
@@ -223,3 +224,35 @@ def test_rules_have_the_required_alerts():
     mem = by_name["GPUMemoryNearlyFull"]
     assert "0.95" in mem["expr"] and mem["for"] == "10s"
     assert "85" in by_name["GPUTemperatureHigh"]["expr"]
+
+
+# --- the golden export's Prometheus form ---
+
+
+def test_golden_prometheus_form_names_each_metric_by_this_rule():
+    """tests/golden/h200-export.prom (written by tests/agent/golden.rs, in Rust) has one family
+    per metric of tests/golden/h200-export.json, named and typed as prometheus_names() here
+    says, plus target_info: the two implementations of the translator agree."""
+    golden = ROOT / "tests" / "golden"
+    export = json.loads((golden / "h200-export.json").read_text())
+    types = {}
+    for line in (golden / "h200-export.prom").read_text().splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            types[name] = kind
+    expected = {"target_info": "gauge"}
+    for rm in export["resourceMetrics"]:
+        for sm in rm["scopeMetrics"]:
+            for m in sm["metrics"]:
+                if "gauge" in m:
+                    instrument, kind = "gauge", "gauge"
+                elif "sum" in m and m["sum"].get("isMonotonic"):
+                    instrument, kind = "counter", "counter"
+                elif "sum" in m:
+                    instrument, kind = "updowncounter", "gauge"
+                else:
+                    assert "histogram" in m, m["name"]
+                    instrument, kind = "histogram", "histogram"
+                name = prometheus_names(m["name"], m["unit"], instrument)[0]
+                expected[name.removesuffix("_bucket") if kind == "histogram" else name] = kind
+    assert types == expected

@@ -14,7 +14,7 @@
   named templates render, for each mode. The patched pods, and those of the AdmissionReview
   fixtures in tests/fixtures/webhook/, pass kubernetes-validate --strict (1.29 and 1.33; DRA
   pods 1.33).
-- tests/fixtures/webhook/sidecar-*.json (read by tests/webhook.rs) are what the chart renders
+- tests/fixtures/webhook/sidecar-*.json (read by tests/webhook/webhook.rs) are what the chart renders
   (rewrite them with UPDATE_FIXTURES=1).
 - GitOps: `helm template` twice renders the same; one running webhook (the binary, against a
   fake API server) serves both renders, trusted by the caBundle each applied configuration
@@ -257,7 +257,7 @@ def test_rendered_webhook_objects_are_valid(helm, kube):
 
 @pytest.mark.parametrize("name", ["native-pod-resources", "classic-pod-resources", "native-dra"])
 def test_sidecar_fixtures_are_what_the_chart_renders(helm, name):
-    """tests/webhook.rs injects these files; they must be the chart's rendering."""
+    """tests/webhook/webhook.rs injects these files; they must be the chart's rendering."""
     sets, _ = VARIANTS[name]
     text = by_name(rendered(helm, *sets), "ConfigMap")["data"]["sidecar.json"] + "\n"
     path = FIXTURES / f"sidecar-{name}.json"

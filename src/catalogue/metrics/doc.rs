@@ -12,7 +12,7 @@ pub const SERIES_BUDGET: usize = 40;
 
 /// Series in the default export of the real H200 recording
 /// (`tests/scenarios/h200-under-load.json`: one GPU, one process, the SW power cap on),
-/// measured by `tests/e2e.rs` (`h200_default_export_stays_within_the_series_budget`, which
+/// measured by `tests/agent/e2e.rs` (`h200_default_export_stays_within_the_series_budget`, which
 /// fails when this is not the count it measures).
 pub const H200_DEFAULT_SERIES: usize = 38;
 
@@ -156,7 +156,7 @@ pub fn markdown() -> String {
          {SERIES_BUDGET} series (a series is a metric and one set of attributes: one data point per \
          export; a histogram counts once). The real H200 recording's default export (one GPU, one \
          process, `tests/scenarios/h200-under-load.json`) carries **{H200_DEFAULT_SERIES}**, measured by \
-         `tests/e2e.rs` (`h200_default_export_stays_within_the_series_budget`) on every export of a run \
+         `tests/agent/e2e.rs` (`h200_default_export_stays_within_the_series_budget`) on every export of a run \
          and on all of them together; with `GPU_SIDECAR_METRICS_DETAIL=true`, {H200_DETAIL_SERIES}. What \
          the default leaves out until it says something, or folds:\n\n\
          - Counters of events (`nvidia.gpu.alerts`, `nvidia.gpu.xid.errors`, \

@@ -8,7 +8,7 @@
 //! kubernetes-validate). Also: the admissions counter over OTLP, the certificate reload, the
 //! refusals of bad settings, and the shutdown.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;
@@ -906,7 +906,7 @@ fn two_host_network_gpu_pods_on_one_node_both_have_a_healthy_sidecar() {
         let mut env = kubelet_env(&sidecar, name, &pod["metadata"]["labels"]);
         for (k, v) in env.iter_mut() {
             match k.as_str() {
-                // What the node's kubelet and collector would be: tests/pod_resources.rs
+                // What the node's kubelet and collector would be: tests/agent/pod_resources.rs
                 // covers the kubelet's part.
                 "GPU_SIDECAR_DEVICES" => *v = "all".into(),
                 "OTEL_EXPORTER_OTLP_ENDPOINT" => *v = endpoint.clone(),

@@ -1,7 +1,6 @@
 //! Init failures: scenario init_error, missing or invalid scenario files, init faults.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

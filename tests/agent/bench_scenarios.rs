@@ -3,7 +3,7 @@
 //! mock loads them, and one sample through the real NVML code path gives the scenario's
 //! values for every GPU.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -40,8 +40,17 @@ fn sample_once(name: &str, selection: DeviceSelection) -> Vec<DeviceSample> {
         proc_root: "/proc".into(),
         mps_clients: false,
     };
-    let samples =
-        sampling::with_session(&settings, |sample| sample()).expect("init through the mock");
+    let samples = sampling::with_session(&settings, |sample| sample());
+    // The copy has read them; gone before the lock is released (other tests share this
+    // process, and the programs they start must not inherit the mock's settings).
+    for key in [
+        "NVML_MOCK_SCENARIO",
+        "NVML_MOCK_TIME_SCALE",
+        "NVML_MOCK_NO_LATENCY",
+    ] {
+        std::env::remove_var(key);
+    }
+    let samples = samples.expect("init through the mock");
     // Mapped until the process ends; the file can go now.
     let _ = std::fs::remove_file(&settings.nvml_library);
     samples

@@ -2,7 +2,7 @@
 //! scenario, exporting to an in-process OTLP receiver. Values are checked against the
 //! scenario files (and, for the H200, against the original recording).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

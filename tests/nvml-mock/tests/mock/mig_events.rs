@@ -1,7 +1,6 @@
 //! tests/scenarios/h200-mig-xid.json: MIG layout, GPM per GPU instance, XID events, GPU lost.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

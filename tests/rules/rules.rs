@@ -10,7 +10,7 @@
 //! early firing would give a smaller one); "while the condition held" is asserted on the
 //! values the record carries, which only occur in that phase of the scenario.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

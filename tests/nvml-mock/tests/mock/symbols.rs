@@ -1,8 +1,7 @@
 //! Every name in src/symbols.rs is exported by the built library, and a symbol the mock
 //! does not export is FailedToLoadSymbol through nvml-wrapper.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::frozen;
 use nvml_wrapper::error::NvmlError;
@@ -10,7 +9,7 @@ use nvml_wrapper::error::NvmlError;
 #[test]
 fn listed_symbols_are_exported() {
     let (_m, nvml) = frozen("h200-under-load.json");
-    let list = include_str!("../src/symbols.rs");
+    let list = include_str!("../../src/symbols.rs");
     let names: Vec<&str> = list
         .split('"')
         .skip(1)

@@ -4,7 +4,7 @@
 //! cost-aware schedule (slow calls counted in the mock, at their cadence, not every tick).
 //! Expected values come from the scenario files.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

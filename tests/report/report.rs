@@ -6,7 +6,7 @@
 //! `GPU_SIDECAR_REPORT_HTML`), a three-day log under its size bound, `compare`, and the
 //! page in a real browser (ignored here; `scripts/check-report-page.sh` runs it).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -843,5 +843,5 @@ fn a_jobs_pod_reports_merge_into_the_jobs_report() {
 }
 
 /// The page, `compare`, the browser check.
-#[path = "report/page.rs"]
+#[path = "page.rs"]
 mod page;

@@ -1,7 +1,6 @@
 //! tests/scenarios/four-gpu.json: the expected values documented in the README.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::frozen;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};

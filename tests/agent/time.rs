@@ -10,7 +10,7 @@
 //! - a wall-clock step back of one hour (libfaketime; run by `scripts/check-clock-step.sh`):
 //!   no point ends before it starts.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

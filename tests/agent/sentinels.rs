@@ -4,7 +4,7 @@
 //! NOT_SUPPORTED, -1 (signed) and 255, and whose GPU 5 answers 0xFFFFFFFF for its
 //! temperature and power.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,9 +4,9 @@
 //! expected log line, readiness (`/readyz`), recovery, and the values that arrive after it.
 //!
 //! The soak (`soak_flapping_collector_memory_stays_flat`) prints the agent's RSS after
-//! warm-up and at the end (`cargo test --test reliability soak -- --nocapture`).
+//! warm-up and at the end (`cargo test --test agent reliability::soak -- --nocapture`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

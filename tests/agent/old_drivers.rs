@@ -3,7 +3,7 @@
 //! (`src/sampling/raw.rs`, `Versioned`). One scenario per fallback, written by
 //! `scripts/gen-fallback-scenarios.py`, plus the reported case `memory-v2-missing.json`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

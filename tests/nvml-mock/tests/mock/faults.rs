@@ -1,7 +1,6 @@
 //! Faults injected at scenario times, per call and device.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

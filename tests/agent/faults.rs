@@ -13,7 +13,7 @@
 //! - the health endpoint answers while the kubelet has not answered, and a health endpoint
 //!   that cannot be served stops the agent before anything else starts.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -1,8 +1,7 @@
 //! The H200 scenario answers through nvml-wrapper exactly what the real H200 answered
 //! (tests/scenarios/h200-under-load.json, converted from tests/fixtures/nvml-h200).
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! and HTTP, for metrics (the binary) and events (the library's pipeline). Handshake
 //! failures (no client certificate, an untrusted server) are survived and visible.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

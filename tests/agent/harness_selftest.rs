@@ -2,7 +2,7 @@
 //! receiver against the real opentelemetry-otlp exporters and hand-built requests, its fault
 //! modes, and the child-process wrapper driving ordinary programs.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;

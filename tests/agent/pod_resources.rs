@@ -2,7 +2,7 @@
 //! server on a unix socket which GPUs its pod holds, and exports only those of the 4-GPU
 //! scenario.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;

@@ -8,7 +8,7 @@
 //! the image's environment (distroless's `PATH` and `SSL_CERT_FILE`, the Dockerfile's `ENV`).
 //! They need root (mount namespaces), hence `#[ignore]` in a plain `cargo test`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
