@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks the Prometheus alert rules with promtool:
 #   promtool check rules docker/prometheus-rules.yaml
-#   promtool test rules  tests/packaging/*.test.yaml   (unit tests with synthetic series)
+#   promtool test rules  tests/packaging/*.test.yaml   (unit tests with synthetic series;
+#                        prometheus-rules-jobs.test.yaml is written by
+#                        scripts/gen-job-rule-tests.py, checked up to date first)
 #   promtool check metrics < tests/golden/h200-export.prom
 #                        (the golden export as the Collector's Prometheus exporter serves it,
 #                        written by tests/agent/golden.rs: names, HELP, TYPE, counters' _total)
@@ -53,6 +55,8 @@ find_promtool() {
   PROMTOOL="$dir/usr/bin/promtool"
 }
 
+# The job rules' tests are generated (both shapes of the exporter's series): up to date?
+python3 "$ROOT/scripts/gen-job-rule-tests.py" --check
 find_promtool
 "$PROMTOOL" --version 2>&1 | sed -n 1p
 "$PROMTOOL" check rules "$RULES"

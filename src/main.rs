@@ -16,8 +16,9 @@
 //!
 //! `gpu-otel-sidecar webhook` serves the admission webhook ([`gpu_otel_sidecar::webhook`]).
 //!
-//! `gpu-otel-sidecar report` and `compare` read run reports back: the HTML page, and a
-//! regression check between two runs ([`gpu_otel_sidecar::report::cli`]).
+//! `gpu-otel-sidecar report`, `compare` and `merge` read run reports back: the HTML page, a
+//! regression check between two runs, and a job's report from its pods'
+//! ([`gpu_otel_sidecar::report::cli`]).
 //!
 //! `gpu-otel-sidecar check-config` reads the settings as the agent would and prints what it
 //! understood (one JSON object), without loading NVML or connecting anywhere: exit 0, or 2
@@ -53,6 +54,9 @@ Usage: gpu-otel-sidecar           run the agent until SIGTERM or SIGINT
        gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--json]
                                   the figures of two runs side by side; exit 1 when one
                                   got worse by more than PCT (default 10), 2 for bad input
+       gpu-otel-sidecar merge REPORT.json...
+                                  add up the run reports of a job's pods: one job report
+                                  (gpu.job.report) per job, one JSON line each
        gpu-otel-sidecar --help | --version
 
 Exit codes: 0 stopped cleanly; 1 could not start (OTLP exporter set-up, health port in use);
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Some("check-config") => return check_config_command(),
         Some("report") => return report::cli::report_command(std::env::args_os().skip(2)),
         Some("compare") => return report::cli::compare_command(std::env::args_os().skip(2)),
+        Some("merge") => return report::cli::merge_command(std::env::args_os().skip(2)),
         Some("--help" | "-h") => {
             print!("{}", help());
             return ExitCode::SUCCESS;

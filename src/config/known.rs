@@ -117,7 +117,8 @@ fn honoured_otel() -> impl Iterator<Item = &'static super::OtelVariable> {
 /// The names of every setting, for `gpu-otel-sidecar --help`: lines of at most 100
 /// characters, one group per line start (the agent's `GPU_SIDECAR_*`, the alert rules
 /// with their suffixes in braces, the webhook's, the honoured `OTEL_*`, the Downward API
-/// `K8S_*`), the names `docs/settings.md` gives in its first column.
+/// `K8S_*` with the default list's pod label variables), the names `docs/settings.md` gives
+/// in its first column.
 pub fn settings_help() -> String {
     let of = |c: Component| {
         SETTINGS
@@ -131,7 +132,11 @@ pub fn settings_help() -> String {
         RULES.iter().map(rule_row_name).collect(),
         of(Component::Webhook),
         honoured_otel().map(|v| v.name.to_string()).collect(),
-        DOWNWARD_API.iter().map(|(v, _)| v.to_string()).collect(),
+        DOWNWARD_API
+            .iter()
+            .map(|(v, _)| v.to_string())
+            .chain(super::job::documented_label_variables())
+            .collect(),
     ];
     let mut out = String::new();
     for group in groups {
@@ -249,7 +254,10 @@ pub fn settings_markdown() -> String {
         "\n## Kubernetes Downward API\n\n\
          Set by the Helm chart and the webhook from the pod's fields; `K8S_CONTAINER_NAME` is the \
          GPU-using container's name (not the sidecar's). `host.name` comes from the kernel unless \
-         `OTEL_RESOURCE_ATTRIBUTES` gives it.\n\n\
+         `OTEL_RESOURCE_ATTRIBUTES` gives it. A pod label's variable is `K8S_POD_LABEL_` and its key in \
+         capitals, `_` for every other character, for each key of `GPU_SIDECAR_POD_LABELS` (the rows below \
+         are the default's) and the three read for `k8s.job.name`; an empty one (a label the pod lacks) \
+         adds nothing, and one of no such key is refused.\n\n\
          | variable | default | what |\n| --- | --- | --- |\n",
     );
     for (var, attribute) in DOWNWARD_API {
@@ -257,6 +265,7 @@ pub fn settings_markdown() -> String {
             "| `{var}` | none | Downward API → `{attribute}` |\n"
         ));
     }
+    s.push_str(&super::job::label_rows_markdown());
     s.push_str(
         "\n## The webhook command\n\n\
          The `webhook` command (the admission webhook the Helm chart installs, see \

@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod job;
 pub mod known;
 mod node;
 mod otel;
@@ -640,6 +641,8 @@ impl Config {
                 resource_attributes.insert((*key).to_string(), v.to_string());
             }
         }
+        let pod_labels = job::parse_pod_labels(env.value(&S::POD_LABELS))?;
+        resource_attributes.extend(job::workload_attributes(&vars, &pod_labels)?);
         let mut service_name = None;
         if let Some(v) = get("OTEL_RESOURCE_ATTRIBUTES") {
             for (k, val) in parse_key_values("OTEL_RESOURCE_ATTRIBUTES", v, false)? {

@@ -230,6 +230,13 @@ pub const PRICE_PER_GPU_HOUR: Setting = agent(
     "a price per GPU-hour: a number from 0, in any currency, e.g. 2.50",
     "price of one GPU-hour (any currency, e.g. `2.50`): the run report's `cost` and `idle_cost`",
 );
+/// `GPU_SIDECAR_POD_LABELS`: which pod labels go on the resource (`super::job`).
+pub const POD_LABELS: Setting = agent(
+    "GPU_SIDECAR_POD_LABELS",
+    Unset::Default("training.kubeflow.org/job-name,training.kubeflow.org/replica-type,training.kubeflow.org/replica-index,training.kubeflow.org/job-role,jobset.sigs.k8s.io/jobset-name,jobset.sigs.k8s.io/replicatedjob-name,jobset.sigs.k8s.io/job-index,batch.kubernetes.io/job-completion-index,volcano.sh/job-name,leaderworkerset.sigs.k8s.io/name,leaderworkerset.sigs.k8s.io/group-index,leaderworkerset.sigs.k8s.io/worker-index"),
+    "a comma-separated list of Kubernetes label keys such as training.kubeflow.org/job-name,team, or none",
+    "the pod labels put on the resource as `k8s.pod.label.<key>`, each read from the variable `K8S_POD_LABEL_<KEY>` (the key in capitals, `_` for every other character), which the chart and the webhook fill from the pod (Downward API); an empty one (a label the pod lacks) is left out. `k8s.job.name` is read besides (`batch.kubernetes.io/job-name`, or `job-name` with `controller-uid`). The default covers Kubeflow's training operator, the MPI operator, JobSet, Volcano and LeaderWorkerSet; the chart's `podLabels` sets both the list and the variables (see [Jobs](kubernetes.md#jobs))",
+);
 /// `GPU_SIDECAR_SAMPLE_LOG`.
 pub const SAMPLE_LOG: Setting = agent(
     "GPU_SIDECAR_SAMPLE_LOG",
@@ -365,6 +372,7 @@ pub static SETTINGS: &[Setting] = &[
     REPORT_FILE,
     REPORT_HTML,
     PRICE_PER_GPU_HOUR,
+    POD_LABELS,
     SAMPLE_LOG,
     SAMPLE_LOG_FORMAT,
     SAMPLE_LOG_MAX_BYTES,

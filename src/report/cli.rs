@@ -4,11 +4,13 @@
 //! ```text
 //! gpu-otel-sidecar report REPORT.json [--samples SAMPLE_LOG]... --html OUT.html
 //! gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--json]
+//! gpu-otel-sidecar merge REPORT.json...
 //! ```
 //!
 //! `report`: 0 when the page was written, 1 when it could not be written, 2 for bad input.
 //! `compare`: 0 when no figure got worse past the threshold, 1 when one did, 2 for bad
-//! input.
+//! input. `merge`: one job report per job on stdout ([`super::job::merge`]), 0; 2 for bad
+//! input (a report of no job among them).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,9 @@ pub const REPORT_USAGE: &str =
 /// Usage of `compare`.
 pub const COMPARE_USAGE: &str =
     "gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--json]";
+
+/// Usage of `merge`.
+pub const MERGE_USAGE: &str = "gpu-otel-sidecar merge REPORT.json...";
 
 /// Bad input: the message (one line) and the exit code 2.
 #[derive(Debug, thiserror::Error)]
@@ -208,4 +213,37 @@ fn compare_run(args: impl IntoIterator<Item = OsString>) -> Result<(String, bool
         c.table(&name(&base_path), &name(&new_path))
     };
     Ok((text, worse))
+}
+
+/// `gpu-otel-sidecar merge …` with the arguments after `merge`: the run reports of a job's
+/// pods (of several jobs, too) added up into one job report per job, one JSON line each.
+pub fn merge_command(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    match merge_run(args) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail("merge", MERGE_USAGE, &e),
+    }
+}
+
+fn merge_run(args: impl IntoIterator<Item = OsString>) -> Result<String, CliError> {
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut files = Vec::new();
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Short('h') | Long("help") => return Ok(format!("{MERGE_USAGE}\n")),
+            Value(v) => files.push(PathBuf::from(v)),
+            _ => return Err(arg.unexpected().into()),
+        }
+    }
+    if files.is_empty() {
+        return Err(CliError::Args("no REPORT.json given".into()));
+    }
+    let reports = files
+        .iter()
+        .map(|f| load_report(f))
+        .collect::<Result<Vec<_>, _>>()?;
+    let jobs = super::job::merge(&reports).map_err(|(i, why)| InputError::new(&files[i], why))?;
+    Ok(jobs.iter().map(|j| format!("{j}\n")).collect::<String>())
 }

@@ -19,7 +19,9 @@
 //! - [`page`]: the report as one self-contained HTML page, with curves from the agent's own
 //!   samples (`GPU_SIDECAR_REPORT_HTML`) or from a sample log (the `report` command).
 //! - [`compare`]: two reports' figures side by side, and whether one got worse past a
-//!   threshold (the `compare` command). [`figures`] names, labels and formats the figures
+//!   threshold (the `compare` command).
+//! - [`job`]: the training job a report belongs to (its `job`), and a job's report added up
+//!   from its pods' reports (the `merge` command). [`figures`] names, labels and formats the figures
 //!   for both; [`read`] reads a report back; [`cli`] parses the two commands' arguments.
 //!
 //! Shutdown order (see [`crate::agent`]): the sampler takes its final sample,
@@ -31,6 +33,7 @@ pub mod compare;
 pub mod efficiency;
 pub mod figures;
 mod histogram;
+pub mod job;
 pub mod page;
 pub mod read;
 pub mod reporter;

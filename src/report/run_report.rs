@@ -548,6 +548,7 @@ impl RunAccumulator {
             ticks_dropped: self.dropped,
             price_per_gpu_hour: price,
             notes,
+            job: super::job::job_identity(&resource),
             resource,
             pod,
             gpus,

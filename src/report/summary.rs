@@ -138,6 +138,9 @@ pub struct RunReport {
     pub price_per_gpu_hour: Option<f64>,
     /// What the figures cannot say, once each (e.g. a GPU without GPM).
     pub notes: Vec<String>,
+    /// The training job the pod belongs to, from `resource` ([`super::job::job_identity`]);
+    /// `null` for a pod of no job. The `merge` command adds up a job's reports.
+    pub job: Option<super::job::JobIdentity>,
     /// The OTel resource (`service.name`, `k8s.pod.name`, `host.name`, …).
     pub resource: BTreeMap<String, String>,
     /// Pod totals.

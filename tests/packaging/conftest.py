@@ -130,10 +130,11 @@ FIELD_VALUES = {
 }
 
 
-def kube_env(container, fields=FIELD_VALUES, secrets=None):
-    """The environment the kubelet gives `container`: fieldRefs from `fields`, secretKeyRefs
-    from `secrets` {(name, key): value}, and `$(VAR)` references to variables defined
-    earlier in the list expanded (`$$` is a literal `$`), as Kubernetes does."""
+def kube_env(container, fields=FIELD_VALUES, secrets=None, labels=None):
+    """The environment the kubelet gives `container`: fieldRefs from `fields` (and
+    `metadata.labels['<key>']` from `labels`, "" for a label the pod lacks, as the kubelet
+    gives), secretKeyRefs from `secrets` {(name, key): value}, and `$(VAR)` references to
+    variables defined earlier in the list expanded (`$$` is a literal `$`), as Kubernetes does."""
     out = {}
     for e in container.get("env") or []:
         if "value" in e:
@@ -144,7 +145,10 @@ def kube_env(container, fields=FIELD_VALUES, secrets=None):
             )
         else:
             src = e["valueFrom"]
-            if "fieldRef" in src:
+            label = re.fullmatch(r"metadata\.labels\['([^']+)'\]", src.get("fieldRef", {}).get("fieldPath", ""))
+            if label:
+                value = (labels or {}).get(label.group(1), "")
+            elif "fieldRef" in src:
                 value = fields[src["fieldRef"]["fieldPath"]]
             elif "secretKeyRef" in src:
                 ref = src["secretKeyRef"]
@@ -328,9 +332,14 @@ RESOURCE_ATTRIBUTES = {
     "service.name", "service.instance.id", "service.namespace", "host.name",
     "k8s.pod.name", "k8s.pod.uid", "k8s.namespace.name", "k8s.node.name", "k8s.container.name",
     "container.name", "deployment.environment.name",
-}
+    # The pod's workload (docs/kubernetes.md#jobs): the chart's default podLabels.
+    "k8s.job.name",
+} | {"k8s.pod.label." + key for key in yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))["telemetry"]["podLabels"]}
 # Labels that Prometheus or the exporter add themselves.
 PROMETHEUS_LABELS = {"job", "instance", "__name__", "alertname", "alertstate", "severity", "otel_scope_name", "otel_scope_version"}
+# Labels the rules of docker/prometheus-rules.yaml make: a job's name (gpu-otel-sidecar.job)
+# and which signal a straggler was found in.
+PROMETHEUS_LABELS |= {"training_job", "signal"}
 # Series Prometheus itself produces.
 PROMETHEUS_BUILTIN_SERIES = {"ALERTS", "ALERTS_FOR_STATE", "up", "target_info"}
 
@@ -343,11 +352,15 @@ GRAFANA_RANGE_VARS = {"$__rate_interval": "1m", "$__interval": "1m", "$__range":
                       "${__rate_interval}": "1m", "${__interval}": "1m"}
 
 
+# Dashboard variables that stand for a number in a query (the Jobs row's price).
+GRAFANA_VALUE_VARS = {"$price": "0"}
+
+
 def promql_refs(expr):
     """(metric names, label names) an expression refers to, from a real PromQL parser."""
     import promql_parser
 
-    for var, value in GRAFANA_RANGE_VARS.items():
+    for var, value in {**GRAFANA_RANGE_VARS, **GRAFANA_VALUE_VARS}.items():
         expr = expr.replace(var, value)
     ast = promql_parser.parse(expr)
     metrics, labels = set(), set()

@@ -1,6 +1,7 @@
 """The Helm chart: sidecar placement, environment, securityContext and GPU visibility per mode,
 the guards that refuse values that cannot work, and injection into another chart."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -113,6 +114,57 @@ def test_downward_api_env(helm, mode):
     assert env["GPU_SIDECAR_SAMPLE_INTERVAL"] == "5s"
     assert env["GPU_SIDECAR_HEALTH_ADDR"] == f"0.0.0.0:{VALUES['health']['port']}"
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+
+
+# --- the pod's workload (docs/kubernetes.md#jobs) ------------------------------------------
+
+WEBHOOK_FIXTURES = ROOT / "tests" / "fixtures" / "webhook"
+JOB_RESOURCES = json.loads((WEBHOOK_FIXTURES / "job-resources.json").read_text(encoding="utf-8"))
+JOB_FIXTURES = sorted(k for k in JOB_RESOURCES if k.endswith(".json"))
+
+
+def label_variable(key):
+    """The agent's variable for the pod label `key` (src/config/job.rs, label_variable)."""
+    return "K8S_POD_LABEL_" + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
+
+
+def test_pod_labels_are_downward_api_variables(helm, tmp_path):
+    """Each label of telemetry.podLabels, and the three read for k8s.job.name, is one variable
+    with its fieldRef; GPU_SIDECAR_POD_LABELS names the list. A list of your own replaces it."""
+    env = env_map(sidecar_of(render(helm).pod_spec, SIDECAR)[1])
+    keys = VALUES["telemetry"]["podLabels"]
+    assert "training.kubeflow.org/job-name" in keys and "jobset.sigs.k8s.io/jobset-name" in keys
+    for key in ["batch.kubernetes.io/job-name", "job-name", "controller-uid", *keys]:
+        assert env[label_variable(key)] == ("fieldRef", f"metadata.labels['{key}']"), key
+    assert env["GPU_SIDECAR_POD_LABELS"] == ",".join(keys)
+    assert env["K8S_POD_LABEL_TRAINING_KUBEFLOW_ORG_JOB_NAME"] == ("fieldRef", "metadata.labels['training.kubeflow.org/job-name']")
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"telemetry": {"podLabels": ["team", "example.com/run-id"]}}), encoding="utf-8")
+    env = env_map(sidecar_of(render(helm, extra_args=["-f", str(values)]).pod_spec, SIDECAR)[1])
+    assert env["GPU_SIDECAR_POD_LABELS"] == "team,example.com/run-id"
+    assert env["K8S_POD_LABEL_EXAMPLE_COM_RUN_ID"] == ("fieldRef", "metadata.labels['example.com/run-id']")
+    assert "K8S_POD_LABEL_TRAINING_KUBEFLOW_ORG_JOB_NAME" not in env
+
+
+@pytest.mark.parametrize("review", JOB_FIXTURES)
+def test_named_templates_give_the_pods_job_to_the_agent(helm, agent_binary, review):
+    """The named templates' sidecar, resolved against the webhook fixture's pod as the kubelet
+    would (its labels), gives check-config the same workload attributes as the webhook's patch
+    (tests/webhook.rs reads the same table)."""
+    pod = json.loads((WEBHOOK_FIXTURES / review).read_text(encoding="utf-8"))["request"]["object"]
+    _, sc = sidecar_of(render(helm).pod_spec, SIDECAR)
+    rc, out, err = check_config(agent_binary, kube_env(sc, labels=pod["metadata"]["labels"]))
+    assert rc == 0, f"the agent refuses the rendered environment: {err}"
+    workload = {k: v for k, v in out["resource"].items() if k == "k8s.job.name" or k.startswith("k8s.pod.label.")}
+    assert workload == JOB_RESOURCES[review]
+
+
+def test_a_pod_label_variable_of_no_listed_key_is_refused(helm, agent_binary):
+    _, sc = sidecar_of(render(helm).pod_spec, SIDECAR)
+    env = kube_env(sc)
+    env["K8S_POD_LABEL_TEAM"] = "vision"
+    rc, _, err = check_config(agent_binary, env)
+    assert rc == 2 and "K8S_POD_LABEL_TEAM" in err and "GPU_SIDECAR_POD_LABELS" in err, err
 
 
 def test_endpoint_node_local_agent(helm):

@@ -91,7 +91,7 @@ def test_dashboard_is_wellformed():
     var_names = {v["name"] for v in dash["templating"]["list"]}
     # The sidecar picker is the instance (service.instance.id), which every sidecar has, in
     # Kubernetes or not; a pod picker was empty outside Kubernetes.
-    assert {"datasource", "gpu", "instance"} <= var_names
+    assert {"datasource", "gpu", "instance", "job"} <= var_names
     assert "pod" not in var_names
     for title, t in targets:
         assert t.get("expr"), f"panel {title!r}: empty query"
@@ -100,9 +100,14 @@ def test_dashboard_is_wellformed():
             assert var in var_names or var.startswith("__"), f"panel {title!r}: unknown variable ${var}"
 
 
+def recorded():
+    """The series the rules record (the dashboard's Jobs row reads the gpu_sidecar:job_* ones)."""
+    return {r["record"] for r in all_rules() if "record" in r}
+
+
 def test_dashboard_queries_use_exported_names(metrics_catalogue):
     _, targets = dashboard_targets()
-    known = set(metrics_catalogue["prometheus"]) | PROMETHEUS_BUILTIN_SERIES
+    known = set(metrics_catalogue["prometheus"]) | PROMETHEUS_BUILTIN_SERIES | recorded()
     used = set()
     for title, t in targets:
         metrics, labels = promql_refs(t["expr"])
@@ -132,7 +137,7 @@ def test_dashboard_variables_use_exported_names(metrics_catalogue):
         m = re.fullmatch(r"label_values\((.*),\s*([A-Za-z_][A-Za-z0-9_]*)\)", q)
         assert m, f"variable {v['name']}: expected label_values(selector, label), got {q}"
         metrics, labels = promql_refs(m.group(1))
-        assert metrics <= set(metrics_catalogue["prometheus"]), f"variable {v['name']}: {metrics}"
+        assert metrics <= set(metrics_catalogue["prometheus"]) | recorded(), f"variable {v['name']}: {metrics}"
         assert (labels | {m.group(2)}) <= metrics_catalogue["labels"], f"variable {v['name']}: {labels}"
 
 
@@ -140,9 +145,14 @@ def test_dashboard_counts_only_reporting_sidecars():
     # A stopped sidecar's series linger in the exporter (metric_expiration): every GPU query
     # keeps only sidecars whose last export is recent, and none groups by k8s labels (absent
     # outside Kubernetes, and on target_info only with the exporter's default settings).
+    # The Jobs row reads the job records, built on gpu_sidecar:reporting (reporting sidecars
+    # only, the pod's labels joined from target_info by the rules).
     _, targets = dashboard_targets()
+    reporting = reporting_records()
     for title, t in targets:
         if "ALERTS" in t["expr"]:
+            continue
+        if promql_refs(t["expr"])[0] <= reporting - {"gpu_sidecar:reporting"}:
             continue
         assert "gpu_sidecar_export_last_success_seconds" in t["expr"], f"panel {title!r}: {t['expr']}"
         assert "k8s_" not in t["expr"], f"panel {title!r}: {t['expr']}"
@@ -174,13 +184,33 @@ def test_rules_use_exported_names(metrics_catalogue):
                 assert label in metrics_catalogue["labels"], f"{name}: annotation label {label}"
 
 
+def reporting_records():
+    """gpu_sidecar:reporting and the records built on it (transitively): series of reporting
+    sidecars only."""
+    records = {r["record"]: promql_refs(r["expr"])[0] for r in all_rules() if "record" in r}
+    out = {"gpu_sidecar:reporting"}
+    while True:
+        more = {name for name, refs in records.items() if refs & out} - out
+        if not more:
+            return out
+        out |= more
+
+
 def test_every_alert_counts_only_reporting_sidecars_and_groups_by_instance():
+    reporting = reporting_records()
+    assert "gpu_sidecar:job_member" in reporting
+    job_group = {r["alert"] for g in load_yaml(RULES)["groups"] if g["name"] == "gpu-otel-sidecar.job"
+                 for r in g["rules"] if "alert" in r}
     for r in rules():
         metrics, _ = promql_refs(r["expr"])
-        assert "gpu_sidecar:reporting" in metrics, f"{r['alert']}: not joined with gpu_sidecar:reporting"
+        assert metrics & reporting, f"{r['alert']}: not joined with gpu_sidecar:reporting"
         # A sidecar is (job, instance); pod labels come from target_info and may be absent.
+        # A job's alerts compare the workers of one job (its records group by the job).
         for by in re.findall(r"\bby\s*\(([^)]*)\)", r["expr"]):
-            assert {x.strip() for x in by.split(",")} == {"job", "instance"}, f"{r['alert']}: by ({by})"
+            if r["alert"] in job_group:
+                assert {x.strip() for x in by.split(",")} >= {"k8s_namespace_name", "training_job"}, f"{r['alert']}: by ({by})"
+            else:
+                assert {x.strip() for x in by.split(",")} == {"job", "instance"}, f"{r['alert']}: by ({by})"
 
 
 def test_rules_have_the_required_alerts():

@@ -715,6 +715,135 @@ fn report_profiling_figures_match_the_scenario() {
     assert_eq!(report["price_per_gpu_hour"], 3.6);
 }
 
+/// A job's pods each write their run report; `merge` adds them up per job. Three workers of
+/// the PyTorchJob nlp/bert-large and one of another job run with the injected sidecar's
+/// label variables (the pod labels the kubelet fills); each report names its job, and the
+/// job report's sums and weighted mean are those of its pods' reports.
+#[test]
+fn a_jobs_pod_reports_merge_into_the_jobs_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let pods = [
+        ("bert-large", "bert-large-worker-0", "0"),
+        ("bert-large", "bert-large-worker-1", "1"),
+        ("bert-large", "bert-large-worker-2", "2"),
+        ("mnist", "mnist-worker-0", "0"),
+    ];
+    let mut agents: Vec<(Agent, PathBuf)> = pods
+        .iter()
+        .map(|(job, pod, index)| {
+            let path = dir.path().join(format!("{pod}.json"));
+            let agent = Agent::builder()
+                .env_mock("h200-under-load.json")
+                .env("NVML_MOCK_NO_LATENCY", "1")
+                .env("OTEL_METRICS_EXPORTER", "none")
+                .env("OTEL_LOGS_EXPORTER", "none")
+                .env("GPU_SIDECAR_HEALTH_ADDR", "off")
+                .env("GPU_SIDECAR_SAMPLE_INTERVAL", "100ms")
+                .env("GPU_SIDECAR_ENERGY_INTERVAL", "100ms")
+                .env("GPU_SIDECAR_PRICE_PER_GPU_HOUR", "3.6")
+                .env("GPU_SIDECAR_REPORT_FILE", &path)
+                .env("K8S_POD_NAME", pod)
+                .env("K8S_NAMESPACE_NAME", "nlp")
+                .env("K8S_POD_LABEL_TRAINING_KUBEFLOW_ORG_JOB_NAME", job)
+                .env("K8S_POD_LABEL_TRAINING_KUBEFLOW_ORG_REPLICA_TYPE", "worker")
+                .env("K8S_POD_LABEL_TRAINING_KUBEFLOW_ORG_REPLICA_INDEX", index)
+                .env("K8S_POD_LABEL_JOBSET_SIGS_K8S_IO_JOBSET_NAME", "")
+                .spawn();
+            (agent, path)
+        })
+        .collect();
+    for (agent, _) in &agents {
+        assert!(agent.wait_for_stderr("starting", WAIT), "{}", agent.dump());
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    for (agent, _) in &mut agents {
+        stop(agent);
+    }
+    let reports: Vec<Value> = agents.iter().map(|(_, p)| read_json(p.clone())).collect();
+    for (report, (job, pod, _)) in reports.iter().zip(&pods) {
+        assert_eq!(
+            report["job"],
+            serde_json::json!({"namespace": "nlp", "name": job, "from": "k8s.pod.label.training.kubeflow.org/job-name"}),
+            "{pod}"
+        );
+        assert_eq!(
+            report["resource"]["k8s.pod.label.training.kubeflow.org/replica-type"],
+            "worker"
+        );
+        assert!(report["resource"]
+            .get("k8s.pod.label.jobset.sigs.k8s.io/jobset-name")
+            .is_none());
+    }
+    let mut merge = Agent::builder()
+        .arg("merge")
+        .args(agents.iter().map(|(_, p)| p.display().to_string()))
+        .spawn();
+    let status = merge.wait_exit(WAIT).unwrap();
+    assert_eq!(status.code(), Some(0), "{}", merge.dump());
+    let jobs: Vec<Value> = merge
+        .stdout_lines()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(jobs.len(), 2, "{}", merge.dump());
+    let (bert, mnist) = (&jobs[0], &jobs[1]);
+    assert_eq!(bert["event.name"], "gpu.job.report");
+    assert_eq!(bert["job"]["name"], "bert-large");
+    assert_eq!(mnist["job"]["name"], "mnist");
+    assert_eq!(bert["pods"], 3);
+    assert_eq!(mnist["pods"], 1);
+    let members = &reports[..3];
+    let sum = |key: &str| members.iter().map(|r| num(&r["pod"], key)).sum::<f64>();
+    assert_eq!(
+        bert["gpu_count"].as_u64().unwrap() as usize,
+        members
+            .iter()
+            .map(|r| r["gpus"].as_array().unwrap().len())
+            .sum::<usize>()
+    );
+    for key in ["energy_j", "busy_gpu_s", "cost", "idle_cost"] {
+        assert!(
+            (num(bert, key) - sum(key)).abs() < 1e-9 * sum(key).max(1.0),
+            "{key}: {} against {}",
+            bert[key],
+            sum(key)
+        );
+    }
+    assert!(sum("energy_j") > 0.0 && sum("cost") > 0.0);
+    let samples = sum("samples_taken");
+    let weighted = members
+        .iter()
+        .map(|r| num(&r["pod"], "utilization_mean") * num(&r["pod"], "samples_taken"))
+        .sum::<f64>()
+        / samples;
+    assert!((num(bert, "utilization_mean") - weighted).abs() < 1e-12);
+    assert_eq!(num(mnist, "energy_j"), num(&reports[3]["pod"], "energy_j"));
+    let earliest = members
+        .iter()
+        .map(|r| r["started_at"].as_str().unwrap())
+        .min();
+    assert_eq!(bert["started_at"].as_str(), earliest);
+    assert_eq!(bert["workers"].as_array().unwrap().len(), 3);
+
+    // A report of no job is refused by name.
+    let lone = dir.path().join("notebook.json");
+    let mut r = reports[3].clone();
+    r["resource"] = serde_json::json!({"k8s.pod.name": "notebook"});
+    std::fs::write(&lone, r.to_string()).unwrap();
+    let mut merge = Agent::builder()
+        .arg("merge")
+        .arg(lone.display().to_string())
+        .spawn();
+    assert_eq!(merge.wait_exit(WAIT).unwrap().code(), Some(2));
+    assert!(
+        merge
+            .dump()
+            .contains("notebook.json: its resource names no job"),
+        "{}",
+        merge.dump()
+    );
+}
+
 /// The page, `compare`, the browser check.
 #[path = "page.rs"]
 mod page;

@@ -10,6 +10,7 @@
 
 use crate::common;
 
+use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -735,8 +736,10 @@ const FIELDS: &[(&str, &str)] = &[
 ];
 
 /// The environment the kubelet gives `container`: `fieldRef`s from `fields` (the pod's name
-/// suffixed with `pod`), and `$(VAR)` references to earlier variables expanded.
-fn kubelet_env(container: &Value, pod: &str) -> Vec<(String, String)> {
+/// suffixed with `pod`), `metadata.labels['<key>']` from `labels` (the pod's
+/// `metadata.labels`; `""` for a label the pod lacks, as the kubelet gives), and `$(VAR)`
+/// references to earlier variables expanded.
+fn kubelet_env(container: &Value, pod: &str, labels: &Value) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for e in container["env"].as_array().unwrap() {
         let name = e["name"].as_str().unwrap().to_string();
@@ -747,6 +750,15 @@ fn kubelet_env(container: &Value, pod: &str) -> Vec<(String, String)> {
                     v = v.replace(&format!("$({k})"), val);
                 }
                 v
+            }
+            (None, Some(path)) if path.as_str().unwrap().starts_with("metadata.labels['") => {
+                let key = path
+                    .as_str()
+                    .unwrap()
+                    .strip_prefix("metadata.labels['")
+                    .and_then(|k| k.strip_suffix("']"))
+                    .unwrap();
+                labels[key].as_str().unwrap_or_default().to_string()
             }
             (None, Some(path)) => {
                 let (_, v) = FIELDS.iter().find(|(p, _)| p == path).unwrap();
@@ -788,6 +800,64 @@ fn injected(sidecar_file: &str, review: &str) -> Value {
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
     std::fs::remove_dir_all(&pki.dir).unwrap();
     pod
+}
+
+/// A training job's pods get their job on the resource: the webhook injects a PyTorchJob
+/// worker, a TFJob chief, a JobSet pod and a plain Job's pod; each patched pod's sidecar
+/// environment, resolved against that pod as the kubelet would (its labels through the
+/// Downward API), gives `check-config` exactly the pod's workload attributes: the labels it
+/// has among the default list as `k8s.pod.label.<key>`, `k8s.job.name` for a batch Job's pod
+/// (a JobSet pod is one), nothing for a label it lacks (`job-resources.json`, which
+/// `tests/packaging/test_helm_chart.py` checks the named templates against too).
+#[test]
+fn training_job_pods_carry_their_job_on_the_resource() {
+    let pki = Pki::new("jobs");
+    pki.install("webhook");
+    let mut agent = webhook(&pki, "sidecar-native-pod-resources.json").spawn();
+    let addr = address(&agent);
+    let table = read_json(&fixture("job-resources.json"));
+    let cases: Vec<(&String, &Value)> = table
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.ends_with(".json"))
+        .collect();
+    assert_eq!(cases.len(), 4);
+    for (review, expected) in cases {
+        let (response, pod) = admit(&pki.client(), &addr, "/mutate", review);
+        assert_eq!(
+            response["auditAnnotations"]["outcome"], "injected",
+            "{review}: {response}"
+        );
+        let sidecar = sidecar_of(&pod);
+        let env = kubelet_env(&sidecar, "x", &pod["metadata"]["labels"]);
+        let mut check = Agent::builder().arg("check-config").envs(env).spawn();
+        let status = check.wait_exit(WAIT).unwrap();
+        assert_eq!(status.code(), Some(0), "{review}: {}", check.dump());
+        let out: Value = serde_json::from_str(&check.stdout_lines().join("\n")).unwrap();
+        let workload: BTreeMap<String, String> = out["resource"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| *k == "k8s.job.name" || k.starts_with("k8s.pod.label."))
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect();
+        let expected: BTreeMap<String, String> = expected
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect();
+        assert_eq!(workload, expected, "{review}");
+        assert_eq!(
+            out["resource"]["k8s.pod.name"],
+            format!("{}-x", FIELDS[0].1),
+            "{review}"
+        );
+    }
+    agent.sigterm();
+    assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+    std::fs::remove_dir_all(&pki.dir).unwrap();
 }
 
 /// Two hostNetwork GPU pods on one node. The injected sidecar declares no port (in a
@@ -833,7 +903,7 @@ fn two_host_network_gpu_pods_on_one_node_both_have_a_healthy_sidecar() {
         (env[0].1.clone(), env[1].1.clone())
     };
     let start = |name: &str| {
-        let mut env = kubelet_env(&sidecar, name);
+        let mut env = kubelet_env(&sidecar, name, &pod["metadata"]["labels"]);
         for (k, v) in env.iter_mut() {
             match k.as_str() {
                 // What the node's kubelet and collector would be: tests/agent/pod_resources.rs
@@ -866,7 +936,7 @@ fn two_host_network_gpu_pods_on_one_node_both_have_a_healthy_sidecar() {
     };
     let mut pods = [start("a"), start("b")];
     let probe = |agent: &Agent, args: &[&str]| {
-        let mut env = kubelet_env(&sidecar, "a");
+        let mut env = kubelet_env(&sidecar, "a", &pod["metadata"]["labels"]);
         env.retain(|(k, _)| k.starts_with("GPU_SIDECAR_HEALTH"));
         let pid = agent.pid().to_string();
         let mut cmd = vec!["-t", pid.as_str(), "-m", "--", bin];
@@ -917,7 +987,7 @@ fn two_host_network_gpu_pods_on_one_node_both_have_a_healthy_sidecar() {
     let mut node: Option<u32> = None;
     let mut on_port = |name: &str| {
         let pod_network = rendered_sidecar("sidecar-native-pod-resources.json");
-        let env: Vec<_> = kubelet_env(&pod_network, name)
+        let env: Vec<_> = kubelet_env(&pod_network, name, &Value::Null)
             .into_iter()
             .filter(|(k, _)| k == "GPU_SIDECAR_HEALTH_ADDR")
             .collect();
@@ -973,7 +1043,7 @@ fn classic_sidecar_ends_with_the_trainer_whatever_its_launcher() {
     );
     assert_eq!(pod["spec"]["shareProcessNamespace"], true);
     let sidecar = sidecar_of(&pod);
-    let env = kubelet_env(&sidecar, "classic");
+    let env = kubelet_env(&sidecar, "classic", &pod["metadata"]["labels"]);
     assert!(env.contains(&("GPU_SIDECAR_EXIT_WITH_CONTAINERS".into(), "true".into())));
     let bin = env!("CARGO_BIN_EXE_gpu-otel-sidecar");
     let dir = common::temp_path("classic-trainers");

@@ -175,6 +175,12 @@ Takes (dict "root" "values"). */}}
 {{- end }}
 {{- end }}
 
+{{/* Internal: the variable that carries the pod label (the key): K8S_POD_LABEL_ and the key
+in capitals, `_` for every other character (the agent's `label_variable`). */}}
+{{- define "gpu-otel-sidecar.labelVariable" -}}
+{{- printf "K8S_POD_LABEL_%s" (upper (regexReplaceAll "[^A-Za-z0-9]" . "_")) }}
+{{- end }}
+
 {{/* Internal: the container's env list. Takes (dict "root" "values"). */}}
 {{- define "gpu-otel-sidecar.env" -}}
 {{- $root := .root }}
@@ -199,6 +205,16 @@ Takes (dict "root" "values"). */}}
       fieldPath: spec.nodeName
 - name: K8S_CONTAINER_NAME
   value: {{ $v.targetContainerName | quote }}
+# The pod's workload from its labels (k8s.job.name, k8s.pod.label.<key>): one variable per
+# label; the kubelet gives "" for a label the pod lacks, which the agent leaves out.
+{{- range $key := concat (list "batch.kubernetes.io/job-name" "job-name" "controller-uid") $v.telemetry.podLabels }}
+- name: {{ include "gpu-otel-sidecar.labelVariable" $key }}
+  valueFrom:
+    fieldRef:
+      fieldPath: {{ printf "metadata.labels['%s']" $key }}
+{{- end }}
+- name: GPU_SIDECAR_POD_LABELS
+  value: {{ join "," $v.telemetry.podLabels | default "none" | quote }}
 {{ include "gpu-otel-sidecar.collectorEnv" . }}
 - name: OTEL_SERVICE_NAME
   value: {{ $v.telemetry.serviceName | quote }}
