@@ -470,10 +470,8 @@ fn setup(devices: usize, latency: bool) -> SamplerSettings {
     let mut copies = copies.lock().unwrap();
     let settings = SamplerSettings {
         // The default cadence of the slow groups: a tick costs what it costs in a run.
-        slow_intervals: gpu_otel_sidecar::config::SlowIntervals::default(),
+        timing: gpu_otel_sidecar::sampling::Timing::every(Duration::from_secs(1)),
         nvml_library: copy.clone(),
-        interval: Duration::from_secs(1),
-        export_interval: Duration::from_secs(1),
         devices: if devices == 1 {
             DeviceSelection::List(vec![DeviceId::Index(0)])
         } else {

@@ -83,18 +83,19 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let _guard = runtime.enter();
         Signals::install()
     };
-    log_start(&config);
+    // Every period of the flow, built once and handed to each part that runs on one.
+    let timing = Timing::from_config(&config);
+    log_start(&config, &timing);
     crate::telemetry::tls::install_crypto_provider();
     crate::telemetry::tls::check_trust_store(&config)
         .map_err(|e| StartError::TrustStore(e.to_string()))?;
 
     // The hub, and the probes that read it: they answer while the agent waits for the
     // kubelet, and a failure to serve them stops the agent before anything else has started.
-    let timing = Timing::from_config(&config);
     let hub = Arc::new(Hub::default());
     let checks = Arc::new(probes::Probes::new(
         hub.clone(),
-        probes::Limits::new(&config, &timing),
+        probes::Limits::new(&timing),
     ));
     if let Some(addr) = &config.health_addr {
         let bound = probes::start(&runtime, addr, checks.clone()).map_err(StartError::Probes)?;
@@ -110,7 +111,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         signals.follow(follow, config.in_kubernetes, config.proc_root.clone());
     }
 
-    let mut settings = SamplerSettings::from(&config);
+    let mut settings = SamplerSettings::new(&config, timing);
     if let DeviceSelection::PodResources = config.devices {
         let Some(ids) = pod_gpus(&config, &runtime, &mut signals, &checks) else {
             tracing::info!("stopped before the pod's GPUs were known");
@@ -264,6 +265,8 @@ impl Flow {
         timeline: Arc<EventTimeline>,
         annotate: Option<Box<dyn Annotate>>,
     ) -> Self {
+        // The one `Timing` the agent built, handed to each consumer that runs on a period.
+        let timing = &{ settings.timing };
         let device_events = ConsumerThread::start(
             "device-events",
             hub,
@@ -271,7 +274,7 @@ impl Flow {
             Recorder::new(&telemetry.recorded(), events.emitter()),
         );
         let rules = Rules::start(&config.rules, hub, events.clone(), &telemetry.recorded());
-        let acc = RunAccumulator::new(config.sample_interval)
+        let acc = RunAccumulator::new(timing)
             .with_price_per_gpu_hour(config.price_per_gpu_hour)
             .with_pool_params(crate::rules::pool_params(
                 config.rules.get(crate::rules::RuleId::MemoryPreallocated),
@@ -286,7 +289,7 @@ impl Flow {
         let sample_log = config
             .sample_log
             .clone()
-            .map(|c| SampleLogger::start(c, hub));
+            .map(|c| SampleLogger::start(c, timing, hub));
         let sampler = Sampler::start(settings, hub.clone(), annotate);
         Self {
             events,
@@ -390,7 +393,7 @@ impl Flow {
 }
 
 /// The start-up log lines: what is exported where, and settings that do not apply.
-fn log_start(config: &Config) {
+fn log_start(config: &Config, timing: &Timing) {
     let destination = match config.metrics_exporter {
         ExporterKind::Otlp => format!(
             "OTLP {} to {} ({} temporality)",
@@ -404,8 +407,8 @@ fn log_start(config: &Config) {
         version = env!("CARGO_PKG_VERSION"),
         mode = if config.node { "node" } else { "sidecar" },
         metrics = %destination,
-        sample_interval_ms = config.sample_interval.as_millis() as u64,
-        export_interval_ms = config.export_interval.as_millis() as u64,
+        sample_interval_ms = timing.sample_interval.as_millis() as u64,
+        export_interval_ms = timing.export_interval.as_millis() as u64,
         "starting"
     );
     if config.sdk_disabled {
@@ -422,11 +425,11 @@ fn log_start(config: &Config) {
             "these OpenTelemetry variables are set but do not apply to this agent, and are ignored: {list} (docs/otel-variables.md)"
         );
     }
-    if config.sample_interval > config.export_interval {
+    if timing.sample_interval > timing.export_interval {
         tracing::warn!(
             "GPU_SIDECAR_SAMPLE_INTERVAL ({}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({}): GPU metrics are exported once per sample, less often than the export interval",
-            humantime::format_duration(config.sample_interval),
-            humantime::format_duration(config.export_interval)
+            humantime::format_duration(timing.sample_interval),
+            humantime::format_duration(timing.export_interval)
         );
     }
 }

@@ -261,10 +261,6 @@ pub struct SampleLogConfig {
     /// grow past this many bytes, `GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES`; default 100 MiB.
     /// Not used for stdout.
     pub max_bytes: u64,
-    /// `GPU_SIDECAR_SAMPLE_INTERVAL`: a sample taken less than half of it after the
-    /// previous row (the final sample at shutdown, right after a tick) is not written, so the
-    /// log does not end with a near-copy of its last row.
-    pub sample_interval: Duration,
 }
 
 /// Where the health endpoint listens (`GPU_SIDECAR_HEALTH_ADDR`).
@@ -354,7 +350,7 @@ impl Config {
         };
         let sample_interval =
             parse_duration(S::SAMPLE_INTERVAL.name, env.value(&S::SAMPLE_INTERVAL))?;
-        let sample_log = parse_sample_log(&env, sample_interval)?;
+        let sample_log = parse_sample_log(&env)?;
         let shutdown_timeout =
             parse_duration(S::SHUTDOWN_TIMEOUT.name, env.value(&S::SHUTDOWN_TIMEOUT))?;
         let slow_intervals = SlowIntervals {
@@ -541,10 +537,7 @@ impl<'a> Env<'a> {
 }
 
 /// `GPU_SIDECAR_SAMPLE_LOG*`. The format and size are validated even when the log is off.
-fn parse_sample_log(
-    env: &Env<'_>,
-    sample_interval: Duration,
-) -> Result<Option<SampleLogConfig>, ConfigError> {
+fn parse_sample_log(env: &Env<'_>) -> Result<Option<SampleLogConfig>, ConfigError> {
     let format = match env.value(&S::SAMPLE_LOG_FORMAT) {
         "csv" => SampleLogFormat::Csv,
         "jsonl" => SampleLogFormat::Jsonl,
@@ -571,7 +564,6 @@ fn parse_sample_log(
         target: output_target(v),
         format,
         max_bytes,
-        sample_interval,
     }))
 }
 

@@ -125,7 +125,6 @@ fn report_and_sample_log_settings() {
             target: OutputTarget::Path("/var/log/gpu.csv".into()),
             format: SampleLogFormat::Csv,
             max_bytes: 100 * 1024 * 1024,
-            sample_interval: Duration::from_secs(5),
         })
     );
     let c = cfg(&[

@@ -43,45 +43,35 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use crate::config::{Config, ExporterKind};
 use crate::sampling::cadence::Timing;
 use crate::sampling::{
     Activity, DeviceState, EventWatcherState, EventWatcherStatus, Hub, NvmlStatus, WatcherCall,
 };
 use crate::telemetry::export::ExportStatus;
 
-/// The bounds the checks apply, derived from [`Config`].
+/// The bounds the checks apply, from the agent's [`Timing`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Oldest acceptable sample: [`Timing::max_sample_age`].
     pub max_sample_age: Duration,
     /// Longest acceptable NVML step, `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
     pub watchdog: Duration,
-    /// Oldest acceptable successful export (`None`: metrics are not sent over OTLP).
+    /// Oldest acceptable successful export (`None`: metrics are not sent over OTLP):
+    /// [`Timing::export_success_max_age`].
     pub export_success: Option<Duration>,
-    /// Longest acceptable time without any finished export (`None`: no exporter).
+    /// Longest acceptable time without any finished export (`None`: no exporter):
+    /// [`Timing::export_loop_max_gap`].
     pub export_loop: Option<Duration>,
 }
 
 impl Limits {
-    /// The bounds for `config`, on its cadence.
-    pub fn from_config(config: &Config) -> Self {
-        Self::new(config, &Timing::from_config(config))
-    }
-
-    /// The bounds for `config` on `timing`.
-    pub fn new(config: &Config, timing: &Timing) -> Self {
-        let (ei, timeout) = (timing.export_interval, config.metrics_export_bound());
+    /// The bounds on `timing`'s periods.
+    pub fn new(timing: &Timing) -> Self {
         Self {
             max_sample_age: timing.max_sample_age,
             watchdog: timing.watchdog,
-            export_success: (config.metrics_exporter == ExporterKind::Otlp)
-                .then(|| ei * 3 + timeout),
-            export_loop: match config.metrics_exporter {
-                ExporterKind::None => None,
-                ExporterKind::Console => Some(ei * 2 + Duration::from_secs(5)),
-                ExporterKind::Otlp => Some((ei + timeout) * 2 + Duration::from_secs(5)),
-            },
+            export_success: timing.export_success_max_age,
+            export_loop: timing.export_loop_max_gap,
         }
     }
 }

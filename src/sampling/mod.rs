@@ -47,6 +47,7 @@ pub mod snapshot;
 
 use nvml_wrapper::error::NvmlError;
 
+pub use cadence::{Timing, EVENT_WAIT_MAX, INIT_BACKOFF_CAP};
 pub use event_watcher::{DeviceEvent, DeviceEventKind, WatcherCall};
 pub use hub::{
     Delivery, EventWatcherState, EventWatcherStatus, GroupDuration, Hub, Interest, NvmlErrorCounts,
@@ -55,7 +56,7 @@ pub use hub::{
 pub use library_advice::LibraryAdvice;
 pub use raw::{refused_version, Versioned, VERSIONED};
 pub use sampler::{
-    with_session, Annotate, Sampler, SamplerSettings, INIT_BACKOFF_CAP, MAX_EVENT_WATCHERS,
+    with_session, Annotate, Sampler, SamplerSettings, MAX_EVENT_WATCHERS,
     SILENT_TICKS_BEFORE_REINIT,
 };
 pub use snapshot::{

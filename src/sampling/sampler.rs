@@ -13,29 +13,26 @@ use std::time::{Duration, Instant, SystemTime};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
-use super::cadence::{Cadence, Due};
+use super::cadence::{Cadence, Due, Timing};
 use super::hub::{GroupDuration, Hub, WatcherSlot};
 use super::{event_watcher, read};
 use super::{
     Activity, DeviceSample, DeviceState, IoTotals, LibraryAdvice, NvmlDown, NvmlStatus,
     SampleGroup, Snapshot,
 };
-use crate::config::{Config, DeviceSelection, SlowIntervals};
+use crate::config::{Config, DeviceSelection};
 
 /// Settings the sampler needs, taken from [`Config`].
 #[derive(Debug, Clone)]
 pub struct SamplerSettings {
     /// Library to load.
     pub nvml_library: PathBuf,
-    /// Tick period.
-    pub interval: Duration,
-    /// Export period (`OTEL_METRIC_EXPORT_INTERVAL`): which ticks are export ticks, the
-    /// only ones that read the slow groups (see [`cadence`](super::cadence)).
-    pub export_interval: Duration,
+    /// The flow's periods, as the agent built them: the tick, the export ticks (the only
+    /// ones that read the slow groups, see [`cadence`](super::cadence)), the slow groups'
+    /// cadence, the event wait's bound and the init backoff's cap.
+    pub timing: Timing,
     /// Devices to sample.
     pub devices: DeviceSelection,
-    /// Cadence of the slow groups.
-    pub slow_intervals: SlowIntervals,
     /// What to advise when the library cannot be loaded.
     pub library_advice: LibraryAdvice,
     /// The proc root (`GPU_SIDECAR_PROC_ROOT`): process names from `<root>/<pid>/comm`
@@ -66,18 +63,16 @@ pub trait Annotate: Send {
 
 impl SamplerSettings {
     fn cadence(&self) -> Cadence {
-        Cadence::new(self.interval, self.export_interval, self.slow_intervals)
+        Cadence::new(&self.timing)
     }
-}
 
-impl From<&Config> for SamplerSettings {
-    fn from(c: &Config) -> Self {
+    /// The sampler's settings from `c`, on the periods of `timing` (the agent's one
+    /// [`Timing`]).
+    pub fn new(c: &Config, timing: Timing) -> Self {
         Self {
             nvml_library: c.nvml_library.clone(),
-            interval: c.sample_interval,
-            export_interval: c.export_interval,
+            timing,
             devices: c.devices.clone(),
-            slow_intervals: c.slow_intervals,
             library_advice: LibraryAdvice::from_config(c),
             proc_root: c.proc_root.clone(),
             mps_clients: c.node,
@@ -99,35 +94,6 @@ pub struct Sampler {
 
 /// Consecutive ticks in which no device answered anything before NVML is initialized again.
 pub const SILENT_TICKS_BEFORE_REINIT: u32 = 3;
-
-/// Most time between two NVML initialization attempts while NVML is down, whatever the
-/// sample interval: NVML's init is a local call, and recovery follows NVML's return within
-/// two sample intervals (see [`init_backoff`]).
-pub const INIT_BACKOFF_CAP: Duration = Duration::from_secs(5);
-
-/// The delays between NVML initialization attempts while NVML is down (init failing, the
-/// device listing failing, fewer devices listed than before): from 1 s (or the sample
-/// interval when shorter) doubling up to the sample interval, at most [`INIT_BACKOFF_CAP`].
-/// So an attempt comes at most one sample interval after NVML answers again, and the first
-/// sample follows it: the agent is ready again within two sample intervals. Without jitter
-/// (one local library, nothing to spread out); backon's exponential backoff, without end.
-pub fn init_backoff(sample_interval: Duration) -> impl Iterator<Item = Duration> {
-    use backon::BackoffBuilder as _;
-    let cap = sample_interval.min(INIT_BACKOFF_CAP);
-    backon::ExponentialBuilder::default()
-        .with_min_delay(cap.min(Duration::from_secs(1)))
-        .with_max_delay(cap)
-        .with_factor(2.0)
-        .without_max_times()
-        .build()
-}
-
-/// The longest one event wait (`nvmlEventSetWait_v2`) may be: a wait is bounded by one
-/// sample interval and by this, so that the event watcher notices a stop within half a
-/// second, returns, and NVML is shut down before the agent exits (at the default 5 s sample
-/// interval a whole-interval wait outlasted the stop). An event ends a wait at once
-/// whatever its bound; an idle watcher wakes twice a second (one driver call each).
-pub const EVENT_WAIT_MAX: Duration = Duration::from_millis(500);
 
 /// Most event watcher threads at once: the current session's and one of an earlier session
 /// still inside a driver call. Past it no new watcher is started until one returns (a stuck
@@ -190,7 +156,7 @@ enum SessionEnd {
     /// Stop the sampler; with the time by which everything must be done when asked to.
     Stop(Option<Instant>),
     /// NVML is up but the devices could not be listed, or fewer than before: initialize
-    /// again after the backoff ([`init_backoff`]).
+    /// again after the backoff ([`Timing::init_backoff`]).
     Retry,
     /// No device answered for [`SILENT_TICKS_BEFORE_REINIT`] ticks: re-initialize, and
     /// keep re-initializing until NVML lists as many devices again.
@@ -218,7 +184,7 @@ fn run(
     commands: &mpsc::Receiver<Command>,
     annotate: &mut Option<Box<dyn Annotate>>,
 ) {
-    let mut backoff = init_backoff(settings.interval);
+    let mut backoff = settings.timing.init_backoff();
     let mut last_down: Option<NvmlDown> = None;
     let mut carry = Carry {
         cadence: Some(settings.cadence()),
@@ -226,7 +192,7 @@ fn run(
     };
     // Waits for the next attempt; `false` when asked to stop meanwhile.
     let wait = |backoff: &mut dyn Iterator<Item = Duration>| {
-        let delay = backoff.next().unwrap_or(INIT_BACKOFF_CAP);
+        let delay = backoff.next().unwrap_or(settings.timing.init_backoff_cap);
         match commands.recv_timeout(delay) {
             Ok(Command::FinalSampleAndStop { .. }) | Err(RecvTimeoutError::Disconnected) => false,
             Err(RecvTimeoutError::Timeout) => true,
@@ -271,7 +237,7 @@ fn run(
                     // the backoff from its start.
                     SessionEnd::Silent => {
                         hub.clear();
-                        backoff = init_backoff(settings.interval);
+                        backoff = settings.timing.init_backoff();
                     }
                     SessionEnd::Retry => {
                         hub.clear();
@@ -291,7 +257,7 @@ fn run(
                     tracing::error!(
                         "{}; retrying every {}s at most until it answers (this is logged again only if the cause changes)",
                         down.explain(),
-                        settings.interval.min(INIT_BACKOFF_CAP).as_secs_f64()
+                        settings.timing.init_backoff_cap.as_secs_f64()
                     );
                 }
                 last_down = Some(down);
@@ -460,12 +426,12 @@ fn session(
     });
     tracing::info!(
         devices = reader.device_count(),
-        interval_ms = settings.interval.as_millis() as u64,
-        export_interval_ms = settings.export_interval.as_millis() as u64,
-        energy_interval_ms = settings.slow_intervals.energy.as_millis() as u64,
-        process_interval_ms = settings.slow_intervals.process.as_millis() as u64,
-        gpm_interval_ms = settings.slow_intervals.gpm.as_millis() as u64,
-        pcie_interval_ms = settings.slow_intervals.pcie.as_millis() as u64,
+        interval_ms = settings.timing.sample_interval.as_millis() as u64,
+        export_interval_ms = settings.timing.export_interval.as_millis() as u64,
+        energy_interval_ms = settings.timing.slow_intervals.energy.as_millis() as u64,
+        process_interval_ms = settings.timing.slow_intervals.process.as_millis() as u64,
+        gpm_interval_ms = settings.timing.slow_intervals.gpm.as_millis() as u64,
+        pcie_interval_ms = settings.timing.slow_intervals.pcie.as_millis() as u64,
         "sampling started"
     );
     let mut cadence = carry.cadence.take().unwrap_or_else(|| settings.cadence());
@@ -473,7 +439,7 @@ fn session(
     let targets = reader.event_targets();
     // One wait per sample interval when nothing happens, and at most EVENT_WAIT_MAX (an
     // event ends a wait at once, whatever its bound).
-    let wait = settings.interval.min(EVENT_WAIT_MAX);
+    let wait = settings.timing.event_wait;
     let mut watcher = start_watcher(nvml, &targets, wait, hub, false);
     let mut refused = 0u32;
     let end = ticks(
@@ -583,11 +549,11 @@ fn ticks(
             return SessionEnd::Silent;
         }
         between();
-        next += settings.interval;
+        next += settings.timing.sample_interval;
         let now = Instant::now();
         if next < now {
             // Ticks took longer than the interval: skip the missed ones rather than burst.
-            next = now + settings.interval;
+            next = now + settings.timing.sample_interval;
         }
         match commands.recv_timeout(next - now) {
             Err(RecvTimeoutError::Timeout) => {}
@@ -611,7 +577,7 @@ fn ticks(
 /// calls `f` with a closure that runs one sampler tick (the same code: the fast fields every
 /// call, each slow group on its cadence from `settings`, unsupported fields asked once) and
 /// returns one [`DeviceSample`] per device, in listing order. Each call counts as an export
-/// tick `settings.interval` after the previous one (the slow groups' cadence follows from
+/// tick one sample interval (`settings.timing`) after the previous one (the slow groups' cadence follows from
 /// that); the caller decides when to sample. NVML is shut down (`nvmlShutdown`) after `f`
 /// returns.
 ///
@@ -626,11 +592,14 @@ pub fn with_session<R>(
         .lib_path(settings.nvml_library.as_os_str())
         .init()?;
     let result = {
-        let mut cadence = Cadence::new(
-            settings.interval,
-            settings.interval,
-            settings.slow_intervals,
-        );
+        let t = &settings.timing;
+        // Every call an export tick: exports as often as samples.
+        let mut cadence = Cadence::new(&Timing::new(
+            t.sample_interval,
+            t.sample_interval,
+            t.slow_intervals,
+            t.watchdog,
+        ));
         let mut reader = read::Reader::open(
             &nvml,
             &settings.devices,
@@ -639,7 +608,7 @@ pub fn with_session<R>(
         )?;
         let (t0, mut tick, mut timings) = (Instant::now(), 0u32, Vec::new());
         f(&mut || {
-            let due = cadence.tick(t0 + settings.interval * tick);
+            let due = cadence.tick(t0 + settings.timing.sample_interval * tick);
             let devices = reader.sample(due, &mut timings);
             timings.clear();
             tick += 1;
@@ -657,7 +626,7 @@ mod tests {
     use super::*;
 
     fn first(interval: Duration, n: usize) -> Vec<Duration> {
-        init_backoff(interval).take(n).collect()
+        Timing::every(interval).init_backoff().take(n).collect()
     }
 
     /// NVML is retried at least once per sample interval (never more than 5 s apart), so

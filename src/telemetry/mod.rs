@@ -91,20 +91,10 @@ impl Telemetry {
                 config.otlp.metrics.endpoint.clone(),
             ),
         };
-        let slowest = [
-            config.slow_intervals.energy,
-            config.slow_intervals.gpm,
-            config.slow_intervals.pcie,
-            config.slow_intervals.process,
-            config.export_interval,
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or_default();
         let encoder = encode::Encoder::new(
             &resource,
             config.otlp.temporality,
-            (slowest * 3).max(Duration::from_secs(3600)),
+            timing.series_expiry,
             SystemTime::now(),
         )
         .with_detail(config.metrics_detail);
@@ -116,7 +106,7 @@ impl Telemetry {
             hub: hub.clone(),
             status: status.clone(),
             target,
-            bound: config.metrics_export_bound(),
+            bound: timing.export_bound,
             last_seq: AtomicU64::new(0),
             paused: std::sync::atomic::AtomicBool::new(false),
             in_flight: Arc::new(tokio::sync::Semaphore::new(1)),
