@@ -2,7 +2,7 @@
 //! under one deadline (`GPU_SIDECAR_SHUTDOWN_TIMEOUT`).
 //!
 //! ```text
-//! probes (/healthz, /readyz) + watchdog        read the hub; started first
+//! probes (/healthz, /readyz) + watchdog        read the hub and the sampler's board; first
 //! sampler: nvml-sampler (snapshots)            \
 //!          nvml-events  (XID, ECC events)       }-> hub -> one queue per consumer, in order:
 //!   export-clock   snapshots -> metrics export (OTLP, console)
@@ -41,7 +41,7 @@ use crate::report::{RunAccumulator, RunReporter, SampleLogger};
 use crate::rules::Rules;
 use crate::sampling::cadence::Timing;
 use crate::sampling::consumer::ConsumerThread;
-use crate::sampling::{Annotate, Hub, Sampler, SamplerSettings};
+use crate::sampling::{Annotate, Hub, Sampler, SamplerBoard, SamplerSettings};
 use crate::telemetry::events::Events;
 use crate::telemetry::recorder::Recorder;
 use crate::telemetry::{Telemetry, TelemetryError};
@@ -93,15 +93,17 @@ pub fn run(config: Config) -> Result<(), StartError> {
     // The hub, and the probes that read it: they answer while the agent waits for the
     // kubelet, and a failure to serve them stops the agent before anything else has started.
     let hub = Arc::new(Hub::default());
+    let board = Arc::new(SamplerBoard::default());
     let checks = Arc::new(probes::Probes::new(
         hub.clone(),
+        board.clone(),
         probes::Limits::new(&timing),
     ));
     if let Some(addr) = &config.health_addr {
         let bound = probes::start(&runtime, addr, checks.clone()).map_err(StartError::Probes)?;
         tracing::info!("health endpoint listening on {bound} (/healthz, /readyz)");
     }
-    runtime.spawn(probes::watchdog(hub.clone(), timing.watchdog));
+    runtime.spawn(probes::watchdog(board.clone(), timing.watchdog));
     let follow = match (&config.exit_with_process, config.exit_with_containers) {
         (Some(name), _) => Some(process_watch::Follow::Process(name.clone())),
         (None, true) => Some(process_watch::Follow::Containers),
@@ -152,14 +154,20 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let timeline = EventTimeline::new();
     let (events, telemetry) = {
         let _guard = runtime.enter();
-        let telemetry = Telemetry::start(&config, &timing, resource.clone(), hub.clone())?;
+        let telemetry = Telemetry::start(
+            &config,
+            &timing,
+            resource.clone(),
+            hub.clone(),
+            board.clone(),
+        )?;
         let events = Events::start(&config, resource.clone(), &telemetry.recorded())?
             .with_tap(timeline.tap());
         (events, telemetry)
     };
     checks.exports_started(telemetry.status.clone());
     let flow = Flow::start(
-        &config, &hub, settings, events, telemetry, timeline, annotate,
+        &config, &hub, &board, settings, events, telemetry, timeline, annotate,
     );
 
     let signal = runtime.block_on(signals.recv());
@@ -169,7 +177,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     );
     let steps = StopSteps::new(config.sample_log.is_some());
     runtime.spawn(second_signal(signals, steps.clone()));
-    flow.stop(&config, &hub, &resource, &steps);
+    flow.stop(&config, &hub, &board, &resource, &steps);
     runtime.shutdown_background();
     tracing::info!("stopped");
     Ok(())
@@ -256,9 +264,11 @@ struct Flow {
 
 impl Flow {
     /// Starts the consumers (the export clock already runs in `telemetry`), then the sampler.
+    #[allow(clippy::too_many_arguments)]
     fn start(
         config: &Config,
         hub: &Arc<Hub>,
+        board: &Arc<SamplerBoard>,
         settings: SamplerSettings,
         events: Events,
         telemetry: Telemetry,
@@ -290,7 +300,7 @@ impl Flow {
             .sample_log
             .clone()
             .map(|c| SampleLogger::start(c, timing, hub));
-        let sampler = Sampler::start(settings, hub.clone(), annotate);
+        let sampler = Sampler::start(settings, hub.clone(), board.clone(), annotate);
         Self {
             events,
             timeline,
@@ -306,7 +316,14 @@ impl Flow {
     /// Stops everything in reverse under one deadline, `GPU_SIDECAR_SHUTDOWN_TIMEOUT` from
     /// now; the report goes out before the events and the metrics are flushed. Each step
     /// done is struck off `steps`.
-    fn stop(self, config: &Config, hub: &Hub, resource: &Resource, steps: &StopSteps) {
+    fn stop(
+        self,
+        config: &Config,
+        hub: &Hub,
+        board: &SamplerBoard,
+        resource: &Resource,
+        steps: &StopSteps,
+    ) {
         let Flow {
             events,
             timeline,
@@ -332,7 +349,7 @@ impl Flow {
                 humantime::format_duration(sampler_bound)
             );
         }
-        if sampled && hub.event_watchers_running() == 0 {
+        if sampled && board.event_watchers_running() == 0 {
             steps.done(StopSteps::NVML_SHUTDOWN);
         }
         // Every sample is in: end the subscriptions; each consumer drains and finishes.
@@ -379,10 +396,10 @@ impl Flow {
         if !sampled {
             return;
         }
-        while hub.event_watchers_running() > 0 && Instant::now() < deadline {
+        while board.event_watchers_running() > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        if hub.event_watchers_running() == 0 {
+        if board.event_watchers_running() == 0 {
             steps.done(StopSteps::NVML_SHUTDOWN);
         } else {
             tracing::warn!(

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -13,8 +12,9 @@ use std::time::{Duration, Instant, SystemTime};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
+use super::board::{SamplerBoard, WatcherSlot};
 use super::cadence::{Cadence, Due, Timing};
-use super::hub::{GroupDuration, Hub, WatcherSlot};
+use super::hub::{GroupDuration, Hub};
 use super::{event_watcher, read};
 use super::{
     Activity, DeviceSample, DeviceState, IoTotals, LibraryAdvice, NvmlDown, NvmlStatus,
@@ -95,6 +95,14 @@ pub struct Sampler {
 /// Consecutive ticks in which no device answered anything before NVML is initialized again.
 pub const SILENT_TICKS_BEFORE_REINIT: u32 = 3;
 
+/// Where the NVML threads write: the bus (snapshots, device events) and the sampler's state
+/// board (status, heartbeat, errors, watchers).
+#[derive(Clone)]
+struct Outlets {
+    hub: Arc<Hub>,
+    board: Arc<SamplerBoard>,
+}
+
 /// Most event watcher threads at once: the current session's and one of an earlier session
 /// still inside a driver call. Past it no new watcher is started until one returns (a stuck
 /// driver call cannot be interrupted), so stuck threads never pile up.
@@ -103,22 +111,24 @@ pub const MAX_EVENT_WATCHERS: usize = 2;
 impl Sampler {
     /// Spawns the `nvml-sampler` thread (and, per NVML session, `nvml-events`), publishing
     /// snapshots (with their group durations, each passed through `annotate` first when
-    /// given) and device events into `hub`.
+    /// given) and device events into `hub`; its status onto `board`.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
     pub fn start(
         settings: SamplerSettings,
         hub: Arc<Hub>,
+        board: Arc<SamplerBoard>,
         annotate: Option<Box<dyn Annotate>>,
     ) -> Self {
+        let out = Outlets { hub, board };
         let (tx, rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("nvml-sampler".into())
             .spawn(move || {
                 let mut annotate = annotate;
-                run(&settings, &hub, &rx, &mut annotate);
+                run(&settings, &out, &rx, &mut annotate);
                 let _ = done_tx.send(());
             })
             .expect("spawn nvml-sampler thread");
@@ -180,7 +190,7 @@ struct Carry {
 
 fn run(
     settings: &SamplerSettings,
-    hub: &Arc<Hub>,
+    out: &Outlets,
     commands: &mpsc::Receiver<Command>,
     annotate: &mut Option<Box<dyn Annotate>>,
 ) {
@@ -199,26 +209,26 @@ fn run(
         }
     };
     loop {
-        hub.begin(Activity::Init);
+        out.board.begin(Activity::Init);
         let init = Nvml::builder()
             .lib_path(settings.nvml_library.as_os_str())
             .init();
-        hub.end();
+        out.board.end();
         match init {
             Ok(nvml) => {
                 if last_down.take().is_some() {
                     tracing::info!("NVML is back");
                 }
                 let nvml = Arc::new(nvml);
-                let end = session(&nvml, settings, hub, commands, &mut carry, annotate);
+                let end = session(&nvml, settings, out, commands, &mut carry, annotate);
                 match Arc::try_unwrap(nvml) {
                     Ok(nvml) => {
-                        hub.begin(Activity::Shutdown);
+                        out.board.begin(Activity::Shutdown);
                         let result = nvml.shutdown();
-                        hub.end();
+                        out.board.end();
                         match result {
                             Err(e) => {
-                                hub.add_nvml_errors([(("nvmlShutdown", super::nvml_error::error_code(&e)), 1)]);
+                                out.board.add_nvml_errors([(("nvmlShutdown", super::nvml_error::error_code(&e)), 1)]);
                                 tracing::warn!("nvmlShutdown failed: {e}");
                             }
                             Ok(()) => tracing::debug!("nvmlShutdown done"),
@@ -236,11 +246,11 @@ fn run(
                     // It sampled until NVML went silent: the next attempt at once, then
                     // the backoff from its start.
                     SessionEnd::Silent => {
-                        hub.clear();
+                        out.hub.clear();
                         backoff = settings.timing.init_backoff();
                     }
                     SessionEnd::Retry => {
-                        hub.clear();
+                        out.hub.clear();
                         if !wait(&mut backoff) {
                             return;
                         }
@@ -248,11 +258,12 @@ fn run(
                 }
             }
             Err(e) => {
-                hub.add_nvml_errors([(("nvmlInit_v2", super::nvml_error::error_code(&e)), 1)]);
+                out.board
+                    .add_nvml_errors([(("nvmlInit_v2", super::nvml_error::error_code(&e)), 1)]);
                 let down =
                     NvmlDown::classify_init(&e, &settings.nvml_library, &settings.library_advice);
                 // Status first: whoever reads the log line and then asks /readyz sees it.
-                hub.set_status(NvmlStatus::Down(down.clone()));
+                out.board.set_status(NvmlStatus::Down(down.clone()));
                 if last_down.as_ref() != Some(&down) {
                     tracing::error!(
                         "{}; retrying every {}s at most until it answers (this is logged again only if the cause changes)",
@@ -284,14 +295,14 @@ fn start_watcher(
     nvml: &Arc<Nvml>,
     targets: &[event_watcher::Target],
     wait: Duration,
-    hub: &Arc<Hub>,
+    out: &Outlets,
     say: bool,
 ) -> Option<Watcher> {
     if targets.is_empty() {
-        hub.set_watcher(WatcherSlot::None);
+        out.board.set_watcher(WatcherSlot::None);
         return None;
     }
-    let running = hub.watchers_running.load(Ordering::SeqCst);
+    let running = out.board.event_watchers_running();
     if running >= MAX_EVENT_WATCHERS {
         if say {
             tracing::error!(
@@ -299,22 +310,22 @@ fn start_watcher(
                 "XID and ECC events are not watched: {running} event watchers of earlier NVML sessions are still inside a driver call that does not return; a new one starts when one returns"
             );
         }
-        hub.set_watcher(WatcherSlot::Refused);
+        out.board.set_watcher(WatcherSlot::Refused);
         return None;
     }
     let beat = Arc::new(event_watcher::Heartbeat::default());
     let (stop_tx, stop_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel();
-    let (nvml, targets, thread_hub, thread_beat) =
-        (nvml.clone(), targets.to_vec(), hub.clone(), beat.clone());
-    hub.watchers_running.fetch_add(1, Ordering::SeqCst);
+    let (nvml, targets, thread_out, thread_beat) =
+        (nvml.clone(), targets.to_vec(), out.clone(), beat.clone());
+    out.board.watcher_started();
     let spawned = std::thread::Builder::new()
         .name("nvml-events".into())
         .spawn(move || {
-            let hub = thread_hub;
+            let Outlets { hub, board } = thread_out;
             let stop = event_watcher::StopSignal(stop_rx);
             let count_error = |call: &'static str, e: &NvmlError| {
-                hub.add_nvml_errors([((call, super::nvml_error::error_code(e)), 1)]);
+                board.add_nvml_errors([((call, super::nvml_error::error_code(e)), 1)]);
             };
             event_watcher::run(
                 &nvml,
@@ -325,7 +336,7 @@ fn start_watcher(
                     beat: &thread_beat,
                     count_error: &count_error,
                     wait,
-                    superseded: &|| hub.watcher_superseded(&thread_beat),
+                    superseded: &|| board.watcher_superseded(&thread_beat),
                 },
             );
             thread_beat.end();
@@ -335,7 +346,7 @@ fn start_watcher(
                 match nvml.shutdown() {
                     Ok(()) => tracing::debug!("nvmlShutdown done (by the event watcher)"),
                     Err(e) => {
-                        hub.add_nvml_errors([(
+                        board.add_nvml_errors([(
                             ("nvmlShutdown", super::nvml_error::error_code(&e)),
                             1,
                         )]);
@@ -343,20 +354,20 @@ fn start_watcher(
                     }
                 }
             }
-            hub.watchers_running.fetch_sub(1, Ordering::SeqCst);
+            board.watcher_ended();
             let _ = done_tx.send(());
         });
     match spawned {
         Ok(_) => {
-            hub.set_watcher(WatcherSlot::Started(beat));
+            out.board.set_watcher(WatcherSlot::Started(beat));
             Some(Watcher {
                 stop: stop_tx,
                 done: done_rx,
             })
         }
         Err(e) => {
-            hub.watchers_running.fetch_sub(1, Ordering::SeqCst);
-            hub.set_watcher(WatcherSlot::None);
+            out.board.watcher_ended();
+            out.board.set_watcher(WatcherSlot::None);
             tracing::error!(
                 "cannot start the nvml-events thread: {e}; XID and ECC events are not watched"
             );
@@ -368,36 +379,37 @@ fn start_watcher(
 fn session(
     nvml: &Arc<Nvml>,
     settings: &SamplerSettings,
-    hub: &Arc<Hub>,
+    out: &Outlets,
     commands: &mpsc::Receiver<Command>,
     carry: &mut Carry,
     annotate: &mut Option<Box<dyn Annotate>>,
 ) -> SessionEnd {
     let opened = Instant::now();
-    hub.begin(Activity::Listing);
+    out.board.begin(Activity::Listing);
     let listed = read::Reader::open(
         nvml,
         &settings.devices,
         &carry.io_totals,
         &settings.read_options(),
     );
-    hub.end();
+    out.board.end();
     let mut reader = match listed {
         Ok(mut r) => {
-            hub.add_nvml_errors(r.take_errors());
+            out.board.add_nvml_errors(r.take_errors());
             r
         }
         Err(e) => {
-            hub.add_nvml_errors([(
+            out.board.add_nvml_errors([(
                 ("nvmlDeviceGetCount_v2", super::nvml_error::error_code(&e)),
                 1,
             )]);
             if !std::mem::replace(&mut carry.listing_logged, true) {
                 tracing::error!("NVML is up but listing devices failed: {e}; re-initializing until it answers (logged once)");
             }
-            hub.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
-                "device listing: {e}"
-            ))));
+            out.board
+                .set_status(NvmlStatus::Down(NvmlDown::Other(format!(
+                    "device listing: {e}"
+                ))));
             return SessionEnd::Retry;
         }
     };
@@ -406,7 +418,7 @@ fn session(
     if let Some(before) = carry.relist {
         if reader.device_count() < before {
             // Still broken: sampling fewer GPUs would hide the others; not ready, try again.
-            hub.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
+            out.board.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
                 "NVML lists {} of the {before} devices it sampled before it stopped answering; re-initializing",
                 reader.device_count()
             ))));
@@ -421,7 +433,7 @@ fn session(
             "NVML lists its devices again"
         );
     }
-    hub.set_status(NvmlStatus::Up {
+    out.board.set_status(NvmlStatus::Up {
         devices: reader.device_count(),
     });
     tracing::info!(
@@ -440,13 +452,13 @@ fn session(
     // One wait per sample interval when nothing happens, and at most EVENT_WAIT_MAX (an
     // event ends a wait at once, whatever its bound).
     let wait = settings.timing.event_wait;
-    let mut watcher = start_watcher(nvml, &targets, wait, hub, false);
+    let mut watcher = start_watcher(nvml, &targets, wait, out, false);
     let mut refused = 0u32;
     let end = ticks(
         &mut reader,
         &mut cadence,
         settings,
-        hub,
+        out,
         commands,
         listed_in,
         &mut carry.seq,
@@ -454,10 +466,10 @@ fn session(
         &mut || {
             // Refused at the start (earlier watchers stuck): try again once one returned;
             // said once it has lasted more than a wait (not a watcher finishing its last one).
-            if watcher.is_none() && hub.watcher_refused() {
+            if watcher.is_none() && out.board.watcher_refused() {
                 refused += 1;
                 let say = refused == 2;
-                watcher = start_watcher(nvml, &targets, wait, hub, say);
+                watcher = start_watcher(nvml, &targets, wait, out, say);
             }
         },
     );
@@ -467,7 +479,7 @@ fn session(
         carry.relist = Some(reader.device_count());
     }
     drop(reader);
-    hub.set_watcher(WatcherSlot::None);
+    out.board.set_watcher(WatcherSlot::None);
     if let Some(Watcher { stop, done }) = watcher {
         drop(stop);
         // At shutdown only: give the watcher what is left of the sampler's bound to return
@@ -492,7 +504,7 @@ fn ticks(
     reader: &mut read::Reader<'_>,
     cadence: &mut Cadence,
     settings: &SamplerSettings,
-    hub: &Hub,
+    out: &Outlets,
     commands: &mpsc::Receiver<Command>,
     listed_in: GroupDuration,
     seq: &mut u64,
@@ -502,12 +514,12 @@ fn ticks(
     let mut timings = vec![listed_in];
     let mut sample = |due: Due, seq: &mut u64| {
         *seq += 1;
-        hub.begin(Activity::Tick);
+        out.board.begin(Activity::Tick);
         let taken_at = SystemTime::now();
         let taken_instant = Instant::now();
         let devices = reader.sample(due, &mut timings);
-        hub.end();
-        hub.add_nvml_errors(reader.take_errors());
+        out.board.end();
+        out.board.add_nvml_errors(reader.take_errors());
         // Every answering device answered nothing: NVML itself has stopped working.
         let silent = devices.iter().any(|d| d.state == DeviceState::Ok)
             && devices
@@ -524,7 +536,8 @@ fn ticks(
         if let Some(a) = annotate.as_mut() {
             a.annotate(&mut snapshot, due.process);
         }
-        hub.publish_sampled(snapshot, std::mem::take(&mut timings));
+        out.hub
+            .publish_sampled(snapshot, std::mem::take(&mut timings));
         silent
     };
     let mut next = Instant::now();
@@ -543,7 +556,7 @@ fn ticks(
                 ticks = silent_ticks,
                 "no GPU answered any NVML call for {silent_ticks} ticks: NVML has stopped working (the calls' errors are logged above); re-initializing NVML"
             );
-            hub.set_status(NvmlStatus::Down(NvmlDown::Other(
+            out.board.set_status(NvmlStatus::Down(NvmlDown::Other(
                 "no GPU answered any NVML call; re-initializing".into(),
             )));
             return SessionEnd::Silent;

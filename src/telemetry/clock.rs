@@ -28,7 +28,7 @@ use super::series::Stamp;
 use super::transport::Transport;
 use crate::catalogue::metrics::SAMPLE_DURATION;
 use crate::sampling::consumer::{Consumer, ConsumerThread};
-use crate::sampling::{GroupDuration, Hub, Interest, Snapshot};
+use crate::sampling::{GroupDuration, Hub, Interest, SamplerBoard, Snapshot};
 
 /// Snapshots queued for the export clock: it hands each export to the runtime at once, so a
 /// few absorb a descheduled thread; an export tick that waited longer is not exported.
@@ -52,6 +52,8 @@ pub struct Exporter {
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) recorded: Arc<Recorded>,
     pub(crate) hub: Arc<Hub>,
+    /// The sampler's state board: the agent's own metrics' NVML error and stuck counts.
+    pub(crate) board: Arc<SamplerBoard>,
     pub(crate) status: Arc<ExportStatus>,
     /// Where exports go (for logs; no secrets).
     pub(crate) target: String,
@@ -78,7 +80,7 @@ impl Exporter {
     }
 
     fn build(&self, snapshot: Option<&Snapshot>) -> super::encode::Batch {
-        let own = OwnValues::read(&self.hub, &self.status);
+        let own = OwnValues::read(&self.board, &self.status);
         let batch = self
             .encoder()
             .encode(snapshot, &self.recorded, &own, Stamp::now());

@@ -30,7 +30,7 @@ use opentelemetry_sdk::Resource;
 
 use crate::config::{Config, ExporterKind};
 use crate::sampling::cadence::Timing;
-use crate::sampling::Hub;
+use crate::sampling::{Hub, SamplerBoard};
 use export::ExportStatus;
 use recorded::Recorded;
 
@@ -70,6 +70,7 @@ impl Telemetry {
         timing: &Timing,
         resource: Resource,
         hub: Arc<Hub>,
+        board: Arc<SamplerBoard>,
     ) -> Result<Self, TelemetryError> {
         let status = Arc::new(ExportStatus::default());
         let recorded = Recorded::new();
@@ -104,6 +105,7 @@ impl Telemetry {
             runtime: tokio::runtime::Handle::current(),
             recorded: recorded.clone(),
             hub: hub.clone(),
+            board,
             status: status.clone(),
             target,
             bound: timing.export_bound,
