@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::RuleId;
+use super::id::RuleId;
 
 /// What happened to an alert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

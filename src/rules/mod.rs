@@ -18,6 +18,7 @@ pub mod catalogue;
 mod clocks;
 pub mod engine;
 mod health;
+pub(crate) mod id;
 pub(crate) mod memory;
 pub mod preallocation;
 pub(crate) mod profiling;
@@ -32,7 +33,8 @@ use opentelemetry::KeyValue;
 
 pub use alert::{Alert, AlertState, XidReport};
 pub use catalogue::{AlertSeverity, Hold, RuleId, RULES};
-pub use engine::{pool_params, Engine};
+pub use engine::Engine;
+pub use preallocation::pool_params;
 pub(crate) use workload::holds_memory;
 
 use crate::catalogue::metrics::ALERTS;
