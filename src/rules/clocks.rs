@@ -8,7 +8,7 @@ use super::id::RuleId;
 use super::id::RuleSettings;
 use super::rule::{Built, Deferred, Rule, Verdict};
 use crate::catalogue::clocks_event_reasons::{self, DEGRADING, SW_POWER_CAP};
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
 /// `temperature_high`: `nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU) >= threshold` °C.
 pub(crate) struct TemperatureHigh {

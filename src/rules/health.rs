@@ -8,7 +8,7 @@ use super::id::{Hold, RuleSettings};
 use super::rule::{Built, Deferred, Rule, Verdict};
 use std::collections::HashSet;
 
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
 /// `gpu_lost`: [`DeviceState::Lost`] (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`).
 pub(crate) struct GpuLost;

@@ -14,7 +14,7 @@ use super::preallocation::{MemoryState, PoolEnd, PoolParams, PoolTracker};
 use super::rule::{Built, Deferred, Rule, Verdict};
 use super::{gib, mib};
 use crate::sampling::snapshot::{percent_from_ratio, ratio_from_percent};
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
 fn memory(d: &DeviceSample) -> Option<(u64, u64)> {
     match (d.state, d.memory_used_bytes, d.memory_total_bytes) {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use super::id::{Hold, RuleSettings};
 use crate::sampling::snapshot::ratio_from_percent;
-use crate::sampling::{DeviceSample, DeviceState};
+use crate::sampling::snapshot::{DeviceSample, DeviceState};
 
 /// How far (a share of total memory) the memory may move from the level it jumped to and
 /// still be the same pool: 1 % (a second process's CUDA context, ~0.5 GiB, fits on cards

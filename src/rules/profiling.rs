@@ -18,7 +18,7 @@ use super::id::RuleId;
 use super::id::RuleSettings;
 use super::rule::{Built, Deferred, Rule, Verdict};
 use crate::sampling::snapshot::ratio_from_percent;
-use crate::sampling::{DeviceSample, DeviceState, GpmMetrics, Snapshot};
+use crate::sampling::snapshot::{DeviceSample, DeviceState, GpmMetrics, Snapshot};
 
 /// Windows without a new reading after which a GPU's last judgement lapses.
 pub(crate) const STALE_WINDOWS: f64 = 2.5;

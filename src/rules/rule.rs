@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::id::{Hold, RuleId, RuleSettings};
 use super::preallocation::PoolParams;
-use crate::sampling::{DeviceInfo, DeviceSample, Snapshot};
+use crate::sampling::snapshot::{DeviceInfo, DeviceSample, Snapshot};
 
 /// What a rule judged about one subject (a GPU, or the pod's GPUs together) at one sample.
 #[derive(Debug, Clone, PartialEq)]

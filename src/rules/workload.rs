@@ -8,7 +8,7 @@ use super::id::RuleId;
 use super::id::RuleSettings;
 use super::rule::{Built, Deferred, Rule, Verdict};
 use crate::sampling::snapshot::ratio_from_percent;
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
 /// Whether a compute process holds memory on the GPU (`nvmlDeviceGetComputeRunningProcesses_v3`):
 /// a listed process with used memory above 0, or unknown (NVML could not say how much, but
