@@ -60,10 +60,10 @@ use gpu_otel_sidecar::sampling::{
     self, Annotate, DeviceInfo, DeviceSample, GpmMetrics, ProcessSample, ProcessUtilization,
     SamplerSettings, Snapshot,
 };
-use gpu_otel_sidecar::telemetry::encode::Encoder;
-use gpu_otel_sidecar::telemetry::recorded::Recorded;
-use gpu_otel_sidecar::telemetry::self_metrics::OwnValues;
-use gpu_otel_sidecar::telemetry::series::Stamp;
+use gpu_otel_sidecar::telemetry::metrics::encode::Encoder;
+use gpu_otel_sidecar::telemetry::metrics::recorded::Recorded;
+use gpu_otel_sidecar::telemetry::metrics::self_metrics::OwnValues;
+use gpu_otel_sidecar::telemetry::metrics::series::Stamp;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use prost::Message as _;
 

@@ -42,8 +42,8 @@ use crate::rules::Rules;
 use crate::sampling::cadence::Timing;
 use crate::sampling::consumer::ConsumerThread;
 use crate::sampling::{Annotate, Hub, Sampler, SamplerBoard, SamplerSettings};
-use crate::telemetry::events::Events;
-use crate::telemetry::recorder::Recorder;
+use crate::telemetry::logs::device_events::Recorder;
+use crate::telemetry::logs::events::Events;
 use crate::telemetry::{Telemetry, TelemetryError};
 
 /// Why the agent could not start (exit code 1); the message names the cause.
@@ -86,8 +86,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
     // Every period of the flow, built once and handed to each part that runs on one.
     let timing = Timing::from_config(&config);
     log_start(&config, &timing);
-    crate::telemetry::tls::install_crypto_provider();
-    crate::telemetry::tls::check_trust_store(&config)
+    crate::telemetry::otlp::tls::install_crypto_provider();
+    crate::telemetry::otlp::tls::check_trust_store(&config)
         .map_err(|e| StartError::TrustStore(e.to_string()))?;
 
     // The hub, and the probes that read it: they answer while the agent waits for the

@@ -191,7 +191,7 @@ pub struct OtlpConfig {
 pub const DEFAULT_EVENTS_QUEUE_SIZE: usize = 1024;
 
 /// How events are queued and batched, from the `OTEL_BLRP_*` variables (the batch log
-/// record processor's, applied by the agent's own events queue, `src/telemetry/outbox.rs`).
+/// record processor's, applied by the agent's own events queue, `src/telemetry/logs/outbox.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogsBatch {
     /// `OTEL_BLRP_SCHEDULE_DELAY` (ms): while events keep coming, at most one export per

@@ -48,7 +48,7 @@ use crate::sampling::{
     Activity, DeviceState, EventWatcherState, EventWatcherStatus, Hub, NvmlStatus, SamplerBoard,
     WatcherCall,
 };
-use crate::telemetry::export::ExportStatus;
+use crate::telemetry::export_status::ExportStatus;
 
 /// The bounds the checks apply, from the agent's [`Timing`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

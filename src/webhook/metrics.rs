@@ -18,7 +18,7 @@ use crate::catalogue::metrics::ADMISSIONS;
 use crate::config::Config;
 use crate::sampling::cadence::Timing;
 use crate::sampling::{Hub, SamplerBoard};
-use crate::telemetry::recorded::Counter;
+use crate::telemetry::metrics::recorded::Counter;
 use crate::telemetry::{Telemetry, TelemetryError};
 
 /// Attribute of [`ADMISSIONS`]: what the webhook did ([`Outcome::as_str`]).

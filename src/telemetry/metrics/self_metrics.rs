@@ -3,8 +3,8 @@
 //! ([`SELF_METRICS`](crate::catalogue::metrics::SELF_METRICS)) and listed in
 //! `docs/metrics.md`.
 
-use super::export::ExportStatus;
 use crate::sampling::SamplerBoard;
+use crate::telemetry::export_status::ExportStatus;
 
 /// What the self-metrics report at one export, read from the sampler's state and the
 /// export status (no NVML call, no lock held for long).

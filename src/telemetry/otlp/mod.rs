@@ -12,7 +12,9 @@
 //! times out, on both. The whole export, attempts and waits, is bounded by the export
 //! timeout: a retry that would end past it is not made. What a failed export's data
 //! becomes is the caller's: the metrics drop it (cumulative counters stay continuous), the
-//! events keep it in their queue and send it again ([`super::outbox`]).
+//! events keep it in their queue and send it again ([`crate::telemetry::logs::outbox`]).
+
+pub mod tls;
 
 use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime};
@@ -153,7 +155,7 @@ impl Transport {
             Protocol::Grpc => {
                 let mut endpoint = tonic::transport::Endpoint::from_shared(c.endpoint.clone())
                     .map_err(|e| format!("OTLP endpoint {}: {e}", c.endpoint))?;
-                if let Some(tls) = super::tls::grpc(c, &c.endpoint) {
+                if let Some(tls) = crate::telemetry::otlp::tls::grpc(c, &c.endpoint) {
                     endpoint = endpoint
                         .tls_config(tls)
                         .map_err(|e| format!("TLS settings for {}: {e}", c.endpoint))?;
@@ -197,7 +199,7 @@ impl Transport {
                         HeaderValue::from_static("gzip"),
                     );
                 }
-                let client = super::tls::http_client_async(c, &c.endpoint)?;
+                let client = crate::telemetry::otlp::tls::http_client_async(c, &c.endpoint)?;
                 Ok(Self::Http {
                     client,
                     url: c.endpoint.clone(),
