@@ -206,7 +206,7 @@ pub struct LogsBatch {
 }
 
 impl Default for LogsBatch {
-    /// The rows' defaults ([`otel::BLRP_SCHEDULE_DELAY`], …).
+    /// The rows' defaults (`OTEL_BLRP_SCHEDULE_DELAY`, …).
     fn default() -> Self {
         let none = |_: &str| None;
         match parse_logs_batch(&none) {

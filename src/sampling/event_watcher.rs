@@ -170,7 +170,7 @@ pub struct WatcherCall {
 
 /// One event watcher's heartbeat: the NVML call it is inside, since when, and how long that
 /// call may take by itself. Written by the watcher around each call, read by the health
-/// checks ([`super::Hub::event_watcher`]).
+/// checks ([`super::SamplerBoard::event_watcher`]).
 #[derive(Debug, Default)]
 pub struct Heartbeat {
     state: Mutex<BeatState>,

@@ -143,8 +143,8 @@ impl Sampler {
     /// sampler wedged inside a driver call cannot be interrupted: then this returns `false`
     /// after `timeout` and the thread is left behind. The event watcher is given what is
     /// left of `timeout` after the final sample to return from its current wait (at most
-    /// [`EVENT_WAIT_MAX`]); if it has not, it shuts NVML down itself when it returns (see
-    /// [`Hub::event_watchers_running`]).
+    /// [`EVENT_WAIT_MAX`](super::cadence::EVENT_WAIT_MAX)); if it has not, it shuts NVML down itself when it returns (see
+    /// [`SamplerBoard::event_watchers_running`]).
     pub fn stop(mut self, timeout: Duration) -> bool {
         let _ = self.commands.send(Command::FinalSampleAndStop {
             until: Instant::now() + timeout,

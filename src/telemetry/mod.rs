@@ -83,8 +83,7 @@ impl Telemetry {
             }
             ExporterKind::Console => (otlp::Transport::Console, "stdout".to_string()),
             ExporterKind::Otlp => (
-                otlp::Transport::otlp(&config.otlp.metrics)
-                    .map_err(TelemetryError::Exporter)?,
+                otlp::Transport::otlp(&config.otlp.metrics).map_err(TelemetryError::Exporter)?,
                 config.otlp.metrics.endpoint.clone(),
             ),
         };
