@@ -161,38 +161,19 @@ impl Transport {
                         .map_err(|e| format!("TLS settings for {}: {e}", c.endpoint))?;
                 }
                 let channel = endpoint.connect_lazy();
-                let mut metadata = tonic::metadata::MetadataMap::new();
-                // Keys and values were validated in `config`.
-                for (k, v) in &c.headers {
-                    if let (Ok(key), Ok(value)) = (
-                        tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
-                        v.expose().parse(),
-                    ) {
-                        metadata.insert(key, value);
-                    }
-                }
                 Ok(Self::Grpc {
                     channel,
                     gzip: c.gzip,
-                    metadata,
+                    metadata: tonic::metadata::MetadataMap::from_headers(configured_headers(c)),
                 })
             }
             Protocol::HttpProtobuf => {
-                use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
-                let mut headers = HeaderMap::new();
+                use reqwest::header::{HeaderValue, CONTENT_TYPE};
+                let mut headers = configured_headers(c);
                 headers.insert(
                     CONTENT_TYPE,
                     HeaderValue::from_static("application/x-protobuf"),
                 );
-                for (k, v) in &c.headers {
-                    if let (Ok(name), Ok(mut value)) = (
-                        HeaderName::from_bytes(k.as_bytes()),
-                        HeaderValue::from_str(v.expose()),
-                    ) {
-                        value.set_sensitive(true);
-                        headers.insert(name, value);
-                    }
-                }
                 if c.gzip {
                     headers.insert(
                         reqwest::header::CONTENT_ENCODING,
@@ -364,6 +345,24 @@ impl Transport {
             Self::Console => console(request),
         }
     }
+}
+
+/// `OTEL_EXPORTER_OTLP_[SIGNAL_]HEADERS`, once for both protocols: the HTTP request headers,
+/// or (gRPC) the request metadata built from them. Each value is marked sensitive (never in
+/// debug output); keys and values were validated in `config`.
+fn configured_headers(c: &OtlpExporter) -> tonic::codegen::http::HeaderMap {
+    use tonic::codegen::http::{HeaderMap, HeaderName, HeaderValue};
+    let mut headers = HeaderMap::new();
+    for (k, v) in &c.headers {
+        if let (Ok(name), Ok(mut value)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v.expose()),
+        ) {
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+    }
+    headers
 }
 
 /// The protobuf body, gzipped when asked.
