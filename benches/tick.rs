@@ -60,10 +60,10 @@ use gpu_otel_sidecar::sampling::{
     self, Annotate, DeviceInfo, DeviceSample, GpmMetrics, ProcessSample, ProcessUtilization,
     SamplerSettings, Snapshot,
 };
-use gpu_otel_sidecar::telemetry::encode::Encoder;
-use gpu_otel_sidecar::telemetry::recorded::Recorded;
-use gpu_otel_sidecar::telemetry::self_metrics::OwnValues;
-use gpu_otel_sidecar::telemetry::series::Stamp;
+use gpu_otel_sidecar::telemetry::metrics::encode::Encoder;
+use gpu_otel_sidecar::telemetry::metrics::recorded::Recorded;
+use gpu_otel_sidecar::telemetry::metrics::self_metrics::OwnValues;
+use gpu_otel_sidecar::telemetry::metrics::series::Stamp;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use prost::Message as _;
 
@@ -470,10 +470,8 @@ fn setup(devices: usize, latency: bool) -> SamplerSettings {
     let mut copies = copies.lock().unwrap();
     let settings = SamplerSettings {
         // The default cadence of the slow groups: a tick costs what it costs in a run.
-        slow_intervals: gpu_otel_sidecar::config::SlowIntervals::default(),
+        timing: gpu_otel_sidecar::sampling::Timing::every(Duration::from_secs(1)),
         nvml_library: copy.clone(),
-        interval: Duration::from_secs(1),
-        export_interval: Duration::from_secs(1),
         devices: if devices == 1 {
             DeviceSelection::List(vec![DeviceId::Index(0)])
         } else {

@@ -2,7 +2,7 @@
 //! under one deadline (`GPU_SIDECAR_SHUTDOWN_TIMEOUT`).
 //!
 //! ```text
-//! probes (/healthz, /readyz) + watchdog        read the hub; started first
+//! probes (/healthz, /readyz) + watchdog        read the hub and the sampler's board; first
 //! sampler: nvml-sampler (snapshots)            \
 //!          nvml-events  (XID, ECC events)       }-> hub -> one queue per consumer, in order:
 //!   export-clock   snapshots -> metrics export (OTLP, console)
@@ -41,9 +41,9 @@ use crate::report::{RunAccumulator, RunReporter, SampleLogger};
 use crate::rules::Rules;
 use crate::sampling::cadence::Timing;
 use crate::sampling::consumer::ConsumerThread;
-use crate::sampling::{Annotate, Hub, Sampler, SamplerSettings};
-use crate::telemetry::events::Events;
-use crate::telemetry::recorder::Recorder;
+use crate::sampling::{Annotate, Hub, Sampler, SamplerBoard, SamplerSettings};
+use crate::telemetry::logs::device_events::Recorder;
+use crate::telemetry::logs::events::Events;
 use crate::telemetry::{Telemetry, TelemetryError};
 
 /// Why the agent could not start (exit code 1); the message names the cause.
@@ -83,24 +83,27 @@ pub fn run(config: Config) -> Result<(), StartError> {
         let _guard = runtime.enter();
         Signals::install()
     };
-    log_start(&config);
-    crate::telemetry::tls::install_crypto_provider();
-    crate::telemetry::tls::check_trust_store(&config)
+    // Every period of the flow, built once and handed to each part that runs on one.
+    let timing = Timing::from_config(&config);
+    log_start(&config, &timing);
+    crate::telemetry::otlp::tls::install_crypto_provider();
+    crate::telemetry::otlp::tls::check_trust_store(&config)
         .map_err(|e| StartError::TrustStore(e.to_string()))?;
 
     // The hub, and the probes that read it: they answer while the agent waits for the
     // kubelet, and a failure to serve them stops the agent before anything else has started.
-    let timing = Timing::from_config(&config);
     let hub = Arc::new(Hub::default());
+    let board = Arc::new(SamplerBoard::default());
     let checks = Arc::new(probes::Probes::new(
         hub.clone(),
-        probes::Limits::new(&config, &timing),
+        board.clone(),
+        probes::Limits::new(&timing),
     ));
     if let Some(addr) = &config.health_addr {
         let bound = probes::start(&runtime, addr, checks.clone()).map_err(StartError::Probes)?;
         tracing::info!("health endpoint listening on {bound} (/healthz, /readyz)");
     }
-    runtime.spawn(probes::watchdog(hub.clone(), timing.watchdog));
+    runtime.spawn(probes::watchdog(board.clone(), timing.watchdog));
     let follow = match (&config.exit_with_process, config.exit_with_containers) {
         (Some(name), _) => Some(process_watch::Follow::Process(name.clone())),
         (None, true) => Some(process_watch::Follow::Containers),
@@ -110,7 +113,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
         signals.follow(follow, config.in_kubernetes, config.proc_root.clone());
     }
 
-    let mut settings = SamplerSettings::from(&config);
+    let mut settings = SamplerSettings::new(&config, timing);
     if let DeviceSelection::PodResources = config.devices {
         let Some(ids) = pod_gpus(&config, &runtime, &mut signals, &checks) else {
             tracing::info!("stopped before the pod's GPUs were known");
@@ -151,14 +154,20 @@ pub fn run(config: Config) -> Result<(), StartError> {
     let timeline = EventTimeline::new();
     let (events, telemetry) = {
         let _guard = runtime.enter();
-        let telemetry = Telemetry::start(&config, &timing, resource.clone(), hub.clone())?;
+        let telemetry = Telemetry::start(
+            &config,
+            &timing,
+            resource.clone(),
+            hub.clone(),
+            board.clone(),
+        )?;
         let events = Events::start(&config, resource.clone(), &telemetry.recorded())?
             .with_tap(timeline.tap());
         (events, telemetry)
     };
     checks.exports_started(telemetry.status.clone());
     let flow = Flow::start(
-        &config, &hub, settings, events, telemetry, timeline, annotate,
+        &config, &hub, &board, settings, events, telemetry, timeline, annotate,
     );
 
     let signal = runtime.block_on(signals.recv());
@@ -168,7 +177,7 @@ pub fn run(config: Config) -> Result<(), StartError> {
     );
     let steps = StopSteps::new(config.sample_log.is_some());
     runtime.spawn(second_signal(signals, steps.clone()));
-    flow.stop(&config, &hub, &resource, &steps);
+    flow.stop(&config, &hub, &board, &resource, &steps);
     runtime.shutdown_background();
     tracing::info!("stopped");
     Ok(())
@@ -255,15 +264,19 @@ struct Flow {
 
 impl Flow {
     /// Starts the consumers (the export clock already runs in `telemetry`), then the sampler.
+    #[allow(clippy::too_many_arguments)]
     fn start(
         config: &Config,
         hub: &Arc<Hub>,
+        board: &Arc<SamplerBoard>,
         settings: SamplerSettings,
         events: Events,
         telemetry: Telemetry,
         timeline: Arc<EventTimeline>,
         annotate: Option<Box<dyn Annotate>>,
     ) -> Self {
+        // The one `Timing` the agent built, handed to each consumer that runs on a period.
+        let timing = &{ settings.timing };
         let device_events = ConsumerThread::start(
             "device-events",
             hub,
@@ -271,7 +284,7 @@ impl Flow {
             Recorder::new(&telemetry.recorded(), events.emitter()),
         );
         let rules = Rules::start(&config.rules, hub, events.clone(), &telemetry.recorded());
-        let acc = RunAccumulator::new(config.sample_interval)
+        let acc = RunAccumulator::new(timing)
             .with_price_per_gpu_hour(config.price_per_gpu_hour)
             .with_pool_params(crate::rules::pool_params(
                 config.rules.get(crate::rules::RuleId::MemoryPreallocated),
@@ -286,8 +299,8 @@ impl Flow {
         let sample_log = config
             .sample_log
             .clone()
-            .map(|c| SampleLogger::start(c, hub));
-        let sampler = Sampler::start(settings, hub.clone(), annotate);
+            .map(|c| SampleLogger::start(c, timing, hub));
+        let sampler = Sampler::start(settings, hub.clone(), board.clone(), annotate);
         Self {
             events,
             timeline,
@@ -303,7 +316,14 @@ impl Flow {
     /// Stops everything in reverse under one deadline, `GPU_SIDECAR_SHUTDOWN_TIMEOUT` from
     /// now; the report goes out before the events and the metrics are flushed. Each step
     /// done is struck off `steps`.
-    fn stop(self, config: &Config, hub: &Hub, resource: &Resource, steps: &StopSteps) {
+    fn stop(
+        self,
+        config: &Config,
+        hub: &Hub,
+        board: &SamplerBoard,
+        resource: &Resource,
+        steps: &StopSteps,
+    ) {
         let Flow {
             events,
             timeline,
@@ -329,7 +349,7 @@ impl Flow {
                 humantime::format_duration(sampler_bound)
             );
         }
-        if sampled && hub.event_watchers_running() == 0 {
+        if sampled && board.event_watchers_running() == 0 {
             steps.done(StopSteps::NVML_SHUTDOWN);
         }
         // Every sample is in: end the subscriptions; each consumer drains and finishes.
@@ -376,10 +396,10 @@ impl Flow {
         if !sampled {
             return;
         }
-        while hub.event_watchers_running() > 0 && Instant::now() < deadline {
+        while board.event_watchers_running() > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        if hub.event_watchers_running() == 0 {
+        if board.event_watchers_running() == 0 {
             steps.done(StopSteps::NVML_SHUTDOWN);
         } else {
             tracing::warn!(
@@ -390,7 +410,7 @@ impl Flow {
 }
 
 /// The start-up log lines: what is exported where, and settings that do not apply.
-fn log_start(config: &Config) {
+fn log_start(config: &Config, timing: &Timing) {
     let destination = match config.metrics_exporter {
         ExporterKind::Otlp => format!(
             "OTLP {} to {} ({} temporality)",
@@ -404,8 +424,8 @@ fn log_start(config: &Config) {
         version = env!("CARGO_PKG_VERSION"),
         mode = if config.node { "node" } else { "sidecar" },
         metrics = %destination,
-        sample_interval_ms = config.sample_interval.as_millis() as u64,
-        export_interval_ms = config.export_interval.as_millis() as u64,
+        sample_interval_ms = timing.sample_interval.as_millis() as u64,
+        export_interval_ms = timing.export_interval.as_millis() as u64,
         "starting"
     );
     if config.sdk_disabled {
@@ -422,11 +442,11 @@ fn log_start(config: &Config) {
             "these OpenTelemetry variables are set but do not apply to this agent, and are ignored: {list} (docs/otel-variables.md)"
         );
     }
-    if config.sample_interval > config.export_interval {
+    if timing.sample_interval > timing.export_interval {
         tracing::warn!(
             "GPU_SIDECAR_SAMPLE_INTERVAL ({}) is longer than OTEL_METRIC_EXPORT_INTERVAL ({}): GPU metrics are exported once per sample, less often than the export interval",
-            humantime::format_duration(config.sample_interval),
-            humantime::format_duration(config.export_interval)
+            humantime::format_duration(timing.sample_interval),
+            humantime::format_duration(timing.export_interval)
         );
     }
 }

@@ -11,19 +11,20 @@
 //!   telemetry: export-clock (metrics), device-events (XID/ECC counter and log records)
 //!   rules:     rules (alerts and diagnoses)
 //!   report:    run-report, sample-log
-//! probes: /healthz, /readyz, the NVML watchdog (read the hub)
+//! probes: /healthz, /readyz, the NVML watchdog (read the hub and the sampler's board)
 //! attribution: the resource (pod, container, node)
 //! ```
 //!
 //! - [`config`]: environment → typed settings, read once.
 //! - [`sampling`]: the NVML thread and the event watcher ([`sampling::sampler`],
 //!   [`sampling::event_watcher`]), plain [`sampling::Snapshot`] data with units in field
-//!   names, the cadence ([`sampling::cadence`]), the [`sampling::Hub`] and the one consumer
-//!   skeleton ([`sampling::consumer`]).
-//! - [`telemetry`]: the metric catalogue, each export built as OTLP messages from an export
-//!   tick's snapshot and sent over gRPC, HTTP or to stdout (`export-clock`); device events
-//!   counted and sent as log records (`device-events`); events held in a bounded queue
-//!   until the same OTLP transport delivers them.
+//!   names, every period of the flow and the cadence ([`sampling::Timing`],
+//!   [`sampling::cadence`]), the bus ([`sampling::Hub`]), the sampler's state board
+//!   ([`sampling::SamplerBoard`]) and the one consumer skeleton ([`sampling::consumer`]).
+//! - [`telemetry`]: by signal. [`telemetry::metrics`]: each export built as OTLP messages
+//!   from an export tick's snapshot (`export-clock`); [`telemetry::logs`]: device events
+//!   counted and sent as log records (`device-events`), events held in a bounded queue until
+//!   delivered; [`telemetry::otlp`]: the one OTLP connection both use (gRPC, HTTP or stdout).
 //! - [`rules`]: judges every sample and XID; alerts and diagnoses as events and counters.
 //! - [`report`]: the run report and the sample log.
 //! - [`attribution`]: the resource; [`probes`]: the Kubernetes probes and the NVML watchdog.

@@ -1,7 +1,7 @@
 //! The XID table: every XID code the agent explains, with its severity, what it usually
 //! means and what to do, after NVIDIA's XID catalogue
 //! (<https://docs.nvidia.com/deploy/xid-errors/>) and its page-retirement and row-remapping
-//! pages. The XID event's body ([`crate::telemetry::xid`]) and the `xid` rule's alert body
+//! pages. The XID event's body ([`crate::telemetry::logs::xid_event`]) and the `xid` rule's alert body
 //! ([`crate::rules`]) both take their text from [`text`], so one XID reads the same in
 //! every record.
 

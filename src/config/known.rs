@@ -246,7 +246,7 @@ pub fn settings_markdown() -> String {
         s.push_str(&format!(
             "| `{}` | {} | {} |\n",
             v.name,
-            v.default,
+            v.default.markdown(),
             cell(v.what)
         ));
     }

@@ -8,8 +8,10 @@
 //! Where things are: [`settings`] (the agent's and the webhook's settings: a new setting
 //! is a row there, then a field of [`Config`] read in [`Config::from_vars`]), [`known`]
 //! (the unknown-name check, `--help`'s list and `docs/settings.md`, from every table),
-//! `otel` (the standard `OTEL_*` table), `otlp` (the exporters' settings), `rules` (the
-//! alert rules' settings), `values` (readers shared by several settings), `tests`.
+//! `otel` (the standard `OTEL_*` table, each honoured variable's default typed on its row),
+//! `otlp` (the exporters' settings), `rules` (the alert rules' settings), `devices`
+//! (`GPU_SIDECAR_DEVICES`' types), `error` ([`ConfigError`]), `values` (readers shared by
+//! several settings), `tests` (with `tests/names.rs` and `tests/otel.rs`).
 //!
 //! A bad value is a [`ConfigError`] naming the variable, the value and what it accepts;
 //! the binary prints it as one line and exits with code 2.
@@ -19,6 +21,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod devices;
+mod error;
 pub mod job;
 pub mod known;
 mod node;
@@ -29,8 +33,12 @@ pub mod settings;
 mod summary;
 mod values;
 
+pub use devices::{AllocatedDevice, DeviceId, DeviceSelection, POD_RESOURCES_MODE};
+pub use error::{ConfigError, ConfigProblem};
 pub use node::NODE_MODE_DROPS;
-pub use otel::{otel_variable, otel_variables_markdown, OtelUse, OtelVariable, OTEL_VARIABLES};
+pub use otel::{
+    otel_variable, otel_variables_markdown, OtelDefault, OtelUse, OtelVariable, OTEL_VARIABLES,
+};
 pub use otlp::{
     LogsBatch, OtlpConfig, OtlpExporter, Pem, Protocol, Secret, Signal, TemporalityPreference,
     TlsFiles, DEFAULT_EVENTS_QUEUE_SIZE,
@@ -45,92 +53,11 @@ use settings::Setting;
 
 use otlp::{parse_logs_batch, parse_otlp};
 use rules::parse_rules;
-use values::{
-    output_target, parse_bool, parse_devices, parse_exporter, parse_key_values, parse_millis,
-    valid_log_filter,
-};
+use values::{output_target, parse_bool, parse_devices, parse_key_values, valid_log_filter};
 
 /// Default `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES`
 /// names one.
 pub const DEFAULT_SERVICE_NAME: &str = "gpu-otel-sidecar";
-
-/// A setting that could not be accepted: the variable, the value as given and what the
-/// variable accepts. Displayed as one sentence ([`ConfigProblem`] says which).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Name of the environment variable, e.g. `GPU_SIDECAR_SAMPLE_INTERVAL`.
-    pub var: String,
-    /// The value as read (secrets are replaced by `<redacted>`); empty when unset.
-    pub value: String,
-    /// What the variable accepts, in words; for [`ConfigProblem::NoSuchSetting`], that it
-    /// must be a known name.
-    pub expected: String,
-    /// What is wrong.
-    pub problem: ConfigProblem,
-}
-
-/// What is wrong with a setting.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConfigProblem {
-    /// The value is not one the variable accepts: `invalid VAR="value": expected …`.
-    Invalid,
-    /// The variable is unset (or empty) and must be set: `VAR is not set: expected …`.
-    Unset,
-    /// A `GPU_SIDECAR_*` name that is no setting (a typo, typically), with the nearest known
-    /// name when one is close: `VAR is not a setting; did you mean …?`.
-    NoSuchSetting {
-        /// The known setting nearest to it, when near enough to be a typo of it.
-        nearest: Option<String>,
-    },
-}
-
-impl ConfigError {
-    /// A bad value of `var`, or ([`ConfigProblem::Unset`]) no value when `value` is empty:
-    /// an empty variable counts as unset, so it is never "invalid".
-    pub(crate) fn new(var: &str, value: &str, expected: impl Into<String>) -> Self {
-        Self {
-            var: var.to_string(),
-            value: value.to_string(),
-            expected: expected.into(),
-            problem: if value.is_empty() {
-                ConfigProblem::Unset
-            } else {
-                ConfigProblem::Invalid
-            },
-        }
-    }
-
-    /// `var` (set to `value`) is no setting; `nearest` is the known name it is probably a
-    /// typo of.
-    pub(crate) fn no_such_setting(var: &str, value: &str, nearest: Option<String>) -> Self {
-        Self {
-            var: var.to_string(),
-            value: value.to_string(),
-            expected: "the name of a setting (gpu-otel-sidecar --help lists them)".to_string(),
-            problem: ConfigProblem::NoSuchSetting { nearest },
-        }
-    }
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (var, value, expected) = (&self.var, &self.value, &self.expected);
-        match &self.problem {
-            ConfigProblem::Invalid => write!(f, "invalid {var}={value:?}: expected {expected}"),
-            ConfigProblem::Unset => write!(f, "{var} is not set: expected {expected}"),
-            ConfigProblem::NoSuchSetting { nearest: Some(near) } => write!(
-                f,
-                "{var} is not a setting; did you mean {near}? (gpu-otel-sidecar --help lists every setting)"
-            ),
-            ConfigProblem::NoSuchSetting { nearest: None } => write!(
-                f,
-                "{var} is not a setting, and no setting has a name close to it; every {PREFIX}* variable must be one (gpu-otel-sidecar --help lists them)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// Where a signal goes, from `OTEL_METRICS_EXPORTER` / `OTEL_LOGS_EXPORTER`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,84 +88,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
-}
-
-/// Which GPUs to report, `GPU_SIDECAR_DEVICES`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeviceSelection {
-    /// Every device NVML shows.
-    All,
-    /// Only these: NVML indices, GPU UUIDs (`GPU-…`) or MIG UUIDs (`MIG-…`).
-    List(Vec<DeviceId>),
-    /// The devices the kubelet allocated to this pod (`pod-resources`): asked at start from
-    /// the pod-resources socket, then resolved into [`DeviceSelection::Allocated`].
-    PodResources,
-    /// The devices the kubelet's pod-resources API lists for this pod (what
-    /// [`DeviceSelection::PodResources`] resolves to at start).
-    Allocated(Vec<AllocatedDevice>),
-}
-
-/// One entry of a device list.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeviceId {
-    /// NVML device index (as `nvidia-smi` numbers GPUs).
-    Index(u32),
-    /// A GPU UUID (`GPU-…`) or MIG device UUID (`MIG-…`).
-    Uuid(String),
-    /// A GPU by its device-file minor number (`/dev/nvidia<N>`, `nvmlDeviceGetMinorNumber`):
-    /// GKE's device plugin names GPUs `nvidia<N>`.
-    Minor(u32),
-    /// A MIG device by its GPU's NVML index and its MIG device index
-    /// (`nvmlDeviceGetMigDeviceHandleByIndex`): the NVIDIA device plugin's `index` strategy
-    /// names MIG devices `<gpu>:<mig>`.
-    MigIndex {
-        /// The GPU's NVML index.
-        gpu: u32,
-        /// The MIG device index on it.
-        mig: u32,
-    },
-    /// A MIG device by its GPU's minor number and its GPU instance id
-    /// (`nvmlDeviceGetGpuInstanceId`): GKE names MIG partitions `nvidia<N>/gi<K>`.
-    GpuInstance {
-        /// The GPU's device-file minor number.
-        minor: u32,
-        /// The GPU instance id.
-        gpu_instance_id: u32,
-    },
-}
-
-/// As written in `GPU_SIDECAR_DEVICES` (and by the device plugins): `0`, `GPU-…`, `MIG-…`,
-/// `nvidia3`, `0:1`, `nvidia0/gi3`.
-impl std::fmt::Display for DeviceId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DeviceId::Index(i) => write!(f, "{i}"),
-            DeviceId::Uuid(u) => f.write_str(u),
-            DeviceId::Minor(m) => write!(f, "nvidia{m}"),
-            DeviceId::MigIndex { gpu, mig } => write!(f, "{gpu}:{mig}"),
-            DeviceId::GpuInstance {
-                minor,
-                gpu_instance_id,
-            } => write!(f, "nvidia{minor}/gi{gpu_instance_id}"),
-        }
-    }
-}
-
-/// `GPU_SIDECAR_DEVICES=pod-resources` in words for log lines: the variable, and the Helm
-/// chart value that sets it (users of the chart never set the variable themselves).
-pub const POD_RESOURCES_MODE: &str =
-    "GPU_SIDECAR_DEVICES=pod-resources (the Helm chart's gpuVisibility.mode=pod-resources)";
-
-/// A device the kubelet allocated to this pod, as its device plugin named it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllocatedDevice {
-    /// The GPU or MIG device NVML shows for it.
-    pub id: DeviceId,
-    /// The device plugin's id, as the kubelet lists it (e.g. `nvidia1/vgpu3`), for logs.
-    pub plugin_id: String,
-    /// Whether the plugin hands out this device as one replica of a shared GPU
-    /// (time-slicing: `<uuid>::<n>`, `nvidia<N>/vgpu<M>`): other pods may hold it too.
-    pub shared: bool,
 }
 
 /// How often each slow group of NVML calls is made (the fast fields are read every sample
@@ -413,10 +262,6 @@ pub struct SampleLogConfig {
     /// grow past this many bytes, `GPU_SIDECAR_SAMPLE_LOG_MAX_BYTES`; default 100 MiB.
     /// Not used for stdout.
     pub max_bytes: u64,
-    /// `GPU_SIDECAR_SAMPLE_INTERVAL`: a sample taken less than half of it after the
-    /// previous row (the final sample at shutdown, right after a tick) is not written, so the
-    /// log does not end with a near-copy of its last row.
-    pub sample_interval: Duration,
 }
 
 /// Where the health endpoint listens (`GPU_SIDECAR_HEALTH_ADDR`).
@@ -506,7 +351,7 @@ impl Config {
         };
         let sample_interval =
             parse_duration(S::SAMPLE_INTERVAL.name, env.value(&S::SAMPLE_INTERVAL))?;
-        let sample_log = parse_sample_log(&env, sample_interval)?;
+        let sample_log = parse_sample_log(&env)?;
         let shutdown_timeout =
             parse_duration(S::SHUTDOWN_TIMEOUT.name, env.value(&S::SHUTDOWN_TIMEOUT))?;
         let slow_intervals = SlowIntervals {
@@ -574,45 +419,12 @@ impl Config {
             ));
         }
 
-        let export_interval = match get("OTEL_METRIC_EXPORT_INTERVAL") {
-            None => Duration::from_millis(10_000),
-            Some(v) => parse_millis("OTEL_METRIC_EXPORT_INTERVAL", v)?,
-        };
-        let metrics_exporter = match get("OTEL_METRICS_EXPORTER") {
-            None => ExporterKind::Otlp,
-            Some(v) => parse_exporter("OTEL_METRICS_EXPORTER", v)?,
-        };
-        let logs_exporter = match get("OTEL_LOGS_EXPORTER") {
-            // Console metrics mean "show me here": the events come along, rather than going
-            // to a collector the user did not ask for.
-            None if metrics_exporter == ExporterKind::Console => ExporterKind::Console,
-            None => ExporterKind::Otlp,
-            Some(v) => parse_exporter("OTEL_LOGS_EXPORTER", v)?,
-        };
+        let export_interval = otel::METRIC_EXPORT_INTERVAL.millis(&get)?;
+        let exporters = otel::parse_exporters(&get)?;
         let otlp = parse_otlp(&get)?;
-        let sdk_disabled = match get("OTEL_SDK_DISABLED") {
-            None => false,
-            Some(v) => parse_bool("OTEL_SDK_DISABLED", v)?,
-        };
-        let (metrics_exporter, logs_exporter) = if sdk_disabled {
-            (ExporterKind::None, ExporterKind::None)
-        } else {
-            (metrics_exporter, logs_exporter)
-        };
-        let metric_export_timeout = match get("OTEL_METRIC_EXPORT_TIMEOUT") {
-            None => Duration::from_millis(30_000),
-            Some(v) => parse_millis("OTEL_METRIC_EXPORT_TIMEOUT", v)?,
-        };
+        let metric_export_timeout = otel::METRIC_EXPORT_TIMEOUT.millis(&get)?;
         let logs_batch = parse_logs_batch(&get)?;
-        let otel_not_applied = vars
-            .iter()
-            .filter(|(k, v)| k.starts_with("OTEL_") && !v.is_empty())
-            .filter_map(|(k, _)| match otel_variable(k) {
-                Some(row) if row.used == OtelUse::Honoured => None,
-                Some(row) => Some((k.clone(), row.what.to_string())),
-                None => Some((k.clone(), otel::unknown_otel_variable(k))),
-            })
-            .collect();
+        let otel_not_applied = otel::not_applied(&vars);
         let health_addr = match env.trimmed(&S::HEALTH_ADDR) {
             Some("off") => None,
             v => Some(parse_health_addr(v.unwrap_or_default())?),
@@ -644,8 +456,8 @@ impl Config {
         let pod_labels = job::parse_pod_labels(env.value(&S::POD_LABELS))?;
         resource_attributes.extend(job::workload_attributes(&vars, &pod_labels)?);
         let mut service_name = None;
-        if let Some(v) = get("OTEL_RESOURCE_ATTRIBUTES") {
-            for (k, val) in parse_key_values("OTEL_RESOURCE_ATTRIBUTES", v, false)? {
+        if let Some(v) = get(otel::RESOURCE_ATTRIBUTES.name) {
+            for (k, val) in parse_key_values(otel::RESOURCE_ATTRIBUTES.name, v, false)? {
                 if k == "service.name" {
                     service_name = Some(val);
                 } else {
@@ -653,7 +465,7 @@ impl Config {
                 }
             }
         }
-        if let Some(v) = get("OTEL_SERVICE_NAME") {
+        if let Some(v) = get(otel::SERVICE_NAME.name) {
             service_name = Some(v.to_string());
         }
 
@@ -679,12 +491,13 @@ impl Config {
             log_format,
             log_level,
             shutdown_timeout,
-            metrics_exporter,
-            logs_exporter,
+            metrics_exporter: exporters.metrics,
+            logs_exporter: exporters.logs,
             otlp,
             health_addr,
             watchdog_timeout,
-            service_name: service_name.unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_string()),
+            service_name: service_name
+                .unwrap_or_else(|| otel::SERVICE_NAME.default_word().to_string()),
             resource_attributes,
             report_file,
             report_html,
@@ -692,7 +505,7 @@ impl Config {
             rules: parse_rules(&get)?,
             metric_export_timeout,
             logs_batch,
-            sdk_disabled,
+            sdk_disabled: exporters.sdk_disabled,
             otel_not_applied,
             price_per_gpu_hour,
         })
@@ -727,10 +540,7 @@ impl<'a> Env<'a> {
 }
 
 /// `GPU_SIDECAR_SAMPLE_LOG*`. The format and size are validated even when the log is off.
-fn parse_sample_log(
-    env: &Env<'_>,
-    sample_interval: Duration,
-) -> Result<Option<SampleLogConfig>, ConfigError> {
+fn parse_sample_log(env: &Env<'_>) -> Result<Option<SampleLogConfig>, ConfigError> {
     let format = match env.value(&S::SAMPLE_LOG_FORMAT) {
         "csv" => SampleLogFormat::Csv,
         "jsonl" => SampleLogFormat::Jsonl,
@@ -757,7 +567,6 @@ fn parse_sample_log(
         target: output_target(v),
         format,
         max_bytes,
-        sample_interval,
     }))
 }
 

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::otel::{self, otlp_row, OtelDefault, OtelVariable};
 use super::values::{parse_bool, parse_key_values, parse_millis};
 use super::ConfigError;
 
@@ -190,7 +191,7 @@ pub struct OtlpConfig {
 pub const DEFAULT_EVENTS_QUEUE_SIZE: usize = 1024;
 
 /// How events are queued and batched, from the `OTEL_BLRP_*` variables (the batch log
-/// record processor's, applied by the agent's own events queue, `src/telemetry/outbox.rs`).
+/// record processor's, applied by the agent's own events queue, `src/telemetry/logs/outbox.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogsBatch {
     /// `OTEL_BLRP_SCHEDULE_DELAY` (ms): while events keep coming, at most one export per
@@ -205,36 +206,42 @@ pub struct LogsBatch {
 }
 
 impl Default for LogsBatch {
+    /// The rows' defaults (`OTEL_BLRP_SCHEDULE_DELAY`, …).
     fn default() -> Self {
-        Self {
-            schedule_delay: Duration::from_millis(1000),
-            max_queue_size: DEFAULT_EVENTS_QUEUE_SIZE,
-            max_export_batch_size: 512,
+        let none = |_: &str| None;
+        match parse_logs_batch(&none) {
+            Ok(b) => b,
+            Err(e) => unreachable!("the OTEL_BLRP_* defaults are valid: {e}"),
         }
     }
 }
 
-/// `OTEL_BLRP_*` (see [`LogsBatch`]).
+/// `OTEL_BLRP_*` (see [`LogsBatch`]), each read through its row.
 pub(super) fn parse_logs_batch<'a>(
     get: &impl Fn(&str) -> Option<&'a str>,
 ) -> Result<LogsBatch, ConfigError> {
-    let mut b = LogsBatch::default();
-    if let Some(v) = get("OTEL_BLRP_SCHEDULE_DELAY") {
-        b.schedule_delay = parse_millis("OTEL_BLRP_SCHEDULE_DELAY", v)?;
-    }
-    let count = |var: &str, v: &str| match v.trim().parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err(ConfigError::new(var, v, "a whole number greater than zero")),
-    };
-    if let Some(v) = get("OTEL_BLRP_MAX_QUEUE_SIZE") {
-        b.max_queue_size = count("OTEL_BLRP_MAX_QUEUE_SIZE", v)?;
-    }
-    if let Some(v) = get("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE") {
-        b.max_export_batch_size = count("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", v)?;
-    }
-    // As the specification says: a batch is never larger than the queue.
-    b.max_export_batch_size = b.max_export_batch_size.min(b.max_queue_size);
-    Ok(b)
+    let max_queue_size = otel::BLRP_MAX_QUEUE_SIZE.count(get)?;
+    Ok(LogsBatch {
+        schedule_delay: otel::BLRP_SCHEDULE_DELAY.millis(get)?,
+        max_queue_size,
+        // As the specification says: a batch is never larger than the queue.
+        max_export_batch_size: otel::BLRP_MAX_EXPORT_BATCH_SIZE
+            .count(get)?
+            .min(max_queue_size),
+    })
+}
+
+/// `row`'s variable for `signal` (see [`signal_var`]); `row` is the general one.
+fn signal_row<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+    signal: Signal,
+    row: &OtelVariable,
+) -> Option<(String, &'a str)> {
+    let name = row
+        .name
+        .strip_prefix("OTEL_EXPORTER_OTLP_")
+        .unwrap_or(row.name);
+    signal_var(get, signal, name)
 }
 
 /// The variable that sets `name` for `signal`: its per-signal form
@@ -256,15 +263,19 @@ pub(super) fn signal_var<'a>(
 pub(super) fn parse_otlp<'a>(
     get: &impl Fn(&str) -> Option<&'a str>,
 ) -> Result<OtlpConfig, ConfigError> {
-    const VAR: &str = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
-    let temporality = match get(VAR).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("cumulative") => TemporalityPreference::Cumulative,
-        Some("delta") => TemporalityPreference::Delta,
-        Some("lowmemory") => TemporalityPreference::LowMemory,
-        Some(_) => {
+    let var = otel::TEMPORALITY_PREFERENCE.name;
+    let set = get(var).map(|v| v.trim().to_ascii_lowercase());
+    let temporality = match set
+        .as_deref()
+        .unwrap_or(otel::TEMPORALITY_PREFERENCE.default_word())
+    {
+        "cumulative" => TemporalityPreference::Cumulative,
+        "delta" => TemporalityPreference::Delta,
+        "lowmemory" => TemporalityPreference::LowMemory,
+        _ => {
             return Err(ConfigError::new(
-                VAR,
-                get(VAR).unwrap_or_default(),
+                var,
+                get(var).unwrap_or_default(),
                 "cumulative, delta or lowmemory",
             ))
         }
@@ -282,20 +293,25 @@ pub(super) fn parse_exporter_settings<'a>(
     signal: Signal,
 ) -> Result<OtlpExporter, ConfigError> {
     let var = |name: &str| signal_var(get, signal, name);
-    let protocol = match var("PROTOCOL") {
-        None => Protocol::Grpc,
-        Some((_, "grpc")) => Protocol::Grpc,
-        Some((_, "http/protobuf")) => Protocol::HttpProtobuf,
-        Some((name, v)) => {
+    let (protocol_var, protocol_v) = signal_row(get, signal, &otlp_row::PROTOCOL)
+        .unwrap_or((String::new(), otlp_row::PROTOCOL.default_word()));
+    let protocol = match protocol_v {
+        "grpc" => Protocol::Grpc,
+        "http/protobuf" => Protocol::HttpProtobuf,
+        v => {
+            let name = protocol_var;
             return Err(ConfigError::new(
                 &name,
                 v,
                 "grpc or http/protobuf (http/json is not supported)",
-            ))
+            ));
         }
     };
-    let insecure = match var("INSECURE") {
-        None => false,
+    let insecure = match signal_row(get, signal, &otlp_row::INSECURE) {
+        None => match otlp_row::INSECURE.default {
+            OtelDefault::Bool(b) => b,
+            other => unreachable!("OTEL_EXPORTER_OTLP_INSECURE's default {other:?}"),
+        },
         Some((name, v)) => parse_bool(&name, v)?,
     };
     let own_endpoint = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.infix());
@@ -305,9 +321,14 @@ pub(super) fn parse_exporter_settings<'a>(
         None => {
             let base = match get("OTEL_EXPORTER_OTLP_ENDPOINT") {
                 Some(v) => check_endpoint("OTEL_EXPORTER_OTLP_ENDPOINT", v, insecure)?,
-                None => match protocol {
-                    Protocol::Grpc => "http://localhost:4317".to_string(),
-                    Protocol::HttpProtobuf => "http://localhost:4318".to_string(),
+                None => match (otlp_row::ENDPOINT.default, protocol) {
+                    (OtelDefault::Endpoints { grpc, .. }, Protocol::Grpc) => grpc.to_string(),
+                    (OtelDefault::Endpoints { http, .. }, Protocol::HttpProtobuf) => {
+                        http.to_string()
+                    }
+                    (other, _) => {
+                        unreachable!("OTEL_EXPORTER_OTLP_ENDPOINT's default {other:?}")
+                    }
                 },
             };
             match protocol {
@@ -338,15 +359,16 @@ pub(super) fn parse_exporter_settings<'a>(
             })
             .collect::<Result<_, _>>()?,
     };
-    let timeout = match var("TIMEOUT") {
-        None => Duration::from_millis(10_000),
+    let timeout = match signal_row(get, signal, &otlp_row::TIMEOUT) {
+        None => otlp_row::TIMEOUT.default_millis(),
         Some((name, v)) => parse_millis(&name, v)?,
     };
-    let gzip = match var("COMPRESSION") {
-        None => false,
-        Some((_, "none")) => false,
-        Some((_, "gzip")) => true,
-        Some((name, v)) => return Err(ConfigError::new(&name, v, "gzip or none")),
+    let (compression_var, compression) = signal_row(get, signal, &otlp_row::COMPRESSION)
+        .unwrap_or((String::new(), otlp_row::COMPRESSION.default_word()));
+    let gzip = match compression {
+        "none" => false,
+        "gzip" => true,
+        v => return Err(ConfigError::new(&compression_var, v, "gzip or none")),
     };
     let tls = parse_tls(get, signal)?;
     Ok(OtlpExporter {

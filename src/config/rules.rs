@@ -3,24 +3,8 @@
 
 use super::values::{parse_bool, parse_duration};
 use super::ConfigError;
+pub use crate::rules::catalogue::RuleSettings;
 use crate::rules::catalogue::{Hold, HoldSpec, RuleId, ThresholdSpec, RULES};
-
-/// One alert rule's settings: `GPU_SIDECAR_RULE_<NAME>_ENABLED`, `_THRESHOLD`, and
-/// `_DURATION` or `_SAMPLES` (which ones a rule reads, their units and defaults:
-/// [`crate::rules::catalogue::RULES`], `docs/events.md`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RuleSettings {
-    /// `_ENABLED` (`true`/`false`); default true.
-    pub enabled: bool,
-    /// `_THRESHOLD` in the rule's unit (e.g. percent of total memory); `None` for a rule
-    /// without one.
-    pub threshold: Option<f64>,
-    /// The second threshold (`_UTILIZATION`, `_SM_ACTIVITY`, …) in its unit; `None` for a
-    /// rule without one.
-    pub second_threshold: Option<f64>,
-    /// `_DURATION` or `_SAMPLES`: how long the condition must hold.
-    pub hold: Hold,
-}
 
 /// The settings of every rule, in the rule table's order.
 #[derive(Debug, Clone, PartialEq)]

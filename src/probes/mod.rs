@@ -21,7 +21,7 @@
 //! Checks (the bounds are derived from the settings):
 //! - `startup` (ready): the agent is not waiting on a start-up step (the kubelet's
 //!   pod-resources answer with `GPU_SIDECAR_DEVICES=pod-resources`).
-//! - `nvml` (ready): NVML initialized ([`Hub::status`]); else the cause and fix.
+//! - `nvml` (ready): NVML initialized ([`SamplerBoard::status`]); else the cause and fix.
 //! - `sample` (ready): the latest snapshot is at most two sample intervals old (at least
 //!   1 s), the same bound beyond which nothing is exported. Lost GPUs are listed, and do not
 //!   make the agent unready (they are reported as `hw.status{hw.state=failed}`).
@@ -43,45 +43,36 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use crate::config::{Config, ExporterKind};
 use crate::sampling::cadence::Timing;
 use crate::sampling::{
-    Activity, DeviceState, EventWatcherState, EventWatcherStatus, Hub, NvmlStatus, WatcherCall,
+    Activity, DeviceState, EventWatcherState, EventWatcherStatus, Hub, NvmlStatus, SamplerBoard,
+    WatcherCall,
 };
-use crate::telemetry::export::ExportStatus;
+use crate::telemetry::export_status::ExportStatus;
 
-/// The bounds the checks apply, derived from [`Config`].
+/// The bounds the checks apply, from the agent's [`Timing`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Oldest acceptable sample: [`Timing::max_sample_age`].
     pub max_sample_age: Duration,
     /// Longest acceptable NVML step, `GPU_SIDECAR_WATCHDOG_TIMEOUT`.
     pub watchdog: Duration,
-    /// Oldest acceptable successful export (`None`: metrics are not sent over OTLP).
+    /// Oldest acceptable successful export (`None`: metrics are not sent over OTLP):
+    /// [`Timing::export_success_max_age`].
     pub export_success: Option<Duration>,
-    /// Longest acceptable time without any finished export (`None`: no exporter).
+    /// Longest acceptable time without any finished export (`None`: no exporter):
+    /// [`Timing::export_loop_max_gap`].
     pub export_loop: Option<Duration>,
 }
 
 impl Limits {
-    /// The bounds for `config`, on its cadence.
-    pub fn from_config(config: &Config) -> Self {
-        Self::new(config, &Timing::from_config(config))
-    }
-
-    /// The bounds for `config` on `timing`.
-    pub fn new(config: &Config, timing: &Timing) -> Self {
-        let (ei, timeout) = (timing.export_interval, config.metrics_export_bound());
+    /// The bounds on `timing`'s periods.
+    pub fn new(timing: &Timing) -> Self {
         Self {
             max_sample_age: timing.max_sample_age,
             watchdog: timing.watchdog,
-            export_success: (config.metrics_exporter == ExporterKind::Otlp)
-                .then(|| ei * 3 + timeout),
-            export_loop: match config.metrics_exporter {
-                ExporterKind::None => None,
-                ExporterKind::Console => Some(ei * 2 + Duration::from_secs(5)),
-                ExporterKind::Otlp => Some((ei + timeout) * 2 + Duration::from_secs(5)),
-            },
+            export_success: timing.export_success_max_age,
+            export_loop: timing.export_loop_max_gap,
         }
     }
 }
@@ -400,6 +391,7 @@ pub fn liveness(i: &Inputs, l: &Limits) -> Report {
 #[derive(Debug)]
 pub struct Probes {
     hub: Arc<Hub>,
+    board: Arc<SamplerBoard>,
     /// The export pipeline's status and when it started.
     export: OnceLock<(Arc<ExportStatus>, Instant)>,
     starting: Mutex<Option<String>>,
@@ -407,10 +399,12 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// Checks over `hub` with `limits`.
-    pub fn new(hub: Arc<Hub>, limits: Limits) -> Self {
+    /// Checks over the latest snapshot on `hub` and the sampler's state on `board`, with
+    /// `limits`.
+    pub fn new(hub: Arc<Hub>, board: Arc<SamplerBoard>, limits: Limits) -> Self {
         Self {
             hub,
+            board,
             export: OnceLock::new(),
             starting: Mutex::new(None),
             limits,
@@ -438,18 +432,18 @@ impl Probes {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
-            nvml: self.hub.status(),
+            nvml: self.board.status(),
             sample_age: latest.as_ref().map(|s| s.taken_instant.elapsed()),
             ticks: self.hub.ticks(),
-            last_tick: self.hub.last_tick_duration(),
+            last_tick: self.board.last_tick_duration(),
             lost_gpus: latest
                 .iter()
                 .flat_map(|s| &s.devices)
                 .filter(|d| d.state == DeviceState::Lost)
                 .map(|d| d.info.uuid.clone())
                 .collect(),
-            busy: self.hub.busy(),
-            events: self.hub.event_watcher(),
+            busy: self.board.busy(),
+            events: self.board.event_watcher(),
             uptime: export.map_or(Duration::ZERO, |(_, t)| t.elapsed()),
             last_export_success: export
                 .and_then(|(e, _)| e.last_success())
@@ -481,18 +475,18 @@ pub fn watchdog_period(bound: Duration) -> Duration {
 }
 
 /// Logs, once each, when an NVML thread has been inside one NVML step longer than the
-/// bound, and when that ends, and counts each such episode ([`Hub::count_stuck`],
+/// bound, and when that ends, and counts each such episode ([`SamplerBoard::count_stuck`],
 /// `gpu_sidecar.nvml.stuck`): the sampler (`nvml-sampler`, any step beyond `bound`) and the
 /// event watcher (`nvml-events`, a call beyond its own timeout plus `bound`). Runs until
 /// the runtime shuts down.
-pub async fn watchdog(hub: Arc<Hub>, bound: Duration) {
+pub async fn watchdog(board: Arc<SamplerBoard>, bound: Duration) {
     let mut interval = tokio::time::interval(watchdog_period(bound));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stuck: Option<Activity> = None;
     let mut watcher_was_stuck: Option<&'static str> = None;
     loop {
         interval.tick().await;
-        match (hub.busy(), stuck) {
+        match (board.busy(), stuck) {
             (Some((activity, d)), None) if d > bound => {
                 tracing::error!(
                     activity = activity.as_str(),
@@ -501,7 +495,7 @@ pub async fn watchdog(hub: Arc<Hub>, bound: Duration) {
                     activity.as_str(),
                     humantime::format_duration(bound)
                 );
-                hub.count_stuck("nvml-sampler", activity.as_str());
+                board.count_stuck("nvml-sampler", activity.as_str());
                 stuck = Some(activity);
             }
             (Some((activity, d)), Some(was)) if activity == was && d > bound => {}
@@ -511,7 +505,7 @@ pub async fn watchdog(hub: Arc<Hub>, bound: Duration) {
             }
             _ => {}
         }
-        let events = hub.event_watcher();
+        let events = board.event_watcher();
         let now_stuck = match &events.state {
             EventWatcherState::Running(Some(c)) if watcher_stuck(c, bound) => Some(c),
             _ => None,
@@ -527,7 +521,7 @@ pub async fn watchdog(hub: Arc<Hub>, bound: Duration) {
                     humantime::format_duration(c.allowed),
                     humantime::format_duration(bound)
                 );
-                hub.count_stuck("nvml-events", c.call);
+                board.count_stuck("nvml-events", c.call);
                 watcher_was_stuck = Some(c.call);
             }
             (Some(_), Some(_)) | (None, None) => {}

@@ -150,7 +150,7 @@ pub fn probe_target(addr: SocketAddr) -> SocketAddr {
 /// # Errors
 /// A line saying why no answer came (connection refused, no such socket, timeout).
 pub fn probe(addr: &HealthAddr, path: &str, timeout: Duration) -> Result<(u16, String), String> {
-    crate::telemetry::tls::install_crypto_provider();
+    crate::telemetry::otlp::tls::install_crypto_provider();
     let builder = reqwest::blocking::Client::builder()
         .timeout(timeout)
         .no_proxy();

@@ -1,5 +1,6 @@
 //! The probes' checks, their bounds and the HTTP endpoints.
 use super::*;
+use crate::config::Config;
 use crate::sampling::NvmlDown;
 
 fn limits() -> Limits {
@@ -249,7 +250,7 @@ fn limits_follow_the_settings() {
         ),
     ])
     .unwrap();
-    let l = Limits::from_config(&c);
+    let l = Limits::new(&Timing::from_config(&c));
     assert_eq!(l.max_sample_age, Duration::from_secs(1));
     assert_eq!(l.watchdog, Duration::from_secs(10));
     assert_eq!(l.export_success, Some(Duration::from_secs(5)));

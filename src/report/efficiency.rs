@@ -500,7 +500,8 @@ mod tests {
     /// Feeds `(t, samples)` at 1 s ticks and returns the report.
     fn run(price: Option<f64>, ticks: Vec<(f64, Vec<DeviceSample>)>) -> RunReport {
         let base = Instant::now();
-        let mut acc = RunAccumulator::new(Duration::from_secs(1)).with_price_per_gpu_hour(price);
+        let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)))
+            .with_price_per_gpu_hour(price);
         for (k, (t, devices)) in ticks.into_iter().enumerate() {
             acc.add(&Snapshot {
                 taken_at: SystemTime::UNIX_EPOCH + Duration::from_secs_f64(1.8e9 + t),

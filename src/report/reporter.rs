@@ -48,8 +48,8 @@ impl RunReporter {
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
-    pub fn start(hub: &Arc<Hub>, sample_interval: Duration) -> Self {
-        Self::start_with(hub, RunAccumulator::new(sample_interval))
+    pub fn start(hub: &Arc<Hub>, timing: &crate::sampling::Timing) -> Self {
+        Self::start_with(hub, RunAccumulator::new(timing))
     }
 
     /// As [`RunReporter::start`], with an accumulator set up by the caller (price, pool

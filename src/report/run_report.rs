@@ -14,7 +14,7 @@
 //!   the GPU was lost), and for every tick the subscription queue dropped.
 //! - **Time-weighted values** (busy time, time held back, integrated power): each sample's
 //!   value holds until the GPU's next tick, at most until it is stale (two sample intervals,
-//!   at least 1 s: [`crate::sampling::cadence::stale_after`]; a longer gap, e.g. NVML
+//!   at least 1 s: [`Timing::max_sample_age`]; a longer gap, e.g. NVML
 //!   re-initializing, is not attributed to anything). The last sample holds for no time:
 //!   the run ends there.
 //! - **Means and p95** are over samples (the sampler ticks at a fixed interval). p95 is the
@@ -49,7 +49,7 @@ use super::summary::{EnergySource, GpuSummary, RunReport, Summary, EVENT_NAME};
 use crate::catalogue::clocks_event_reasons::{self, CLOCKS_EVENT_REASONS};
 use crate::rules::preallocation::PoolParams;
 use crate::sampling::snapshot::{joules_from_millijoules, watts_from_milliwatts};
-use crate::sampling::{DeviceInfo, DeviceSample, Sharing, Snapshot};
+use crate::sampling::{DeviceInfo, DeviceSample, Sharing, Snapshot, Timing};
 
 const JOULES_PER_KWH: f64 = 3.6e6;
 
@@ -364,6 +364,9 @@ fn xid_strings(xids: Option<&BTreeMap<u64, u64>>) -> BTreeMap<String, u64> {
 #[derive(Debug)]
 pub struct RunAccumulator {
     sample_interval: Duration,
+    /// The longest time one sample's value is held: until it is stale
+    /// ([`Timing::max_sample_age`]).
+    hold_cap: Duration,
     price_per_gpu_hour: Option<f64>,
     pools: PoolParams,
     first: Option<(SystemTime, Instant)>,
@@ -381,10 +384,11 @@ pub struct RunAccumulator {
 }
 
 impl RunAccumulator {
-    /// An empty accumulator for a sampler ticking every `sample_interval`.
-    pub fn new(sample_interval: Duration) -> Self {
+    /// An empty accumulator for a sampler on `timing`.
+    pub fn new(timing: &Timing) -> Self {
         Self {
-            sample_interval,
+            sample_interval: timing.sample_interval,
+            hold_cap: timing.max_sample_age,
             price_per_gpu_hour: None,
             pools: PoolParams::default(),
             first: None,
@@ -425,12 +429,6 @@ impl RunAccumulator {
         self
     }
 
-    /// The longest time one sample's value is held: until it is stale
-    /// ([`crate::sampling::cadence::stale_after`]).
-    fn hold_cap(&self) -> Duration {
-        crate::sampling::cadence::stale_after(self.sample_interval)
-    }
-
     /// Adds one snapshot (the next one the subscription delivered).
     pub fn add(&mut self, snap: &Snapshot) {
         let gap = snap.seq.saturating_sub(self.last_seq + 1);
@@ -440,7 +438,7 @@ impl RunAccumulator {
         self.first
             .get_or_insert((snap.taken_at, snap.taken_instant));
         self.last = Some((snap.taken_at, snap.taken_instant));
-        let cap = self.hold_cap();
+        let cap = self.hold_cap;
         // Summed only when every device it covers answered (`None` otherwise).
         let mut memory_sum: Option<u64> = Some(0);
         let mut memory_units = 0;

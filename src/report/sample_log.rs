@@ -47,7 +47,7 @@ use crate::catalogue::clocks_event_reasons;
 use crate::config::{OutputTarget, SampleLogConfig, SampleLogFormat};
 use crate::rules::profiling::percent;
 use crate::sampling::consumer::{Consumer, ConsumerThread};
-use crate::sampling::{DeviceSample, GpmMetrics, GroupDuration, Hub, Interest, Snapshot};
+use crate::sampling::{DeviceSample, GpmMetrics, GroupDuration, Hub, Interest, Snapshot, Timing};
 
 /// The columns, in order (the CSV header; the JSON keys).
 pub const COLUMNS: [&str; 13] = [
@@ -184,6 +184,8 @@ enum Sink {
 /// Writes snapshots as rows (the synchronous part; [`SampleLogger`] runs it on a thread).
 pub struct SampleLog {
     config: SampleLogConfig,
+    /// A sample this close after the last row's is a near-copy ([`Timing::tick_tolerance`]).
+    near_copy: Duration,
     sink: Option<Sink>,
     /// Header written to a sink that has no size (stdout, a pipe, a device).
     header_written: bool,
@@ -199,10 +201,12 @@ pub struct SampleLog {
 }
 
 impl SampleLog {
-    /// A log with these settings; nothing is opened until the first sample.
-    pub fn new(config: SampleLogConfig) -> Self {
+    /// A log with these settings, for a sampler on `timing`; nothing is opened until the
+    /// first sample.
+    pub fn new(config: SampleLogConfig, timing: &Timing) -> Self {
         Self {
             config,
+            near_copy: timing.tick_tolerance,
             sink: None,
             header_written: false,
             failing: false,
@@ -259,9 +263,10 @@ impl SampleLog {
         if snap.devices.is_empty() {
             return;
         }
-        if self.last_row_taken.is_some_and(|t| {
-            snap.taken_instant.saturating_duration_since(t) < self.config.sample_interval / 2
-        }) {
+        if self
+            .last_row_taken
+            .is_some_and(|t| snap.taken_instant.saturating_duration_since(t) < self.near_copy)
+        {
             return;
         }
         self.last_row_taken = Some(snap.taken_instant);
@@ -389,12 +394,12 @@ impl SampleLogger {
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
-    pub fn start(config: SampleLogConfig, hub: &Arc<Hub>) -> Self {
+    pub fn start(config: SampleLogConfig, timing: &Timing, hub: &Arc<Hub>) -> Self {
         Self(ConsumerThread::start(
             "sample-log",
             hub,
             super::QUEUE_CAPACITY,
-            SampleLog::new(config),
+            SampleLog::new(config, timing),
         ))
     }
 
@@ -466,8 +471,11 @@ mod tests {
             target: OutputTarget::Path(path.to_owned()),
             format,
             max_bytes,
-            sample_interval: Duration::from_secs(1),
         }
+    }
+
+    fn new_log(config: SampleLogConfig) -> SampleLog {
+        SampleLog::new(config, &Timing::every(Duration::from_secs(1)))
     }
 
     /// Ticks 1 s apart, then the final sample 5 ms after the last tick (SIGTERM right after
@@ -476,7 +484,7 @@ mod tests {
     fn a_final_sample_right_after_a_tick_is_not_a_second_row() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.csv");
-        let mut log = SampleLog::new(config(&path, SampleLogFormat::Csv, 1 << 20));
+        let mut log = new_log(config(&path, SampleLogFormat::Csv, 1 << 20));
         log.write(&snap(1, vec![full(0)]));
         log.write(&snap(2, vec![full(0)]));
         log.write(&snap_at(3, Duration::from_millis(2005), vec![full(0)]));
@@ -490,7 +498,7 @@ mod tests {
         assert_eq!(log.snapshots_dropped(), 0, "not counted as lost");
 
         let path = dir.path().join("t.csv");
-        let mut log = SampleLog::new(config(&path, SampleLogFormat::Csv, 1 << 20));
+        let mut log = new_log(config(&path, SampleLogFormat::Csv, 1 << 20));
         log.write(&snap(1, vec![full(0)]));
         log.write(&snap_at(2, Duration::from_millis(1600), vec![full(0)]));
         let text = std::fs::read_to_string(&path).unwrap();
@@ -525,7 +533,7 @@ mod tests {
     fn csv_rows_with_absent_fields_empty() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.csv");
-        let mut log = SampleLog::new(config(&path, SampleLogFormat::Csv, 1 << 20));
+        let mut log = new_log(config(&path, SampleLogFormat::Csv, 1 << 20));
         let mut lost = DeviceSample::empty(info(1), DeviceState::Lost);
         lost.power_milliwatts = None;
         let mut partial = full(2);
@@ -570,7 +578,7 @@ mod tests {
     fn jsonl_rows_with_absent_fields_null() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.jsonl");
-        let mut log = SampleLog::new(config(&path, SampleLogFormat::Jsonl, 1 << 20));
+        let mut log = new_log(config(&path, SampleLogFormat::Jsonl, 1 << 20));
         log.write(&snap(
             1,
             vec![full(0), DeviceSample::empty(info(1), DeviceState::Ok)],
@@ -608,7 +616,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.csv");
         let max = 1000;
-        let mut log = SampleLog::new(config(&path, SampleLogFormat::Csv, max));
+        let mut log = new_log(config(&path, SampleLogFormat::Csv, max));
         for seq in 1..=40 {
             log.write(&snap(seq, vec![full(0), full(1)]));
         }
@@ -638,8 +646,8 @@ mod tests {
     fn appends_to_an_existing_file_without_a_second_header() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.csv");
-        SampleLog::new(config(&path, SampleLogFormat::Csv, 1 << 20)).write(&snap(1, vec![full(0)]));
-        SampleLog::new(config(&path, SampleLogFormat::Csv, 1 << 20)).write(&snap(1, vec![full(0)]));
+        new_log(config(&path, SampleLogFormat::Csv, 1 << 20)).write(&snap(1, vec![full(0)]));
+        new_log(config(&path, SampleLogFormat::Csv, 1 << 20)).write(&snap(1, vec![full(0)]));
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 3, "{text}");
         assert_eq!(text.matches("timestamp").count(), 1);
@@ -650,7 +658,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sub = dir.path().join("later");
         let path = sub.join("s.csv");
-        let mut log = SampleLog::new(config(&path, SampleLogFormat::Csv, 1 << 20));
+        let mut log = new_log(config(&path, SampleLogFormat::Csv, 1 << 20));
         log.write(&snap(1, vec![full(0), full(1)]));
         log.write(&snap(2, vec![full(0), full(1)]));
         assert_eq!(log.rows_lost(), 4);
@@ -665,7 +673,7 @@ mod tests {
 
     #[test]
     fn a_full_disk_is_an_error_not_a_panic() {
-        let mut log = SampleLog::new(config(Path::new("/dev/full"), SampleLogFormat::Jsonl, 10));
+        let mut log = new_log(config(Path::new("/dev/full"), SampleLogFormat::Jsonl, 10));
         for seq in 1..=3 {
             log.write(&snap(seq, vec![full(0)]));
         }
@@ -675,7 +683,7 @@ mod tests {
     #[test]
     fn queue_drops_are_counted() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = SampleLog::new(config(
+        let mut log = new_log(config(
             &dir.path().join("s.csv"),
             SampleLogFormat::Csv,
             1 << 20,

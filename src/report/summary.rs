@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::efficiency::{Efficiency, MemoryPattern};
 use super::timeline::RunEvent;
 use crate::config::OutputTarget;
-use crate::telemetry::events::{Event, Events};
+use crate::telemetry::logs::events::{Event, Events};
 
 /// `event.name` of the report's log record, and the value of the `event.name` key that
 /// starts the JSON document (so that it can be told apart from OTLP/JSON lines on stdout).

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 #[cfg(doc)]
-use crate::telemetry::events::Events;
-use crate::telemetry::events::{Event, Tap};
+use crate::telemetry::logs::events::Events;
+use crate::telemetry::logs::events::{Event, Tap};
 
 /// Events kept for the report; later ones are counted in `events_dropped`.
 pub const RUN_EVENTS_KEPT: usize = 200;

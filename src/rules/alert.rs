@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::RuleId;
+use super::id::RuleId;
 
 pub use crate::catalogue::attributes::AlertState;
 

@@ -11,34 +11,10 @@ use opentelemetry::logs::Severity;
 
 use crate::catalogue::xid;
 
-/// Identity of a rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RuleId {
-    /// Memory used at or above a fraction of total.
-    MemoryNearFull,
-    /// Memory taken as a framework's pool at start and held flat.
-    MemoryPreallocated,
-    /// Memory used rising without returning, with the projected time until full.
-    MemoryLeak,
-    /// GPU die temperature at or above a limit.
-    TemperatureHigh,
-    /// Clocks held back by the software power cap.
-    ClocksPowerCapped,
-    /// Clocks held back by thermal or hardware slowdown.
-    ClocksSlowdown,
-    /// GPU mostly idle while a process holds its memory.
-    InputStarvation,
-    /// Large utilization spread among the pod's GPUs.
-    UtilizationImbalance,
-    /// GPU busy while its tensor cores are idle (GPM).
-    TensorCoresIdle,
-    /// DRAM bandwidth near its peak while the SMs are mostly idle (GPM).
-    MemoryBound,
-    /// NVML reports the GPU lost.
-    GpuLost,
-    /// An XID error was reported for the GPU.
-    Xid,
-}
+pub use super::id::{Hold, RuleId, RuleSettings};
+use super::preallocation::PoolParams;
+use super::rule::Build;
+use super::{clocks, health, memory, profiling, workload};
 
 impl RuleId {
     /// The rule's row in [`RULES`].
@@ -47,6 +23,18 @@ impl RuleId {
             .iter()
             .find(|r| r.id == self)
             .expect("every RuleId has a row in RULES")
+    }
+}
+
+impl Default for PoolParams {
+    /// The `memory_preallocated` rule's defaults.
+    fn default() -> Self {
+        let spec = RuleId::MemoryPreallocated.spec();
+        let duration = match spec.hold {
+            HoldSpec::Duration(d) => d,
+            _ => Duration::from_secs(60),
+        };
+        Self::from_rule(spec.threshold.map_or(70.0, |t| t.default), duration)
     }
 }
 
@@ -80,18 +68,6 @@ impl AlertSeverity {
             AlertSeverity::Critical => Severity::Fatal,
         }
     }
-}
-
-/// How long a condition must hold before its alert fires (and be clear before it resolves).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hold {
-    /// At the first sample where it holds.
-    Immediate,
-    /// Continuously for at least this long: from the first sample where it holds to a later
-    /// sample where it still holds (sample times, `Snapshot::taken_instant`).
-    Duration(Duration),
-    /// On this many consecutive samples.
-    Samples(u32),
 }
 
 /// A rule's threshold setting (`GPU_SIDECAR_RULE_<ENV>_THRESHOLD`).
@@ -157,6 +133,10 @@ pub struct RuleSpec {
     pub attributes: &'static str,
     /// One sentence saying what to do, in the record's body.
     pub hint: &'static str,
+    /// Builds the rule from its settings and what the rules it defers to are set to: the
+    /// engine calls it for each enabled rule ([`super::engine::Engine::new`]), so a new rule
+    /// is this row and its judgement in its family file.
+    pub(crate) build: Build,
 }
 
 impl RuleSpec {
@@ -212,6 +192,7 @@ const fn percent(default: f64, unit: &'static str) -> Option<ThresholdSpec> {
 pub static RULES: &[RuleSpec] = &[
     RuleSpec {
         id: RuleId::MemoryNearFull,
+        build: memory::NearFull::build,
         name: "memory_near_full",
         env: "MEMORY_NEAR_FULL",
         event_name: "nvidia.gpu.alert.memory_near_full",
@@ -225,6 +206,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::MemoryPreallocated,
+        build: memory::Preallocated::build,
         name: "memory_preallocated",
         env: "MEMORY_PREALLOCATED",
         event_name: "nvidia.gpu.alert.memory_preallocated",
@@ -238,6 +220,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::MemoryLeak,
+        build: memory::Leak::build,
         name: "memory_leak",
         env: "MEMORY_LEAK",
         event_name: "nvidia.gpu.alert.memory_leak",
@@ -258,6 +241,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::TemperatureHigh,
+        build: clocks::TemperatureHigh::build,
         name: "temperature_high",
         env: "TEMPERATURE_HIGH",
         event_name: "nvidia.gpu.alert.temperature_high",
@@ -278,6 +262,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::ClocksPowerCapped,
+        build: clocks::PowerCapped::build,
         name: "clocks_power_capped",
         env: "CLOCKS_POWER_CAPPED",
         event_name: "nvidia.gpu.alert.clocks_power_capped",
@@ -291,6 +276,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::ClocksSlowdown,
+        build: clocks::Slowdown::build,
         name: "clocks_slowdown",
         env: "CLOCKS_SLOWDOWN",
         event_name: "nvidia.gpu.alert.clocks_slowdown",
@@ -304,6 +290,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::InputStarvation,
+        build: workload::Starvation::build,
         name: "input_starvation",
         env: "INPUT_STARVATION",
         event_name: "nvidia.gpu.alert.input_starvation",
@@ -317,6 +304,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::UtilizationImbalance,
+        build: workload::Imbalance::build,
         name: "utilization_imbalance",
         env: "UTILIZATION_IMBALANCE",
         event_name: "nvidia.gpu.alert.utilization_imbalance",
@@ -330,6 +318,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::TensorCoresIdle,
+        build: profiling::TensorCoresIdle::build,
         name: "tensor_cores_idle",
         env: "TENSOR_CORES_IDLE",
         event_name: "nvidia.gpu.alert.tensor_cores_idle",
@@ -353,6 +342,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::MemoryBound,
+        build: profiling::MemoryBound::build,
         name: "memory_bound",
         env: "MEMORY_BOUND",
         event_name: "nvidia.gpu.alert.memory_bound",
@@ -376,6 +366,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::GpuLost,
+        build: health::GpuLost::build,
         name: "gpu_lost",
         env: "GPU_LOST",
         event_name: "nvidia.gpu.alert.gpu_lost",
@@ -389,6 +380,7 @@ pub static RULES: &[RuleSpec] = &[
     },
     RuleSpec {
         id: RuleId::Xid,
+        build: health::xid,
         name: "xid",
         env: "XID",
         event_name: "nvidia.gpu.alert.xid",

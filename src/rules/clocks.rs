@@ -4,10 +4,11 @@
 
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 
-use super::catalogue::RuleId;
-use super::rule::{Rule, Verdict};
+use super::id::RuleId;
+use super::id::RuleSettings;
+use super::rule::{Built, Deferred, Rule, Verdict};
 use crate::catalogue::clocks_event_reasons::{self, DEGRADING, SW_POWER_CAP};
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
 /// `temperature_high`: `nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU) >= threshold` °C.
 pub(crate) struct TemperatureHigh {
@@ -15,6 +16,11 @@ pub(crate) struct TemperatureHigh {
 }
 
 impl TemperatureHigh {
+    /// [`super::rule::Build`] for `temperature_high`.
+    pub(crate) fn build(s: &RuleSettings, _: &Deferred) -> Built {
+        Built::judged(Self::new(s.threshold.unwrap_or_default()), s)
+    }
+
     /// `celsius`: the limit.
     pub(crate) fn new(celsius: f64) -> Self {
         Self { celsius }
@@ -85,6 +91,13 @@ fn clock_verdict(
 /// (`nvmlDeviceGetCurrentClocksThrottleReasons`).
 pub(crate) struct PowerCapped;
 
+impl PowerCapped {
+    /// [`super::rule::Build`] for `clocks_power_capped`.
+    pub(crate) fn build(s: &RuleSettings, _: &Deferred) -> Built {
+        Built::judged(Self, s)
+    }
+}
+
 impl Rule for PowerCapped {
     fn id(&self) -> RuleId {
         RuleId::ClocksPowerCapped
@@ -117,6 +130,13 @@ impl Rule for PowerCapped {
 /// `clocks_slowdown`: any of `hw_slowdown`, `sw_thermal_slowdown`, `hw_thermal_slowdown`,
 /// `hw_power_brake_slowdown` set ([`DEGRADING`]).
 pub(crate) struct Slowdown;
+
+impl Slowdown {
+    /// [`super::rule::Build`] for `clocks_slowdown`.
+    pub(crate) fn build(s: &RuleSettings, _: &Deferred) -> Built {
+        Built::judged(Self, s)
+    }
+}
 
 impl Rule for Slowdown {
     fn id(&self) -> RuleId {

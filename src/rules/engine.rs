@@ -10,9 +10,8 @@ use opentelemetry::KeyValue;
 
 use super::alert::{Alert, AlertState, XidReport};
 use super::catalogue::{Hold, RuleId};
-use super::preallocation::PoolParams;
-use super::rule::{device_label, label, Rule, Verdict};
-use super::{clocks, health, memory, profiling, workload};
+use super::preallocation::pool_params;
+use super::rule::{device_label, label, Built, Deferred, Rule, Verdict};
 use crate::catalogue::metrics::{device_attributes, info_attributes, Number, CATALOGUE};
 use crate::catalogue::xid;
 use crate::config::RulesConfig;
@@ -161,67 +160,26 @@ impl Engine {
                 .map(|(_, s)| *s)
                 .filter(|s| s.enabled)
         };
-        let pools = enabled(RuleId::MemoryPreallocated).map(pool_params);
-        let memory_bound =
-            enabled(RuleId::MemoryBound).and_then(|s| s.threshold.zip(s.second_threshold));
+        // What the rules that defer to others are told of them.
+        let deferred = Deferred {
+            pools: enabled(RuleId::MemoryPreallocated).map(pool_params),
+            memory_bound: enabled(RuleId::MemoryBound)
+                .and_then(|s| s.threshold.zip(s.second_threshold)),
+        };
         for (id, s) in &config.0 {
             if !s.enabled {
                 continue;
             }
-            let threshold = s.threshold;
-            let t = threshold.unwrap_or_default();
-            let (rule, clear): (Box<dyn Rule>, Hold) = match id {
-                RuleId::MemoryNearFull => (Box::new(memory::NearFull::new(t, pools)), s.hold),
-                RuleId::MemoryPreallocated => (
-                    Box::new(memory::Preallocated::new(pool_params(*s))),
-                    Hold::Immediate,
-                ),
-                RuleId::MemoryLeak => {
-                    let window = match s.hold {
-                        Hold::Duration(d) => d,
-                        _ => Duration::from_secs(600),
-                    };
-                    (
-                        Box::new(memory::Leak::new(t, window)),
-                        Hold::Duration(window / memory::Leak::LOCAL_PARTS),
-                    )
-                }
-                RuleId::TemperatureHigh => (Box::new(clocks::TemperatureHigh::new(t)), s.hold),
-                RuleId::ClocksPowerCapped => (Box::new(clocks::PowerCapped), s.hold),
-                RuleId::ClocksSlowdown => (Box::new(clocks::Slowdown), s.hold),
-                RuleId::InputStarvation => (Box::new(workload::Starvation::new(t)), s.hold),
-                RuleId::UtilizationImbalance => (Box::new(workload::Imbalance::new(t)), s.hold),
-                RuleId::TensorCoresIdle => (
-                    Box::new(profiling::TensorCoresIdle::new(
-                        t,
-                        s.second_threshold.unwrap_or(90.0),
-                        memory_bound,
-                    )),
-                    s.hold,
-                ),
-                RuleId::MemoryBound => (
-                    Box::new(profiling::MemoryBound::new(
-                        t,
-                        s.second_threshold.unwrap_or(50.0),
-                    )),
-                    s.hold,
-                ),
-                RuleId::GpuLost => (Box::new(health::GpuLost), Hold::Immediate),
-                RuleId::Xid => {
-                    let quiet = match s.hold {
-                        Hold::Duration(d) => d,
-                        _ => Duration::from_secs(300),
-                    };
-                    xid = Some((quiet, threshold));
-                    continue;
-                }
-            };
-            slots.push(Slot {
-                rule,
-                fire: s.hold,
-                clear,
-                threshold,
-            });
+            // Each rule is built by its row's constructor: no arm per rule here.
+            match (id.spec().build)(s, &deferred) {
+                Built::Judged { rule, clear } => slots.push(Slot {
+                    rule,
+                    fire: s.hold,
+                    clear,
+                    threshold: s.threshold,
+                }),
+                Built::Xid { quiet, threshold } => xid = Some((quiet, threshold)),
+            }
         }
         Self {
             slots,
@@ -486,16 +444,6 @@ impl Engine {
             hint: xid::hint(report.xid).into(),
         })
     }
-}
-
-/// The pool recognition of `memory_preallocated`'s settings (THRESHOLD percent, reached
-/// within DURATION / 6, held for DURATION); the run report uses it too.
-pub fn pool_params(s: crate::config::RuleSettings) -> PoolParams {
-    let duration = match s.hold {
-        Hold::Duration(d) => d,
-        _ => std::time::Duration::from_secs(60),
-    };
-    PoolParams::from_rule(s.threshold.unwrap_or(70.0), duration)
 }
 
 /// What is known of the physical GPU of a MIG device from the MIG device's own facts: its

@@ -3,14 +3,38 @@
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::RuleId;
-use super::rule::{Rule, Verdict};
+use super::id::RuleId;
+use super::id::{Hold, RuleSettings};
+use super::rule::{Built, Deferred, Rule, Verdict};
 use std::collections::HashSet;
 
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
 /// `gpu_lost`: [`DeviceState::Lost`] (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`).
 pub(crate) struct GpuLost;
+
+impl GpuLost {
+    /// [`super::rule::Build`] for `gpu_lost`: resolves at the first sample it answers.
+    pub(crate) fn build(_: &RuleSettings, _: &Deferred) -> Built {
+        Built::Judged {
+            rule: Box::new(Self),
+            clear: Hold::Immediate,
+        }
+    }
+}
+
+/// [`super::rule::Build`] for `xid`: judged on the device events (by the engine), quiet
+/// for DURATION (5 min unset) before it resolves.
+pub(crate) fn xid(s: &RuleSettings, _: &Deferred) -> Built {
+    let quiet = match s.hold {
+        Hold::Duration(d) => d,
+        _ => std::time::Duration::from_secs(300),
+    };
+    Built::Xid {
+        quiet,
+        threshold: s.threshold,
+    }
+}
 
 impl Rule for GpuLost {
     fn id(&self) -> RuleId {

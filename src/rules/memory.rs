@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::RuleId;
+use super::id::RuleId;
+use super::id::{Hold, RuleSettings};
 use super::preallocation::{MemoryState, PoolEnd, PoolParams, PoolTracker};
-use super::rule::{Rule, Verdict};
+use super::rule::{Built, Deferred, Rule, Verdict};
 use super::{gib, mib};
 use crate::sampling::snapshot::{percent_from_ratio, ratio_from_percent};
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
 fn memory(d: &DeviceSample) -> Option<(u64, u64)> {
     match (d.state, d.memory_used_bytes, d.memory_total_bytes) {
@@ -38,6 +39,11 @@ pub(crate) struct NearFull {
 }
 
 impl NearFull {
+    /// [`super::rule::Build`] for `memory_near_full`.
+    pub(crate) fn build(s: &RuleSettings, d: &Deferred) -> Built {
+        Built::judged(Self::new(s.threshold.unwrap_or_default(), d.pools), s)
+    }
+
     /// `percent`: of total memory, e.g. 95; `pools`: the `memory_preallocated` rule's
     /// recognition, when it is enabled.
     pub(crate) fn new(percent: f64, pools: Option<PoolParams>) -> Self {
@@ -91,6 +97,14 @@ pub(crate) struct Preallocated {
 }
 
 impl Preallocated {
+    /// [`super::rule::Build`] for `memory_preallocated`: resolves at once.
+    pub(crate) fn build(s: &RuleSettings, _: &Deferred) -> Built {
+        Built::Judged {
+            rule: Box::new(Self::new(super::preallocation::pool_params(*s))),
+            clear: Hold::Immediate,
+        }
+    }
+
     pub(crate) fn new(params: PoolParams) -> Self {
         Self {
             pools: PoolTracker::new(params),
@@ -258,6 +272,19 @@ impl Series {
 }
 
 impl Leak {
+    /// [`super::rule::Build`] for `memory_leak`: DURATION is its window (10 min unset);
+    /// it resolves once it has not been rising for a fifth of it.
+    pub(crate) fn build(s: &RuleSettings, _: &Deferred) -> Built {
+        let window = match s.hold {
+            Hold::Duration(d) => d,
+            _ => Duration::from_secs(600),
+        };
+        Built::Judged {
+            rule: Box::new(Self::new(s.threshold.unwrap_or_default(), window)),
+            clear: Hold::Duration(window / Self::LOCAL_PARTS),
+        }
+    }
+
     /// The "still rising" check looks at the last `window / LOCAL_PARTS`.
     pub(crate) const LOCAL_PARTS: u32 = 5;
 

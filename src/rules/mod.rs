@@ -7,7 +7,7 @@
 //! `workload.rs`, `profiling.rs`, `health.rs`),
 //! all following the one table [`catalogue::RULES`] (names, severities, settings, hints;
 //! `docs/events.md` is generated from it). Each transition becomes one log record with
-//! `event.name` `nvidia.gpu.alert.<rule>` ([`crate::telemetry::events::Events::emit`]) and
+//! `event.name` `nvidia.gpu.alert.<rule>` ([`crate::telemetry::logs::events::Events::emit`]) and
 //! adds 1 to the counter `nvidia.gpu.alerts`.
 //!
 //! XID errors come from the NVML event watcher, through the same subscription, in order with
@@ -18,6 +18,7 @@ pub mod catalogue;
 mod clocks;
 pub mod engine;
 mod health;
+pub(crate) mod id;
 pub(crate) mod memory;
 pub mod preallocation;
 pub(crate) mod profiling;
@@ -32,7 +33,8 @@ use opentelemetry::KeyValue;
 
 pub use alert::{Alert, AlertState, XidReport};
 pub use catalogue::{AlertSeverity, Hold, RuleId, RULES};
-pub use engine::{pool_params, Engine};
+pub use engine::Engine;
+pub use preallocation::pool_params;
 pub(crate) use workload::holds_memory;
 
 use crate::catalogue::attributes;
@@ -40,8 +42,8 @@ use crate::catalogue::metrics::ALERTS;
 use crate::config::RulesConfig;
 use crate::sampling::consumer::{Consumer, ConsumerThread};
 use crate::sampling::{DeviceEvent, DeviceEventKind, Hub, Interest, Snapshot};
-use crate::telemetry::events::{Event, Events};
-use crate::telemetry::recorded::{Counter, Recorded};
+use crate::telemetry::logs::events::{Event, Events};
+use crate::telemetry::metrics::recorded::{Counter, Recorded};
 
 /// Snapshots queued for the rules thread before the sampler starts dropping them for it.
 const QUEUE: usize = 64;

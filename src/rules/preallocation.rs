@@ -19,9 +19,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::catalogue::{HoldSpec, RuleId};
+use super::id::{Hold, RuleSettings};
 use crate::sampling::snapshot::ratio_from_percent;
-use crate::sampling::{DeviceSample, DeviceState};
+use crate::sampling::snapshot::{DeviceSample, DeviceState};
 
 /// How far (a share of total memory) the memory may move from the level it jumped to and
 /// still be the same pool: 1 % (a second process's CUDA context, ~0.5 GiB, fits on cards
@@ -42,16 +42,14 @@ pub struct PoolParams {
     pub hold: Duration,
 }
 
-impl Default for PoolParams {
-    /// The `memory_preallocated` rule's defaults.
-    fn default() -> Self {
-        let spec = RuleId::MemoryPreallocated.spec();
-        let duration = match spec.hold {
-            HoldSpec::Duration(d) => d,
-            _ => Duration::from_secs(60),
-        };
-        Self::from_rule(spec.threshold.map_or(70.0, |t| t.default), duration)
-    }
+/// The pool recognition of `memory_preallocated`'s settings (THRESHOLD percent, reached
+/// within DURATION / 6, held for DURATION); the run report uses it too.
+pub fn pool_params(s: RuleSettings) -> PoolParams {
+    let duration = match s.hold {
+        Hold::Duration(d) => d,
+        _ => Duration::from_secs(60),
+    };
+    PoolParams::from_rule(s.threshold.unwrap_or(70.0), duration)
 }
 
 impl PoolParams {

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::RuleId;
-use super::rule::{Rule, Verdict};
+use super::id::RuleId;
+use super::id::RuleSettings;
+use super::rule::{Built, Deferred, Rule, Verdict};
 use crate::sampling::snapshot::ratio_from_percent;
-use crate::sampling::{DeviceSample, DeviceState, GpmMetrics, Snapshot};
+use crate::sampling::snapshot::{DeviceSample, DeviceState, GpmMetrics, Snapshot};
 
 /// Windows without a new reading after which a GPU's last judgement lapses.
 pub(crate) const STALE_WINDOWS: f64 = 2.5;
@@ -167,6 +168,14 @@ pub(crate) struct TensorCoresIdle {
 }
 
 impl TensorCoresIdle {
+    /// [`super::rule::Build`] for `tensor_cores_idle`: leaves memory-bound GPUs to
+    /// `memory_bound` when that is enabled.
+    pub(crate) fn build(s: &RuleSettings, d: &Deferred) -> Built {
+        let t = s.threshold.unwrap_or_default();
+        let utilization = s.second_threshold.unwrap_or(90.0);
+        Built::judged(Self::new(t, utilization, d.memory_bound), s)
+    }
+
     /// `threshold`: tensor activity, percent; `utilization`: percent;
     /// `memory_bound`: that rule's (DRAM, SM activity) thresholds when it is enabled.
     pub(crate) fn new(threshold: f64, utilization: f64, memory_bound: Option<(f64, f64)>) -> Self {
@@ -276,6 +285,12 @@ pub(crate) struct MemoryBound {
 }
 
 impl MemoryBound {
+    /// [`super::rule::Build`] for `memory_bound`.
+    pub(crate) fn build(s: &RuleSettings, _: &Deferred) -> Built {
+        let t = s.threshold.unwrap_or_default();
+        Built::judged(Self::new(t, s.second_threshold.unwrap_or(50.0)), s)
+    }
+
     /// `threshold`: DRAM bandwidth, percent of peak; `sm_activity`: percent.
     pub(crate) fn new(threshold: f64, sm_activity: f64) -> Self {
         Self {

@@ -3,8 +3,11 @@
 
 use opentelemetry::KeyValue;
 
-use super::catalogue::RuleId;
-use crate::sampling::{DeviceInfo, DeviceSample, Snapshot};
+use std::time::Duration;
+
+use super::id::{Hold, RuleId, RuleSettings};
+use super::preallocation::PoolParams;
+use crate::sampling::snapshot::{DeviceInfo, DeviceSample, Snapshot};
 
 /// What a rule judged about one subject (a GPU, or the pod's GPUs together) at one sample.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,3 +101,47 @@ pub fn device_label(info: &DeviceInfo) -> String {
         None => format!("{} (nvidia-smi GPU {})", info.uuid, info.index),
     }
 }
+
+/// What a rule's constructor is told of the rules it defers to, when those are enabled.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Deferred {
+    /// `memory_preallocated`'s parameters: `memory_near_full` does not judge a GPU whose
+    /// memory is a framework's pool.
+    pub pools: Option<PoolParams>,
+    /// `memory_bound`'s (DRAM activity, SM activity) thresholds, percent: `tensor_cores_idle`
+    /// leaves a memory-bound GPU to it.
+    pub memory_bound: Option<(f64, f64)>,
+}
+
+/// What a rule's constructor builds from its row's settings.
+pub(crate) enum Built {
+    /// A rule judged on every snapshot, firing after the settings' hold and resolving after
+    /// `clear`.
+    Judged {
+        /// The rule.
+        rule: Box<dyn Rule>,
+        /// How long it must be clear before it resolves.
+        clear: Hold,
+    },
+    /// The XID alert: judged on device events, quiet for `quiet` after the last XID;
+    /// `threshold` XIDs of one code before it fires (`None`: the first).
+    Xid {
+        /// Resolves after this long without another XID of the code.
+        quiet: Duration,
+        /// The row's threshold, as set.
+        threshold: Option<f64>,
+    },
+}
+
+impl Built {
+    /// `rule`, resolving after the same hold it fires after (most rules).
+    pub(crate) fn judged(rule: impl Rule + 'static, s: &RuleSettings) -> Self {
+        Built::Judged {
+            rule: Box::new(rule),
+            clear: s.hold,
+        }
+    }
+}
+
+/// A rule's constructor, carried by its row of [`super::catalogue::RULES`].
+pub(crate) type Build = fn(&RuleSettings, &Deferred) -> Built;

@@ -210,7 +210,7 @@ fn an_xid_reads_the_same_in_its_event_and_in_its_alert() {
     for code in [
         13, 31, 43, 45, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 12345,
     ] {
-        let event = crate::telemetry::xid::to_event(&DeviceEvent {
+        let event = crate::telemetry::logs::xid_event::to_event(&DeviceEvent {
             time: clock.wall,
             device: device.clone(),
             kind: DeviceEventKind::Xid(code),

@@ -3,11 +3,12 @@
 
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 
-use super::catalogue::RuleId;
 use super::gib;
-use super::rule::{Rule, Verdict};
+use super::id::RuleId;
+use super::id::RuleSettings;
+use super::rule::{Built, Deferred, Rule, Verdict};
 use crate::sampling::snapshot::ratio_from_percent;
-use crate::sampling::{DeviceSample, DeviceState, Snapshot};
+use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
 /// Whether a compute process holds memory on the GPU (`nvmlDeviceGetComputeRunningProcesses_v3`):
 /// a listed process with used memory above 0, or unknown (NVML could not say how much, but
@@ -27,6 +28,11 @@ pub(crate) struct Starvation {
 }
 
 impl Starvation {
+    /// [`super::rule::Build`] for `input_starvation`.
+    pub(crate) fn build(s: &RuleSettings, _: &Deferred) -> Built {
+        Built::judged(Self::new(s.threshold.unwrap_or_default()), s)
+    }
+
     /// `percent`: utilization below which the GPU counts as starved, e.g. 20.
     pub(crate) fn new(percent: f64) -> Self {
         Self { percent }
@@ -81,6 +87,11 @@ pub(crate) struct Imbalance {
 }
 
 impl Imbalance {
+    /// [`super::rule::Build`] for `utilization_imbalance`.
+    pub(crate) fn build(s: &RuleSettings, _: &Deferred) -> Built {
+        Built::judged(Self::new(s.threshold.unwrap_or_default()), s)
+    }
+
     /// `points`: the spread in percentage points, e.g. 50.
     pub(crate) fn new(points: f64) -> Self {
         Self { points }

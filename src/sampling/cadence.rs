@@ -1,5 +1,5 @@
 //! The flow's cadence: every period it runs on, computed once from the settings
-//! ([`Timing`]) and passed down; when each group of NVML calls is made, and which ticks are
+//! ([`Timing`]) and handed to every part that runs on one; when each group of NVML calls is made, and which ticks are
 //! exported ([`Cadence`]).
 //!
 //! The sampler knows the export schedule (`OTEL_METRIC_EXPORT_INTERVAL`): a tick is an
@@ -17,28 +17,46 @@
 use std::time::{Duration, Instant};
 
 use super::SampleGroup;
-use crate::config::{Config, SlowIntervals};
+use crate::config::{Config, ExporterKind, SlowIntervals};
 
-/// When a snapshot is stale: two sample intervals, at least one second. A stale snapshot is
-/// not exported, makes the agent not ready, and a sample's value holds for the run report at
-/// most this long (a longer gap, e.g. NVML re-initializing, is attributed to nothing).
-pub fn stale_after(sample_interval: Duration) -> Duration {
-    (sample_interval * 2).max(Duration::from_secs(1))
-}
+/// Most time between two NVML initialization attempts while NVML is down, whatever the
+/// sample interval: NVML's init is a local call, and recovery follows NVML's return within
+/// two sample intervals (see [`Timing::init_backoff_cap`]).
+pub const INIT_BACKOFF_CAP: Duration = Duration::from_secs(5);
 
-/// Every period of the flow, from the settings, in one place; the agent computes it once
-/// and hands it to the parts that run on it.
+/// The longest one event wait (`nvmlEventSetWait_v2`) may be: a wait is bounded by one
+/// sample interval and by this, so that the event watcher notices a stop within half a
+/// second, returns, and NVML is shut down before the agent exits (at the default 5 s sample
+/// interval a whole-interval wait outlasted the stop). An event ends a wait at once
+/// whatever its bound; an idle watcher wakes twice a second (one driver call each).
+pub const EVENT_WAIT_MAX: Duration = Duration::from_millis(500);
+
+/// The shortest time a series with no point is kept before it expires
+/// ([`Timing::series_expiry`]).
+pub const SERIES_EXPIRY_MIN: Duration = Duration::from_secs(3600);
+
+/// Every period of the flow, from the settings, in one place: the agent builds it once
+/// ([`Timing::from_config`]) and hands it to every part that runs on a period (the sampler,
+/// the event watcher, the export clock and its series, the probes and the watchdog, the run
+/// report, the sample log). Nothing else derives a period from the settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
-    /// The sampler's tick, `GPU_SIDECAR_SAMPLE_INTERVAL`; also the longest idle wait of the
-    /// event watcher (an event ends a wait at once).
+    /// The sampler's tick, `GPU_SIDECAR_SAMPLE_INTERVAL`.
     pub sample_interval: Duration,
     /// `OTEL_METRIC_EXPORT_INTERVAL`: which ticks are export ticks.
     pub export_interval: Duration,
     /// The slow groups' cadence (`GPU_SIDECAR_*_INTERVAL`).
     pub slow_intervals: SlowIntervals,
-    /// [`stale_after`] the sample interval.
+    /// When a snapshot is stale: two sample intervals, at least one second. A stale
+    /// snapshot is not exported, makes the agent not ready, and a sample's value holds for
+    /// the run report at most this long (a longer gap, e.g. NVML re-initializing, is
+    /// attributed to nothing).
     pub max_sample_age: Duration,
+    /// Half a sample interval: a due time (an export, a slow group) is met by a tick that
+    /// starts up to this much before it (ticks never line up exactly with due times), and a
+    /// sample this close after the sample log's previous row (the final sample at shutdown,
+    /// right after a tick) is a near-copy, not written.
+    pub tick_tolerance: Duration,
     /// Longest NVML step before the watchdog says it is stuck,
     /// `GPU_SIDECAR_WATCHDOG_TIMEOUT` (its default, three sample intervals and at least 10 s,
     /// is the settings').
@@ -46,10 +64,32 @@ pub struct Timing {
     /// The export clock exports anyway (the agent's own metrics) when no export tick came
     /// for this long: one export interval plus one sample interval.
     pub export_idle: Duration,
+    /// The bound of one event wait (`nvmlEventSetWait_v2`): one sample interval, at most
+    /// [`EVENT_WAIT_MAX`]; also the event watcher's longest idle wait.
+    pub event_wait: Duration,
+    /// The longest delay between two NVML initialization attempts: the sample interval, at
+    /// most [`INIT_BACKOFF_CAP`].
+    pub init_backoff_cap: Duration,
+    /// A series with no point for this long is forgotten by the exporter (its start time
+    /// with it): three times the slowest of the export interval and the slow groups'
+    /// intervals, at least [`SERIES_EXPIRY_MIN`].
+    pub series_expiry: Duration,
+    /// The bound on one metrics export, retries included: the smaller of
+    /// `OTEL_METRIC_EXPORT_TIMEOUT` and the metrics exporter's OTLP timeout (10 s when no
+    /// exporter is configured).
+    pub export_bound: Duration,
+    /// The oldest acceptable successful export before `/readyz` says exports fail: three
+    /// export intervals plus one export bound; `None` when metrics are not sent over OTLP.
+    pub export_success_max_age: Option<Duration>,
+    /// The longest acceptable time without any finished export (the export loop is stuck):
+    /// two export intervals and 5 s (console), two (export interval + export bound) and 5 s
+    /// (OTLP); `None` without an exporter.
+    pub export_loop_max_gap: Option<Duration>,
 }
 
 impl Timing {
-    /// The periods `config` sets.
+    /// The periods `config` sets: called once, by the agent (and by the webhook's own
+    /// metrics).
     pub fn from_config(config: &Config) -> Self {
         Self::new(
             config.sample_interval,
@@ -57,23 +97,83 @@ impl Timing {
             config.slow_intervals,
             config.watchdog_timeout,
         )
+        .with_exporter(config.metrics_exporter, config.metrics_export_bound())
     }
 
-    /// The periods for these intervals.
+    /// The export periods for metrics sent by `exporter`, each export bounded by `bound`.
+    pub fn with_exporter(mut self, exporter: ExporterKind, bound: Duration) -> Self {
+        let ei = self.export_interval;
+        self.export_bound = bound;
+        self.export_success_max_age = (exporter == ExporterKind::Otlp).then(|| ei * 3 + bound);
+        self.export_loop_max_gap = match exporter {
+            ExporterKind::None => None,
+            ExporterKind::Console => Some(ei * 2 + Duration::from_secs(5)),
+            ExporterKind::Otlp => Some((ei + bound) * 2 + Duration::from_secs(5)),
+        };
+        self
+    }
+
+    /// The periods for these intervals, without an exporter ([`Timing::with_exporter`]).
     pub fn new(
         sample_interval: Duration,
         export_interval: Duration,
         slow_intervals: SlowIntervals,
         watchdog: Duration,
     ) -> Self {
+        let slowest = [
+            slow_intervals.energy,
+            slow_intervals.gpm,
+            slow_intervals.pcie,
+            slow_intervals.process,
+            export_interval,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(export_interval);
         Self {
             sample_interval,
             export_interval,
             slow_intervals,
-            max_sample_age: stale_after(sample_interval),
+            max_sample_age: (sample_interval * 2).max(Duration::from_secs(1)),
+            tick_tolerance: sample_interval / 2,
             watchdog,
             export_idle: export_interval + sample_interval,
+            event_wait: sample_interval.min(EVENT_WAIT_MAX),
+            init_backoff_cap: sample_interval.min(INIT_BACKOFF_CAP),
+            series_expiry: (slowest * 3).max(SERIES_EXPIRY_MIN),
+            export_bound: Duration::from_secs(10),
+            export_success_max_age: None,
+            export_loop_max_gap: None,
         }
+    }
+
+    /// The periods of a sampler ticking every `sample_interval` with the settings'
+    /// defaults for the rest (10 s exports, the default slow intervals, a 10 s watchdog):
+    /// for tests and tools that drive one part directly.
+    pub fn every(sample_interval: Duration) -> Self {
+        Self::new(
+            sample_interval,
+            Duration::from_secs(10),
+            SlowIntervals::default(),
+            (sample_interval * 3).max(Duration::from_secs(10)),
+        )
+    }
+
+    /// The delays between NVML initialization attempts while NVML is down (init failing,
+    /// the device listing failing, fewer devices listed than before): from 1 s (or the cap
+    /// when shorter) doubling up to [`Timing::init_backoff_cap`]. So an attempt comes at
+    /// most one sample interval after NVML answers again, and the first sample follows it:
+    /// the agent is ready again within two sample intervals. Without jitter (one local
+    /// library, nothing to spread out); backon's exponential backoff, without end.
+    pub fn init_backoff(&self) -> impl Iterator<Item = Duration> {
+        use backon::BackoffBuilder as _;
+        let cap = self.init_backoff_cap;
+        backon::ExponentialBuilder::default()
+            .with_min_delay(cap.min(Duration::from_secs(1)))
+            .with_max_delay(cap)
+            .with_factor(2.0)
+            .without_max_times()
+            .build()
     }
 }
 
@@ -147,19 +247,15 @@ pub struct Cadence {
 }
 
 impl Cadence {
-    /// Exports every `export_interval` (the first at the first tick); slow groups every
-    /// `intervals`. A due time is met by a tick that starts up to half a sample interval
-    /// before it (ticks never line up exactly with due times).
-    pub fn new(
-        sample_interval: Duration,
-        export_interval: Duration,
-        intervals: SlowIntervals,
-    ) -> Self {
+    /// Exports every [`Timing::export_interval`] (the first at the first tick); slow groups
+    /// every [`Timing::slow_intervals`]; a due time is met by a tick that starts up to
+    /// [`Timing::tick_tolerance`] before it.
+    pub fn new(timing: &Timing) -> Self {
         Self {
-            export_interval,
-            tolerance: sample_interval / 2,
+            export_interval: timing.export_interval,
+            tolerance: timing.tick_tolerance,
             next_export: None,
-            intervals,
+            intervals: timing.slow_intervals,
             last_read: [None; SLOW_GROUPS.len()],
         }
     }
@@ -233,7 +329,7 @@ mod tests {
     /// per tick, (export, energy, process, gpm, pcie).
     fn run(sample: Duration, export: Duration, n: u32) -> Vec<(bool, bool, bool, bool, bool)> {
         let t0 = Instant::now();
-        let mut c = Cadence::new(sample, export, defaults());
+        let mut c = Cadence::new(&Timing::new(sample, export, defaults(), 10 * S));
         (0..n)
             .map(|k| {
                 let d = c.tick(t0 + sample * k + Duration::from_millis(3 + u64::from(k % 3)));
@@ -288,7 +384,7 @@ mod tests {
             gpm: 3 * S,
             ..SlowIntervals::default()
         };
-        let mut c = Cadence::new(S, 10 * S, intervals);
+        let mut c = Cadence::new(&Timing::new(S, 10 * S, intervals, 10 * S));
         let gpm: Vec<u32> = (0..21)
             .filter(|&k| c.tick(t0 + S * k + Duration::from_millis(3)).gpm)
             .collect();
@@ -298,7 +394,7 @@ mod tests {
     #[test]
     fn late_ticks_restart_the_schedule_and_the_last_sample_reads_everything() {
         let t0 = Instant::now();
-        let mut c = Cadence::new(S, 2 * S, defaults());
+        let mut c = Cadence::new(&Timing::new(S, 2 * S, defaults(), 10 * S));
         assert!(c.tick(t0).export);
         assert!(!c.tick(t0 + S).export);
         // A tick 30 s late (NVML was down): exported, then the period starts from it.
@@ -311,5 +407,43 @@ mod tests {
         assert!(!d.export && !d.energy, "not an export tick: nothing slow");
         let d = c.tick(t0 + 36 * S);
         assert!(d.export && d.energy && d.gpm && d.pcie && d.process);
+    }
+}
+
+#[cfg(test)]
+mod timing_tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    /// Every derived period at the defaults (5 s samples, 10 s exports) and at a fast and
+    /// a slow sample interval.
+    #[test]
+    fn every_period_derives_from_the_settings_in_one_place() {
+        let t = Timing::new(5 * S, 10 * S, SlowIntervals::default(), 15 * S);
+        assert_eq!(t.max_sample_age, 10 * S);
+        assert_eq!(t.tick_tolerance, 2500 * Duration::from_millis(1));
+        assert_eq!(t.export_idle, 15 * S);
+        assert_eq!(t.event_wait, Duration::from_millis(500));
+        assert_eq!(t.init_backoff_cap, 5 * S);
+        // The slowest interval is PCIe's 30 s: 90 s, below the one-hour floor.
+        assert_eq!(t.series_expiry, 3600 * S);
+        let fast = Timing::new(
+            Duration::from_millis(200),
+            S,
+            SlowIntervals::default(),
+            10 * S,
+        );
+        assert_eq!(fast.max_sample_age, S, "at least one second");
+        assert_eq!(fast.event_wait, Duration::from_millis(200));
+        assert_eq!(fast.init_backoff_cap, Duration::from_millis(200));
+        let slow = SlowIntervals {
+            energy: 2000 * S,
+            ..SlowIntervals::default()
+        };
+        let t = Timing::new(60 * S, 120 * S, slow, 180 * S);
+        assert_eq!(t.series_expiry, 6000 * S);
+        assert_eq!(t.init_backoff_cap, INIT_BACKOFF_CAP);
+        assert_eq!(Timing::every(S).watchdog, 10 * S);
     }
 }

@@ -8,7 +8,7 @@
 //! backoff (1 s doubling to [`REGISTER_RETRY_CAP`]), said once; one that cannot report events
 //! is said once and left alone. It then waits on the set (`nvmlEventSetWait_v2`), each wait
 //! bounded by one sample interval and at most
-//! [`EVENT_WAIT_MAX`](super::sampler::EVENT_WAIT_MAX), and publishes each event into the [`Hub`](super::Hub), where
+//! [`EVENT_WAIT_MAX`](super::cadence::EVENT_WAIT_MAX), and publishes each event into the [`Hub`](super::Hub), where
 //! it rides the consumers' subscriptions in order with the snapshots.
 //!
 //! **Wake-ups and latency.** `nvmlEventSetWait_v2` returns as soon as NVML has an event, so
@@ -170,7 +170,7 @@ pub struct WatcherCall {
 
 /// One event watcher's heartbeat: the NVML call it is inside, since when, and how long that
 /// call may take by itself. Written by the watcher around each call, read by the health
-/// checks ([`super::Hub::event_watcher`]).
+/// checks ([`super::SamplerBoard::event_watcher`]).
 #[derive(Debug, Default)]
 pub struct Heartbeat {
     state: Mutex<BeatState>,
@@ -242,8 +242,8 @@ pub(crate) struct Context<'a> {
     pub beat: &'a Heartbeat,
     /// Where the errors NVML answers are counted, by call and code.
     pub count_error: &'a dyn Fn(&'static str, &NvmlError),
-    /// The bound of one wait (one sample interval, at most
-    /// [`EVENT_WAIT_MAX`](super::sampler::EVENT_WAIT_MAX)).
+    /// The bound of one wait: [`Timing::event_wait`](super::cadence::Timing::event_wait)
+    /// (one sample interval, at most [`EVENT_WAIT_MAX`](super::cadence::EVENT_WAIT_MAX)).
     pub wait: Duration,
     /// Whether a newer watcher (of a later NVML session) has started.
     pub superseded: &'a dyn Fn() -> bool,

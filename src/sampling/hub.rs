@@ -1,15 +1,13 @@
 //! The hub: the bus that carries snapshots and device events, in order, from the NVML
-//! threads to the consumers, and the sampler's state board (NVML status, heartbeats, error
-//! counts) that the probes and the export read.
+//! threads to the consumers (the sampler's status is on its own board, [`super::board`]).
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::event_watcher::{self, DeviceEvent, WatcherCall};
+use super::event_watcher::DeviceEvent;
 use super::queue::{self, Refused};
-use super::{Activity, NvmlDown, NvmlStatus, SampleGroup, Snapshot};
+use super::{SampleGroup, Snapshot};
 
 /// How long one group of NVML calls took, over all devices, for one snapshot
 /// (`gpu_sidecar.sample.duration`).
@@ -64,22 +62,12 @@ struct Subscriber {
     queue: queue::Sender<Delivery>,
 }
 
-#[derive(Debug, Default)]
-struct Heartbeat {
-    busy: Option<(Activity, Instant)>,
-    last_tick_duration: Option<Duration>,
-}
-
-/// Errors NVML answered, by call and error code, counted since start (see
-/// [`Hub::nvml_errors`]).
-pub type NvmlErrorCounts = BTreeMap<(String, String), u64>;
-
-/// The hub: the one bus between the NVML threads and the consumers, and the sampler's state
-/// board. The sampler publishes each [`Snapshot`] ([`Hub::publish_sampled`]) and the event
-/// watcher each [`DeviceEvent`] ([`Hub::publish_event`]); every subscription
-/// ([`Hub::subscribe_to`]) gets what it asked for, in publish order, through its own bounded
-/// queue. The probes and the export read the latest snapshot, NVML's status, the
-/// heartbeats and the error counts here.
+/// The hub: the one bus between the NVML threads and the consumers. The sampler publishes
+/// each [`Snapshot`] ([`Hub::publish_sampled`]) and the event watcher each [`DeviceEvent`]
+/// ([`Hub::publish_event`]); every subscription ([`Hub::subscribe_to`]) gets what it asked
+/// for, in publish order, through its own bounded queue. The probes and the export read the
+/// latest snapshot here; the sampler's status is on its state board
+/// ([`super::board::SamplerBoard`]).
 #[derive(Debug)]
 pub struct Hub {
     latest: RwLock<Option<Arc<Snapshot>>>,
@@ -87,55 +75,8 @@ pub struct Hub {
     /// Device events a full queue refused, over all subscribers.
     events_lost: AtomicU64,
     next_subscription: AtomicU64,
-    status: RwLock<NvmlStatus>,
     ticks: AtomicU64,
-    heartbeat: Mutex<Heartbeat>,
-    nvml_errors: Mutex<NvmlErrorCounts>,
-    watcher: Mutex<WatcherSlot>,
-    pub(super) watchers_running: AtomicUsize,
-    stuck: Mutex<StuckCounts>,
 }
-
-/// The current NVML session's event watcher, as the sampler left it.
-#[derive(Debug, Default, Clone)]
-pub(super) enum WatcherSlot {
-    /// No NVML session, or nothing to watch in it.
-    #[default]
-    None,
-    /// Running (or ended by itself), with its heartbeat.
-    Started(Arc<event_watcher::Heartbeat>),
-    /// Not started: [`MAX_EVENT_WATCHERS`](super::MAX_EVENT_WATCHERS) watchers of earlier sessions are still inside a
-    /// driver call.
-    Refused,
-}
-
-/// The event watcher as the health checks see it ([`Hub::event_watcher`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EventWatcherState {
-    /// No NVML session, or no GPU to watch in it.
-    NotRunning,
-    /// Watching; `Some` while inside an NVML call (most of the time: `nvmlEventSetWait_v2`).
-    Running(Option<WatcherCall>),
-    /// It returned by itself: no watched GPU can report events in this session (logged).
-    Ended,
-    /// Not started, because [`MAX_EVENT_WATCHERS`](super::MAX_EVENT_WATCHERS) watchers of earlier NVML sessions are still
-    /// inside a driver call (they cannot be interrupted); started once one returns.
-    Refused,
-}
-
-/// [`EventWatcherState`] and the watchers of earlier NVML sessions that have not returned
-/// yet (left inside a driver call when their session ended).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventWatcherStatus {
-    /// The current session's watcher.
-    pub state: EventWatcherState,
-    /// Watcher threads of earlier sessions still running.
-    pub earlier_still_running: usize,
-}
-
-/// NVML steps that ran past `GPU_SIDECAR_WATCHDOG_TIMEOUT`, by thread and step (see
-/// [`Hub::count_stuck`]).
-pub type StuckCounts = BTreeMap<(String, String), u64>;
 
 impl Default for Hub {
     fn default() -> Self {
@@ -144,13 +85,7 @@ impl Default for Hub {
             subscribers: Mutex::new(Vec::new()),
             events_lost: AtomicU64::new(0),
             next_subscription: AtomicU64::new(0),
-            status: RwLock::new(NvmlStatus::Down(NvmlDown::Starting)),
             ticks: AtomicU64::new(0),
-            heartbeat: Mutex::new(Heartbeat::default()),
-            nvml_errors: Mutex::new(BTreeMap::new()),
-            watcher: Mutex::new(WatcherSlot::None),
-            watchers_running: AtomicUsize::new(0),
-            stuck: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -169,14 +104,6 @@ impl Hub {
     pub fn fresh(&self, max_age: Duration) -> Option<Arc<Snapshot>> {
         self.latest()
             .filter(|s| s.taken_instant.elapsed() <= max_age)
-    }
-
-    /// NVML's current status.
-    pub fn status(&self) -> NvmlStatus {
-        self.status
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
     }
 
     /// Ticks completed since start.
@@ -292,134 +219,6 @@ impl Hub {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-    }
-
-    /// What the sampler thread is inside now (an NVML step) and how long it has been at it;
-    /// `None` while it waits between ticks or between init retries. A duration far above the
-    /// sample interval means a driver call is stuck.
-    pub fn busy(&self) -> Option<(Activity, Duration)> {
-        self.heartbeat
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .busy
-            .map(|(a, since)| (a, since.elapsed()))
-    }
-
-    /// How long the last completed tick took (every device read once).
-    pub fn last_tick_duration(&self) -> Option<Duration> {
-        self.heartbeat
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .last_tick_duration
-    }
-
-    /// Every error NVML answered since start, by `(call, code)`: the C function (with its
-    /// argument where it matters, e.g. `nvmlDeviceGetClockInfo(NVML_CLOCK_SM)`) and the
-    /// `NVML_ERROR_*` name. A field that answers `NOT_SUPPORTED` is asked, and so counted,
-    /// once per device and NVML session; a lost GPU is probed, and counted, once per tick.
-    pub fn nvml_errors(&self) -> NvmlErrorCounts {
-        self.nvml_errors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// How many event watcher threads (`nvml-events`) are running. Each holds its NVML
-    /// session and, when it is the last holder, shuts it down as it ends: after the sampler
-    /// stopped, 0 means NVML has been shut down (`nvmlShutdown` called), more that a watcher
-    /// is still inside a driver call.
-    pub fn event_watchers_running(&self) -> usize {
-        self.watchers_running.load(Ordering::SeqCst)
-    }
-
-    /// The event watcher of the current NVML session: whether it runs, the NVML call it is
-    /// inside and for how long (a wait far past its own timeout is stuck in the driver), and
-    /// how many watchers of earlier sessions have not returned yet.
-    pub fn event_watcher(&self) -> EventWatcherStatus {
-        let slot = self
-            .watcher
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let running = self.watchers_running.load(Ordering::SeqCst);
-        let (state, current_running) = match slot {
-            WatcherSlot::None => (EventWatcherState::NotRunning, false),
-            WatcherSlot::Refused => (EventWatcherState::Refused, false),
-            WatcherSlot::Started(beat) if beat.ended() => (EventWatcherState::Ended, false),
-            WatcherSlot::Started(beat) => (EventWatcherState::Running(beat.busy()), true),
-        };
-        EventWatcherStatus {
-            state,
-            earlier_still_running: running.saturating_sub(usize::from(current_running)),
-        }
-    }
-
-    /// Counts one NVML step found running past `GPU_SIDECAR_WATCHDOG_TIMEOUT` (once per
-    /// episode, by the watchdog): `thread` is `nvml-sampler` or `nvml-events`, `step` the
-    /// sampler's [`Activity`] or the watcher's NVML call.
-    pub fn count_stuck(&self, thread: &str, step: &str) {
-        *self
-            .stuck
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry((thread.to_string(), step.to_string()))
-            .or_insert(0) += 1;
-    }
-
-    /// Every stuck NVML step counted since start (`gpu_sidecar.nvml.stuck`).
-    pub fn stuck_counts(&self) -> StuckCounts {
-        self.stuck.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    pub(super) fn set_watcher(&self, slot: WatcherSlot) {
-        *self.watcher.lock().unwrap_or_else(|p| p.into_inner()) = slot;
-    }
-
-    /// Whether another watcher than the one with `beat` is the current one.
-    pub(super) fn watcher_superseded(&self, beat: &Arc<event_watcher::Heartbeat>) -> bool {
-        matches!(
-            &*self.watcher.lock().unwrap_or_else(|p| p.into_inner()),
-            WatcherSlot::Started(other) if !Arc::ptr_eq(other, beat)
-        )
-    }
-
-    pub(super) fn watcher_refused(&self) -> bool {
-        matches!(
-            *self.watcher.lock().unwrap_or_else(|p| p.into_inner()),
-            WatcherSlot::Refused
-        )
-    }
-
-    pub(super) fn add_nvml_errors(
-        &self,
-        errors: impl IntoIterator<Item = ((&'static str, String), u64)>,
-    ) {
-        let mut counts = self.nvml_errors.lock().unwrap_or_else(|p| p.into_inner());
-        for ((call, code), n) in errors {
-            *counts.entry((call.to_string(), code)).or_insert(0) += n;
-        }
-    }
-
-    /// Marks the start of an NVML step on the sampler thread.
-    pub(super) fn begin(&self, activity: Activity) {
-        self.heartbeat
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .busy = Some((activity, Instant::now()));
-    }
-
-    /// Marks the end of the current step; a tick's duration is kept.
-    pub(super) fn end(&self) {
-        let mut h = self.heartbeat.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((activity, since)) = h.busy.take() {
-            if activity == Activity::Tick {
-                h.last_tick_duration = Some(since.elapsed());
-            }
-        }
-    }
-
-    pub(super) fn set_status(&self, status: NvmlStatus) {
-        *self.status.write().unwrap_or_else(|p| p.into_inner()) = status;
     }
 
     pub(super) fn clear(&self) {

@@ -14,7 +14,7 @@
 //! waits for the watcher to end a session (an `nvmlEventSetWait_v2` stuck in the driver does
 //! not hold the re-initialization): the watcher keeps its own reference to the session's
 //! `Nvml`, and whichever lets go last calls `nvmlShutdown`. Its heartbeat
-//! ([`Hub::event_watcher`]) is read by the probes.
+//! ([`SamplerBoard::event_watcher`]) is read by the probes.
 //!
 //! Every consumer (export, rules, run report, sample log, device events) is one
 //! [`consumer::Consumer`] on its own thread, fed by one hub subscription
@@ -26,10 +26,11 @@
 //! ([`NvmlDown`]), logged once per distinct cause, and init is retried with capped
 //! exponential backoff.
 //!
-//! The thread publishes a heartbeat ([`Hub::busy`]: what it is doing and since when) so
+//! The thread publishes a heartbeat on its state board ([`SamplerBoard::busy`]: what it is doing and since when) so
 //! that a call wedged in the driver, which cannot be interrupted, is seen by the probes, and
-//! it counts every error NVML answers ([`Hub::nvml_errors`]).
+//! it counts every error NVML answers ([`SamplerBoard::nvml_errors`]).
 
+pub mod board;
 pub mod bounds;
 pub mod cadence;
 pub mod consumer;
@@ -48,15 +49,16 @@ pub mod snapshot;
 
 use nvml_wrapper::error::NvmlError;
 
-pub use event_watcher::{DeviceEvent, DeviceEventKind, WatcherCall};
-pub use hub::{
-    Delivery, EventWatcherState, EventWatcherStatus, GroupDuration, Hub, Interest, NvmlErrorCounts,
-    StuckCounts,
+pub use board::{
+    EventWatcherState, EventWatcherStatus, NvmlErrorCounts, SamplerBoard, StuckCounts,
 };
+pub use cadence::{Timing, EVENT_WAIT_MAX, INIT_BACKOFF_CAP};
+pub use event_watcher::{DeviceEvent, DeviceEventKind, WatcherCall};
+pub use hub::{Delivery, GroupDuration, Hub, Interest};
 pub use library_advice::LibraryAdvice;
 pub use raw::{refused_version, Versioned, VERSIONED};
 pub use sampler::{
-    with_session, Annotate, Sampler, SamplerSettings, INIT_BACKOFF_CAP, MAX_EVENT_WATCHERS,
+    with_session, Annotate, Sampler, SamplerSettings, MAX_EVENT_WATCHERS,
     SILENT_TICKS_BEFORE_REINIT,
 };
 pub use snapshot::{

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -13,29 +12,27 @@ use std::time::{Duration, Instant, SystemTime};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
-use super::cadence::{Cadence, Due};
-use super::hub::{GroupDuration, Hub, WatcherSlot};
+use super::board::{SamplerBoard, WatcherSlot};
+use super::cadence::{Cadence, Due, Timing};
+use super::hub::{GroupDuration, Hub};
 use super::{event_watcher, read};
 use super::{
     Activity, DeviceSample, DeviceState, IoTotals, LibraryAdvice, NvmlDown, NvmlStatus,
     SampleGroup, Snapshot,
 };
-use crate::config::{Config, DeviceSelection, SlowIntervals};
+use crate::config::{Config, DeviceSelection};
 
 /// Settings the sampler needs, taken from [`Config`].
 #[derive(Debug, Clone)]
 pub struct SamplerSettings {
     /// Library to load.
     pub nvml_library: PathBuf,
-    /// Tick period.
-    pub interval: Duration,
-    /// Export period (`OTEL_METRIC_EXPORT_INTERVAL`): which ticks are export ticks, the
-    /// only ones that read the slow groups (see [`cadence`](super::cadence)).
-    pub export_interval: Duration,
+    /// The flow's periods, as the agent built them: the tick, the export ticks (the only
+    /// ones that read the slow groups, see [`cadence`](super::cadence)), the slow groups'
+    /// cadence, the event wait's bound and the init backoff's cap.
+    pub timing: Timing,
     /// Devices to sample.
     pub devices: DeviceSelection,
-    /// Cadence of the slow groups.
-    pub slow_intervals: SlowIntervals,
     /// What to advise when the library cannot be loaded.
     pub library_advice: LibraryAdvice,
     /// The proc root (`GPU_SIDECAR_PROC_ROOT`): process names from `<root>/<pid>/comm`
@@ -66,18 +63,16 @@ pub trait Annotate: Send {
 
 impl SamplerSettings {
     fn cadence(&self) -> Cadence {
-        Cadence::new(self.interval, self.export_interval, self.slow_intervals)
+        Cadence::new(&self.timing)
     }
-}
 
-impl From<&Config> for SamplerSettings {
-    fn from(c: &Config) -> Self {
+    /// The sampler's settings from `c`, on the periods of `timing` (the agent's one
+    /// [`Timing`]).
+    pub fn new(c: &Config, timing: Timing) -> Self {
         Self {
             nvml_library: c.nvml_library.clone(),
-            interval: c.sample_interval,
-            export_interval: c.export_interval,
+            timing,
             devices: c.devices.clone(),
-            slow_intervals: c.slow_intervals,
             library_advice: LibraryAdvice::from_config(c),
             proc_root: c.proc_root.clone(),
             mps_clients: c.node,
@@ -100,34 +95,13 @@ pub struct Sampler {
 /// Consecutive ticks in which no device answered anything before NVML is initialized again.
 pub const SILENT_TICKS_BEFORE_REINIT: u32 = 3;
 
-/// Most time between two NVML initialization attempts while NVML is down, whatever the
-/// sample interval: NVML's init is a local call, and recovery follows NVML's return within
-/// two sample intervals (see [`init_backoff`]).
-pub const INIT_BACKOFF_CAP: Duration = Duration::from_secs(5);
-
-/// The delays between NVML initialization attempts while NVML is down (init failing, the
-/// device listing failing, fewer devices listed than before): from 1 s (or the sample
-/// interval when shorter) doubling up to the sample interval, at most [`INIT_BACKOFF_CAP`].
-/// So an attempt comes at most one sample interval after NVML answers again, and the first
-/// sample follows it: the agent is ready again within two sample intervals. Without jitter
-/// (one local library, nothing to spread out); backon's exponential backoff, without end.
-pub fn init_backoff(sample_interval: Duration) -> impl Iterator<Item = Duration> {
-    use backon::BackoffBuilder as _;
-    let cap = sample_interval.min(INIT_BACKOFF_CAP);
-    backon::ExponentialBuilder::default()
-        .with_min_delay(cap.min(Duration::from_secs(1)))
-        .with_max_delay(cap)
-        .with_factor(2.0)
-        .without_max_times()
-        .build()
+/// Where the NVML threads write: the bus (snapshots, device events) and the sampler's state
+/// board (status, heartbeat, errors, watchers).
+#[derive(Clone)]
+struct Outlets {
+    hub: Arc<Hub>,
+    board: Arc<SamplerBoard>,
 }
-
-/// The longest one event wait (`nvmlEventSetWait_v2`) may be: a wait is bounded by one
-/// sample interval and by this, so that the event watcher notices a stop within half a
-/// second, returns, and NVML is shut down before the agent exits (at the default 5 s sample
-/// interval a whole-interval wait outlasted the stop). An event ends a wait at once
-/// whatever its bound; an idle watcher wakes twice a second (one driver call each).
-pub const EVENT_WAIT_MAX: Duration = Duration::from_millis(500);
 
 /// Most event watcher threads at once: the current session's and one of an earlier session
 /// still inside a driver call. Past it no new watcher is started until one returns (a stuck
@@ -137,22 +111,24 @@ pub const MAX_EVENT_WATCHERS: usize = 2;
 impl Sampler {
     /// Spawns the `nvml-sampler` thread (and, per NVML session, `nvml-events`), publishing
     /// snapshots (with their group durations, each passed through `annotate` first when
-    /// given) and device events into `hub`.
+    /// given) and device events into `hub`; its status onto `board`.
     ///
     /// # Panics
     /// If the OS refuses to create a thread.
     pub fn start(
         settings: SamplerSettings,
         hub: Arc<Hub>,
+        board: Arc<SamplerBoard>,
         annotate: Option<Box<dyn Annotate>>,
     ) -> Self {
+        let out = Outlets { hub, board };
         let (tx, rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("nvml-sampler".into())
             .spawn(move || {
                 let mut annotate = annotate;
-                run(&settings, &hub, &rx, &mut annotate);
+                run(&settings, &out, &rx, &mut annotate);
                 let _ = done_tx.send(());
             })
             .expect("spawn nvml-sampler thread");
@@ -167,8 +143,8 @@ impl Sampler {
     /// sampler wedged inside a driver call cannot be interrupted: then this returns `false`
     /// after `timeout` and the thread is left behind. The event watcher is given what is
     /// left of `timeout` after the final sample to return from its current wait (at most
-    /// [`EVENT_WAIT_MAX`]); if it has not, it shuts NVML down itself when it returns (see
-    /// [`Hub::event_watchers_running`]).
+    /// [`EVENT_WAIT_MAX`](super::cadence::EVENT_WAIT_MAX)); if it has not, it shuts NVML down itself when it returns (see
+    /// [`SamplerBoard::event_watchers_running`]).
     pub fn stop(mut self, timeout: Duration) -> bool {
         let _ = self.commands.send(Command::FinalSampleAndStop {
             until: Instant::now() + timeout,
@@ -190,7 +166,7 @@ enum SessionEnd {
     /// Stop the sampler; with the time by which everything must be done when asked to.
     Stop(Option<Instant>),
     /// NVML is up but the devices could not be listed, or fewer than before: initialize
-    /// again after the backoff ([`init_backoff`]).
+    /// again after the backoff ([`Timing::init_backoff`]).
     Retry,
     /// No device answered for [`SILENT_TICKS_BEFORE_REINIT`] ticks: re-initialize, and
     /// keep re-initializing until NVML lists as many devices again.
@@ -214,11 +190,11 @@ struct Carry {
 
 fn run(
     settings: &SamplerSettings,
-    hub: &Arc<Hub>,
+    out: &Outlets,
     commands: &mpsc::Receiver<Command>,
     annotate: &mut Option<Box<dyn Annotate>>,
 ) {
-    let mut backoff = init_backoff(settings.interval);
+    let mut backoff = settings.timing.init_backoff();
     let mut last_down: Option<NvmlDown> = None;
     let mut carry = Carry {
         cadence: Some(settings.cadence()),
@@ -226,33 +202,33 @@ fn run(
     };
     // Waits for the next attempt; `false` when asked to stop meanwhile.
     let wait = |backoff: &mut dyn Iterator<Item = Duration>| {
-        let delay = backoff.next().unwrap_or(INIT_BACKOFF_CAP);
+        let delay = backoff.next().unwrap_or(settings.timing.init_backoff_cap);
         match commands.recv_timeout(delay) {
             Ok(Command::FinalSampleAndStop { .. }) | Err(RecvTimeoutError::Disconnected) => false,
             Err(RecvTimeoutError::Timeout) => true,
         }
     };
     loop {
-        hub.begin(Activity::Init);
+        out.board.begin(Activity::Init);
         let init = Nvml::builder()
             .lib_path(settings.nvml_library.as_os_str())
             .init();
-        hub.end();
+        out.board.end();
         match init {
             Ok(nvml) => {
                 if last_down.take().is_some() {
                     tracing::info!("NVML is back");
                 }
                 let nvml = Arc::new(nvml);
-                let end = session(&nvml, settings, hub, commands, &mut carry, annotate);
+                let end = session(&nvml, settings, out, commands, &mut carry, annotate);
                 match Arc::try_unwrap(nvml) {
                     Ok(nvml) => {
-                        hub.begin(Activity::Shutdown);
+                        out.board.begin(Activity::Shutdown);
                         let result = nvml.shutdown();
-                        hub.end();
+                        out.board.end();
                         match result {
                             Err(e) => {
-                                hub.add_nvml_errors([(("nvmlShutdown", super::nvml_error::error_code(&e)), 1)]);
+                                out.board.add_nvml_errors([(("nvmlShutdown", super::nvml_error::error_code(&e)), 1)]);
                                 tracing::warn!("nvmlShutdown failed: {e}");
                             }
                             Ok(()) => tracing::debug!("nvmlShutdown done"),
@@ -270,11 +246,11 @@ fn run(
                     // It sampled until NVML went silent: the next attempt at once, then
                     // the backoff from its start.
                     SessionEnd::Silent => {
-                        hub.clear();
-                        backoff = init_backoff(settings.interval);
+                        out.hub.clear();
+                        backoff = settings.timing.init_backoff();
                     }
                     SessionEnd::Retry => {
-                        hub.clear();
+                        out.hub.clear();
                         if !wait(&mut backoff) {
                             return;
                         }
@@ -282,16 +258,17 @@ fn run(
                 }
             }
             Err(e) => {
-                hub.add_nvml_errors([(("nvmlInit_v2", super::nvml_error::error_code(&e)), 1)]);
+                out.board
+                    .add_nvml_errors([(("nvmlInit_v2", super::nvml_error::error_code(&e)), 1)]);
                 let down =
                     NvmlDown::classify_init(&e, &settings.nvml_library, &settings.library_advice);
                 // Status first: whoever reads the log line and then asks /readyz sees it.
-                hub.set_status(NvmlStatus::Down(down.clone()));
+                out.board.set_status(NvmlStatus::Down(down.clone()));
                 if last_down.as_ref() != Some(&down) {
                     tracing::error!(
                         "{}; retrying every {}s at most until it answers (this is logged again only if the cause changes)",
                         down.explain(),
-                        settings.interval.min(INIT_BACKOFF_CAP).as_secs_f64()
+                        settings.timing.init_backoff_cap.as_secs_f64()
                     );
                 }
                 last_down = Some(down);
@@ -318,14 +295,14 @@ fn start_watcher(
     nvml: &Arc<Nvml>,
     targets: &[event_watcher::Target],
     wait: Duration,
-    hub: &Arc<Hub>,
+    out: &Outlets,
     say: bool,
 ) -> Option<Watcher> {
     if targets.is_empty() {
-        hub.set_watcher(WatcherSlot::None);
+        out.board.set_watcher(WatcherSlot::None);
         return None;
     }
-    let running = hub.watchers_running.load(Ordering::SeqCst);
+    let running = out.board.event_watchers_running();
     if running >= MAX_EVENT_WATCHERS {
         if say {
             tracing::error!(
@@ -333,22 +310,22 @@ fn start_watcher(
                 "XID and ECC events are not watched: {running} event watchers of earlier NVML sessions are still inside a driver call that does not return; a new one starts when one returns"
             );
         }
-        hub.set_watcher(WatcherSlot::Refused);
+        out.board.set_watcher(WatcherSlot::Refused);
         return None;
     }
     let beat = Arc::new(event_watcher::Heartbeat::default());
     let (stop_tx, stop_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel();
-    let (nvml, targets, thread_hub, thread_beat) =
-        (nvml.clone(), targets.to_vec(), hub.clone(), beat.clone());
-    hub.watchers_running.fetch_add(1, Ordering::SeqCst);
+    let (nvml, targets, thread_out, thread_beat) =
+        (nvml.clone(), targets.to_vec(), out.clone(), beat.clone());
+    out.board.watcher_started();
     let spawned = std::thread::Builder::new()
         .name("nvml-events".into())
         .spawn(move || {
-            let hub = thread_hub;
+            let Outlets { hub, board } = thread_out;
             let stop = event_watcher::StopSignal(stop_rx);
             let count_error = |call: &'static str, e: &NvmlError| {
-                hub.add_nvml_errors([((call, super::nvml_error::error_code(e)), 1)]);
+                board.add_nvml_errors([((call, super::nvml_error::error_code(e)), 1)]);
             };
             event_watcher::run(
                 &nvml,
@@ -359,7 +336,7 @@ fn start_watcher(
                     beat: &thread_beat,
                     count_error: &count_error,
                     wait,
-                    superseded: &|| hub.watcher_superseded(&thread_beat),
+                    superseded: &|| board.watcher_superseded(&thread_beat),
                 },
             );
             thread_beat.end();
@@ -369,7 +346,7 @@ fn start_watcher(
                 match nvml.shutdown() {
                     Ok(()) => tracing::debug!("nvmlShutdown done (by the event watcher)"),
                     Err(e) => {
-                        hub.add_nvml_errors([(
+                        board.add_nvml_errors([(
                             ("nvmlShutdown", super::nvml_error::error_code(&e)),
                             1,
                         )]);
@@ -377,20 +354,20 @@ fn start_watcher(
                     }
                 }
             }
-            hub.watchers_running.fetch_sub(1, Ordering::SeqCst);
+            board.watcher_ended();
             let _ = done_tx.send(());
         });
     match spawned {
         Ok(_) => {
-            hub.set_watcher(WatcherSlot::Started(beat));
+            out.board.set_watcher(WatcherSlot::Started(beat));
             Some(Watcher {
                 stop: stop_tx,
                 done: done_rx,
             })
         }
         Err(e) => {
-            hub.watchers_running.fetch_sub(1, Ordering::SeqCst);
-            hub.set_watcher(WatcherSlot::None);
+            out.board.watcher_ended();
+            out.board.set_watcher(WatcherSlot::None);
             tracing::error!(
                 "cannot start the nvml-events thread: {e}; XID and ECC events are not watched"
             );
@@ -402,36 +379,37 @@ fn start_watcher(
 fn session(
     nvml: &Arc<Nvml>,
     settings: &SamplerSettings,
-    hub: &Arc<Hub>,
+    out: &Outlets,
     commands: &mpsc::Receiver<Command>,
     carry: &mut Carry,
     annotate: &mut Option<Box<dyn Annotate>>,
 ) -> SessionEnd {
     let opened = Instant::now();
-    hub.begin(Activity::Listing);
+    out.board.begin(Activity::Listing);
     let listed = read::Reader::open(
         nvml,
         &settings.devices,
         &carry.io_totals,
         &settings.read_options(),
     );
-    hub.end();
+    out.board.end();
     let mut reader = match listed {
         Ok(mut r) => {
-            hub.add_nvml_errors(r.take_errors());
+            out.board.add_nvml_errors(r.take_errors());
             r
         }
         Err(e) => {
-            hub.add_nvml_errors([(
+            out.board.add_nvml_errors([(
                 ("nvmlDeviceGetCount_v2", super::nvml_error::error_code(&e)),
                 1,
             )]);
             if !std::mem::replace(&mut carry.listing_logged, true) {
                 tracing::error!("NVML is up but listing devices failed: {e}; re-initializing until it answers (logged once)");
             }
-            hub.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
-                "device listing: {e}"
-            ))));
+            out.board
+                .set_status(NvmlStatus::Down(NvmlDown::Other(format!(
+                    "device listing: {e}"
+                ))));
             return SessionEnd::Retry;
         }
     };
@@ -440,7 +418,7 @@ fn session(
     if let Some(before) = carry.relist {
         if reader.device_count() < before {
             // Still broken: sampling fewer GPUs would hide the others; not ready, try again.
-            hub.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
+            out.board.set_status(NvmlStatus::Down(NvmlDown::Other(format!(
                 "NVML lists {} of the {before} devices it sampled before it stopped answering; re-initializing",
                 reader.device_count()
             ))));
@@ -455,17 +433,17 @@ fn session(
             "NVML lists its devices again"
         );
     }
-    hub.set_status(NvmlStatus::Up {
+    out.board.set_status(NvmlStatus::Up {
         devices: reader.device_count(),
     });
     tracing::info!(
         devices = reader.device_count(),
-        interval_ms = settings.interval.as_millis() as u64,
-        export_interval_ms = settings.export_interval.as_millis() as u64,
-        energy_interval_ms = settings.slow_intervals.energy.as_millis() as u64,
-        process_interval_ms = settings.slow_intervals.process.as_millis() as u64,
-        gpm_interval_ms = settings.slow_intervals.gpm.as_millis() as u64,
-        pcie_interval_ms = settings.slow_intervals.pcie.as_millis() as u64,
+        interval_ms = settings.timing.sample_interval.as_millis() as u64,
+        export_interval_ms = settings.timing.export_interval.as_millis() as u64,
+        energy_interval_ms = settings.timing.slow_intervals.energy.as_millis() as u64,
+        process_interval_ms = settings.timing.slow_intervals.process.as_millis() as u64,
+        gpm_interval_ms = settings.timing.slow_intervals.gpm.as_millis() as u64,
+        pcie_interval_ms = settings.timing.slow_intervals.pcie.as_millis() as u64,
         "sampling started"
     );
     let mut cadence = carry.cadence.take().unwrap_or_else(|| settings.cadence());
@@ -473,14 +451,14 @@ fn session(
     let targets = reader.event_targets();
     // One wait per sample interval when nothing happens, and at most EVENT_WAIT_MAX (an
     // event ends a wait at once, whatever its bound).
-    let wait = settings.interval.min(EVENT_WAIT_MAX);
-    let mut watcher = start_watcher(nvml, &targets, wait, hub, false);
+    let wait = settings.timing.event_wait;
+    let mut watcher = start_watcher(nvml, &targets, wait, out, false);
     let mut refused = 0u32;
     let end = ticks(
         &mut reader,
         &mut cadence,
         settings,
-        hub,
+        out,
         commands,
         listed_in,
         &mut carry.seq,
@@ -488,10 +466,10 @@ fn session(
         &mut || {
             // Refused at the start (earlier watchers stuck): try again once one returned;
             // said once it has lasted more than a wait (not a watcher finishing its last one).
-            if watcher.is_none() && hub.watcher_refused() {
+            if watcher.is_none() && out.board.watcher_refused() {
                 refused += 1;
                 let say = refused == 2;
-                watcher = start_watcher(nvml, &targets, wait, hub, say);
+                watcher = start_watcher(nvml, &targets, wait, out, say);
             }
         },
     );
@@ -501,7 +479,7 @@ fn session(
         carry.relist = Some(reader.device_count());
     }
     drop(reader);
-    hub.set_watcher(WatcherSlot::None);
+    out.board.set_watcher(WatcherSlot::None);
     if let Some(Watcher { stop, done }) = watcher {
         drop(stop);
         // At shutdown only: give the watcher what is left of the sampler's bound to return
@@ -526,7 +504,7 @@ fn ticks(
     reader: &mut read::Reader<'_>,
     cadence: &mut Cadence,
     settings: &SamplerSettings,
-    hub: &Hub,
+    out: &Outlets,
     commands: &mpsc::Receiver<Command>,
     listed_in: GroupDuration,
     seq: &mut u64,
@@ -536,12 +514,12 @@ fn ticks(
     let mut timings = vec![listed_in];
     let mut sample = |due: Due, seq: &mut u64| {
         *seq += 1;
-        hub.begin(Activity::Tick);
+        out.board.begin(Activity::Tick);
         let taken_at = SystemTime::now();
         let taken_instant = Instant::now();
         let devices = reader.sample(due, &mut timings);
-        hub.end();
-        hub.add_nvml_errors(reader.take_errors());
+        out.board.end();
+        out.board.add_nvml_errors(reader.take_errors());
         // Every answering device answered nothing: NVML itself has stopped working.
         let silent = devices.iter().any(|d| d.state == DeviceState::Ok)
             && devices
@@ -558,7 +536,8 @@ fn ticks(
         if let Some(a) = annotate.as_mut() {
             a.annotate(&mut snapshot, due.process);
         }
-        hub.publish_sampled(snapshot, std::mem::take(&mut timings));
+        out.hub
+            .publish_sampled(snapshot, std::mem::take(&mut timings));
         silent
     };
     let mut next = Instant::now();
@@ -577,17 +556,17 @@ fn ticks(
                 ticks = silent_ticks,
                 "no GPU answered any NVML call for {silent_ticks} ticks: NVML has stopped working (the calls' errors are logged above); re-initializing NVML"
             );
-            hub.set_status(NvmlStatus::Down(NvmlDown::Other(
+            out.board.set_status(NvmlStatus::Down(NvmlDown::Other(
                 "no GPU answered any NVML call; re-initializing".into(),
             )));
             return SessionEnd::Silent;
         }
         between();
-        next += settings.interval;
+        next += settings.timing.sample_interval;
         let now = Instant::now();
         if next < now {
             // Ticks took longer than the interval: skip the missed ones rather than burst.
-            next = now + settings.interval;
+            next = now + settings.timing.sample_interval;
         }
         match commands.recv_timeout(next - now) {
             Err(RecvTimeoutError::Timeout) => {}
@@ -611,7 +590,7 @@ fn ticks(
 /// calls `f` with a closure that runs one sampler tick (the same code: the fast fields every
 /// call, each slow group on its cadence from `settings`, unsupported fields asked once) and
 /// returns one [`DeviceSample`] per device, in listing order. Each call counts as an export
-/// tick `settings.interval` after the previous one (the slow groups' cadence follows from
+/// tick one sample interval (`settings.timing`) after the previous one (the slow groups' cadence follows from
 /// that); the caller decides when to sample. NVML is shut down (`nvmlShutdown`) after `f`
 /// returns.
 ///
@@ -626,11 +605,14 @@ pub fn with_session<R>(
         .lib_path(settings.nvml_library.as_os_str())
         .init()?;
     let result = {
-        let mut cadence = Cadence::new(
-            settings.interval,
-            settings.interval,
-            settings.slow_intervals,
-        );
+        let t = &settings.timing;
+        // Every call an export tick: exports as often as samples.
+        let mut cadence = Cadence::new(&Timing::new(
+            t.sample_interval,
+            t.sample_interval,
+            t.slow_intervals,
+            t.watchdog,
+        ));
         let mut reader = read::Reader::open(
             &nvml,
             &settings.devices,
@@ -639,7 +621,7 @@ pub fn with_session<R>(
         )?;
         let (t0, mut tick, mut timings) = (Instant::now(), 0u32, Vec::new());
         f(&mut || {
-            let due = cadence.tick(t0 + settings.interval * tick);
+            let due = cadence.tick(t0 + settings.timing.sample_interval * tick);
             let devices = reader.sample(due, &mut timings);
             timings.clear();
             tick += 1;
@@ -657,7 +639,7 @@ mod tests {
     use super::*;
 
     fn first(interval: Duration, n: usize) -> Vec<Duration> {
-        init_backoff(interval).take(n).collect()
+        Timing::every(interval).init_backoff().take(n).collect()
     }
 
     /// NVML is retried at least once per sample interval (never more than 5 s apart), so

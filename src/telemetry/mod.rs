@@ -1,7 +1,9 @@
-//! Telemetry export: the agent builds each metrics export itself, as OTLP messages
-//! ([`encode`]), straight from the snapshot of an export tick, and sends it ([`transport`])
-//! from the thread `export-clock` ([`clock`]); events are OTLP log records held in a bounded
-//! queue ([`outbox`]) until the same transport delivers them ([`events`]).
+//! Telemetry export, by signal: the metrics ([`metrics`]: the agent builds each export
+//! itself, as OTLP messages ([`metrics::encode`]), straight from the snapshot of an export
+//! tick, on the thread `export-clock` ([`metrics::export_clock`])) and the events, OTLP log
+//! records held in a bounded queue until they are delivered ([`logs`]); both signals go
+//! through one OTLP connection setup ([`otlp`]: endpoint, headers, TLS, gzip, retries
+//! within a bound) and report how their exports fare ([`export_status`]).
 //!
 //! Why not the SDK's metrics pipeline: there a point's time is the collection's, and a
 //! cumulative series' start time is one per instrument, taken when the SDK created it. The
@@ -9,18 +11,10 @@
 //! starts its series again, a wall-clock step starts every series again) and points stamped
 //! with the time NVML answered; OTLP carries both per data point.
 
-pub mod clock;
-pub mod encode;
-pub mod events;
-pub mod export;
-pub mod outbox;
-pub mod recorded;
-pub mod recorder;
-pub mod self_metrics;
-pub mod series;
-pub mod tls;
-pub mod transport;
-pub mod xid;
+pub mod export_status;
+pub mod logs;
+pub mod metrics;
+pub mod otlp;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -30,9 +24,11 @@ use opentelemetry_sdk::Resource;
 
 use crate::config::{Config, ExporterKind};
 use crate::sampling::cadence::Timing;
-use crate::sampling::Hub;
-use export::ExportStatus;
-use recorded::Recorded;
+use crate::sampling::{Hub, SamplerBoard};
+use export_status::ExportStatus;
+use metrics::encode;
+use metrics::export_clock;
+use metrics::recorded::Recorded;
 
 /// Instrumentation scope name of every metric the agent exports.
 pub const SCOPE: &str = "gpu-otel-sidecar";
@@ -50,8 +46,8 @@ pub enum TelemetryError {
 
 /// The running metrics pipeline.
 pub struct Telemetry {
-    exporter: Option<Arc<clock::Exporter>>,
-    clock: Option<clock::ExportClock>,
+    exporter: Option<Arc<export_clock::Exporter>>,
+    clock: Option<export_clock::ExportClock>,
     /// Outcome of exports (for health).
     pub status: Arc<ExportStatus>,
     recorded: Arc<Recorded>,
@@ -70,6 +66,7 @@ impl Telemetry {
         timing: &Timing,
         resource: Resource,
         hub: Arc<Hub>,
+        board: Arc<SamplerBoard>,
     ) -> Result<Self, TelemetryError> {
         let status = Arc::new(ExportStatus::default());
         let recorded = Recorded::new();
@@ -84,44 +81,34 @@ impl Telemetry {
                     max_age,
                 })
             }
-            ExporterKind::Console => (transport::Transport::Console, "stdout".to_string()),
+            ExporterKind::Console => (otlp::Transport::Console, "stdout".to_string()),
             ExporterKind::Otlp => (
-                transport::Transport::otlp(&config.otlp.metrics)
-                    .map_err(TelemetryError::Exporter)?,
+                otlp::Transport::otlp(&config.otlp.metrics).map_err(TelemetryError::Exporter)?,
                 config.otlp.metrics.endpoint.clone(),
             ),
         };
-        let slowest = [
-            config.slow_intervals.energy,
-            config.slow_intervals.gpm,
-            config.slow_intervals.pcie,
-            config.slow_intervals.process,
-            config.export_interval,
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or_default();
         let encoder = encode::Encoder::new(
             &resource,
             config.otlp.temporality,
-            (slowest * 3).max(Duration::from_secs(3600)),
+            timing.series_expiry,
             SystemTime::now(),
         )
         .with_detail(config.metrics_detail);
-        let exporter = Arc::new(clock::Exporter {
+        let exporter = Arc::new(export_clock::Exporter {
             encoder: Mutex::new(encoder),
             transport,
             runtime: tokio::runtime::Handle::current(),
             recorded: recorded.clone(),
             hub: hub.clone(),
+            board,
             status: status.clone(),
             target,
-            bound: config.metrics_export_bound(),
+            bound: timing.export_bound,
             last_seq: AtomicU64::new(0),
             paused: std::sync::atomic::AtomicBool::new(false),
             in_flight: Arc::new(tokio::sync::Semaphore::new(1)),
         });
-        let clock = clock::ExportClock::start(
+        let clock = export_clock::ExportClock::start(
             exporter.clone(),
             &hub,
             timing.export_interval,

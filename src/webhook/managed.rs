@@ -187,7 +187,7 @@ impl Kube {
             .map_err(|e| format!("cannot read the API server's CA {}: {e}", ca_path.display()))?;
         let certs = reqwest::Certificate::from_pem_bundle(&ca)
             .map_err(|e| format!("{}: not PEM certificates ({e})", ca_path.display()))?;
-        crate::telemetry::tls::install_crypto_provider();
+        crate::telemetry::otlp::tls::install_crypto_provider();
         let client = reqwest::Client::builder()
             .tls_certs_only(certs)
             .https_only(true)

@@ -17,8 +17,8 @@ use super::inject::Outcome;
 use crate::catalogue::metrics::ADMISSIONS;
 use crate::config::Config;
 use crate::sampling::cadence::Timing;
-use crate::sampling::Hub;
-use crate::telemetry::recorded::Counter;
+use crate::sampling::{Hub, SamplerBoard};
+use crate::telemetry::metrics::recorded::Counter;
 use crate::telemetry::{Telemetry, TelemetryError};
 
 /// Attribute of [`ADMISSIONS`]: what the webhook did ([`Outcome::as_str`]).
@@ -47,6 +47,7 @@ impl WebhookMetrics {
             &Timing::from_config(config),
             resource,
             Arc::new(Hub::default()),
+            Arc::new(SamplerBoard::default()),
         )?;
         let admissions = telemetry.recorded().counter(&ADMISSIONS);
         Ok(Self {

@@ -81,7 +81,7 @@ pub fn command() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    crate::telemetry::tls::install_crypto_provider();
+    crate::telemetry::otlp::tls::install_crypto_provider();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let (certificate, keeper): (Arc<dyn rustls::server::ResolvesServerCert>, _) =
         match &settings.tls {

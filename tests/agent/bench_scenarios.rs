@@ -31,10 +31,8 @@ fn sample_once(name: &str, selection: DeviceSelection) -> Vec<DeviceSample> {
     std::env::set_var("NVML_MOCK_NO_LATENCY", "1");
     let settings = SamplerSettings {
         // The default cadence of the slow groups: a tick costs what it costs in a run.
-        slow_intervals: gpu_otel_sidecar::config::SlowIntervals::default(),
+        timing: gpu_otel_sidecar::sampling::Timing::every(std::time::Duration::from_secs(1)),
         nvml_library: lib,
-        interval: std::time::Duration::from_secs(1),
-        export_interval: std::time::Duration::from_secs(1),
         devices: selection,
         library_advice: Default::default(),
         proc_root: "/proc".into(),

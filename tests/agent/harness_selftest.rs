@@ -166,7 +166,7 @@ fn http_receiver_gets_a_real_export_with_headers() {
     let rx = Receiver::start(Protocol::Http);
     // reqwest is built with rustls and no bundled provider: a process must install one
     // before the SDK builds its default HTTP client (the agent does this at startup).
-    gpu_otel_sidecar::telemetry::tls::install_crypto_provider();
+    gpu_otel_sidecar::telemetry::otlp::tls::install_crypto_provider();
     let exporter = MetricExporter::builder()
         .with_http()
         .with_endpoint(rx.metrics_url())

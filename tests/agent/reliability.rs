@@ -910,7 +910,7 @@ fn failed_exports_over_http_name_their_cause_and_events_say_so_once() {
         .into_iter()
         .find(|l| l.contains("metrics export failed"))
         .unwrap();
-    // The metrics' own transport (src/telemetry/transport.rs) names the cause itself.
+    // The metrics' own transport (src/telemetry/otlp/mod.rs) names the cause itself.
     assert!(
         metrics_line.contains("Connection refused"),
         "the cause is named: {metrics_line}"

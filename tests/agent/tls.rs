@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::pki::Ca;
 use common::{Agent, AgentBuilder, Protocol, Receiver, ServerTls};
 use gpu_otel_sidecar::config::Config;
-use gpu_otel_sidecar::telemetry::events::{Event, Events};
+use gpu_otel_sidecar::telemetry::logs::events::{Event, Events};
 use rcgen::ExtendedKeyUsagePurpose;
 use serde_json::Value;
 
@@ -207,7 +207,7 @@ fn events_use_the_same_tls() {
             Events::start(
                 &config,
                 opentelemetry_sdk::Resource::builder_empty().build(),
-                &gpu_otel_sidecar::telemetry::recorded::Recorded::new(),
+                &gpu_otel_sidecar::telemetry::metrics::recorded::Recorded::new(),
             )
             .unwrap()
         };

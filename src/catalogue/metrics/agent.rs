@@ -31,8 +31,8 @@ impl AgentInstrument {
 }
 
 /// A metric the agent counts itself rather than reads from a snapshot: recorded as things
-/// happen ([`crate::telemetry::recorded`]) or read at each export
-/// ([`crate::telemetry::self_metrics`]); exported by [`crate::telemetry::encode`],
+/// happen ([`crate::telemetry::metrics::recorded`]) or read at each export
+/// ([`crate::telemetry::metrics::self_metrics`]); exported by [`crate::telemetry::metrics::encode`],
 /// documented in `docs/metrics.md`.
 #[derive(Debug, Clone, Copy)]
 pub struct AgentMetricDef {
@@ -142,7 +142,7 @@ pub static EVENTS_DROPPED: AgentMetricDef = AgentMetricDef {
     unit: "{event}",
     description: "Events (log records: alerts, XID and ECC errors, the run report) dropped since start: the oldest, when the queue (`OTEL_BLRP_MAX_QUEUE_SIZE`) was full while the collector did not take them; those the collector refused for good; those still queued at the shutdown bound. The first drop of an outage is logged once. Absent until the first drop.",
     attributes: "none",
-    source: "the events' queue (`src/telemetry/outbox.rs`), as it drops them",
+    source: "the events' queue (`src/telemetry/logs/outbox.rs`), as it drops them",
 };
 
 /// Every self-metric, in documentation order.

@@ -1,7 +1,7 @@
 //! The one catalogue of exported metrics: name, instrument, unit, description, attributes
 //! and NVML source, plus the pure function that turns a [`DeviceSample`] into data points.
 //!
-//! Export ([`crate::telemetry::encode`]), `docs/metrics.md` ([`markdown`]) and the
+//! Export ([`crate::telemetry::metrics::encode`]), `docs/metrics.md` ([`markdown`]) and the
 //! consistency test all follow [`CATALOGUE`]; adding a metric for a field already read is one
 //! row of it: name, instrument, unit, attributes, NVML source, the valid ranges of its
 //! readings ([`MetricDef::bounds`]) and the mapping.

@@ -32,7 +32,7 @@ fn run() -> (serde_json::Value, Curves) {
         info(0, "GPU-a", "NVIDIA H100"),
         info(1, "GPU-b", "NVIDIA A100"),
     );
-    let mut acc = RunAccumulator::new(Duration::from_secs(1))
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)))
         .with_price_per_gpu_hour(Some(2.0))
         .with_pool_params(PoolParams::from_rule(70.0, Duration::from_secs(6)))
         .with_curves();

@@ -69,7 +69,7 @@ fn approx(a: f64, b: f64, tol: f64) -> bool {
 fn energy_is_the_counter_difference_not_integrated_power() {
     let g = info(0, "GPU-a");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     // Power says 100 W, the counter says 250 J/s: the counter wins.
     for (k, e) in [1_000_000u64, 1_250_000, 1_500_000].into_iter().enumerate() {
         let s = sample(&g, Some(50), None, None, Some(100_000), Some(e), None, None);
@@ -89,7 +89,7 @@ fn energy_is_the_counter_difference_not_integrated_power() {
 fn without_a_counter_power_is_integrated_and_said_so() {
     let g = info(0, "GPU-a");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     for (k, p) in [300_000u32, 500_000, 700_000].into_iter().enumerate() {
         let s = sample(&g, None, None, None, Some(p), None, None, None);
         acc.add(&c.snap(k as u64 + 1, k as f64, vec![s]));
@@ -106,7 +106,7 @@ fn without_a_counter_power_is_integrated_and_said_so() {
 fn a_counter_reset_is_skipped_not_subtracted() {
     let g = info(0, "GPU-a");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     for (k, e) in [5_000_000u64, 5_100_000, 20_000, 70_000]
         .into_iter()
         .enumerate()
@@ -124,7 +124,7 @@ fn missed_samples_are_errors_lost_gpus_and_queue_drops() {
     let a = info(0, "GPU-a");
     let b = info(1, "GPU-b");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_millis(100));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_millis(100)));
     let ok = |i: &Arc<DeviceInfo>| sample(i, Some(10), None, None, None, None, None, None);
     acc.add(&c.snap(1, 0.0, vec![ok(&a), ok(&b)]));
     // Tick 2: GPU a answered nothing (every call failed), GPU b lost.
@@ -155,7 +155,7 @@ fn missed_samples_are_errors_lost_gpus_and_queue_drops() {
 fn held_back_categories_count_each_moment_once() {
     let g = info(0, "GPU-a");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     // 1 s power cap, 1 s both thermal bits, 1 s hw slowdown + power brake, 1 s idle.
     let masks = [0x4u64, 0x20 | 0x40, 0x8 | 0x80, 0x1, 0x0];
     for (k, m) in masks.into_iter().enumerate() {
@@ -192,7 +192,7 @@ fn held_back_reasons_are_named_in_the_sampling_table() {
 fn a_hold_lasts_at_most_two_intervals() {
     let g = info(0, "GPU-a");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     for (k, t) in [0.0, 1.0, 11.0].into_iter().enumerate() {
         let s = sample(&g, Some(100), None, None, None, None, None, Some(0x4));
         acc.add(&c.snap(k as u64 + 1, t, vec![s]));
@@ -207,7 +207,7 @@ fn a_hold_lasts_at_most_two_intervals() {
 fn utilization_mean_p95_busy_and_memory() {
     let g = info(0, "GPU-a");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     // 20 samples: utilization 0, 5, 10, …, 95 %; memory used grows 1 GiB per sample.
     let gib = 1u64 << 30;
     for k in 0..20u64 {
@@ -242,7 +242,7 @@ fn utilization_mean_p95_busy_and_memory() {
 fn absent_values_stay_null() {
     let g = info(0, "GPU-a");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     for k in 0..3u64 {
         let s = sample(&g, Some(50), None, None, None, None, None, None);
         acc.add(&c.snap(k + 1, k as f64, vec![s]));
@@ -278,7 +278,7 @@ fn pod_sums_gpus_and_leaves_mig_instances_out_of_memory_power_energy() {
     let b = info(1, "GPU-b");
     let m = info(1, "MIG-b1");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     for k in 0..3u64 {
         let e = 1_000_000 + k * 100_000;
         acc.add(&c.snap(
@@ -347,7 +347,7 @@ fn a_pod_holding_only_mig_devices_gets_their_memory_not_the_gpus_power() {
     let m1 = mig_info(0, "MIG-1", "GPU-p", 1);
     let m2 = mig_info(0, "MIG-2", "GPU-p", 2);
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     for k in 0..3u64 {
         acc.add(&c.snap(
             k + 1,
@@ -378,7 +378,7 @@ fn pod_memory_covers_the_same_gpus_as_its_total_or_is_absent() {
     let c = Clock::new();
     // GPU b does not answer memory at tick 2, while GPU a peaks there: a sum over GPU a
     // alone is not the pod's.
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     for (k, (ua, ub)) in [(10, Some(10)), (40, None), (10, Some(10))]
         .into_iter()
         .enumerate()
@@ -398,7 +398,7 @@ fn pod_memory_covers_the_same_gpus_as_its_total_or_is_absent() {
     assert_eq!(p.memory_total_bytes, Some(200));
     assert_eq!(p.memory_used_peak_ratio, Some(0.1));
     // GPU b never answers memory: the pod's figures are absent, not GPU a's alone.
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     for k in 0..3u64 {
         acc.add(&c.snap(
             k + 1,
@@ -428,7 +428,7 @@ fn pod_memory_covers_the_same_gpus_as_its_total_or_is_absent() {
 fn xids_are_counted_by_code_per_gpu_and_for_the_pod() {
     let a = info(0, "GPU-a");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_secs(1));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
     acc.add(&c.snap(
         1,
         0.0,
@@ -458,7 +458,7 @@ fn the_h200_recording_summarised() {
         .collect();
     let g = info(0, "GPU-h200");
     let c = Clock::new();
-    let mut acc = RunAccumulator::new(Duration::from_millis(250));
+    let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_millis(250)));
     let num = |r: &serde_json::Value, k: &str| r[k].as_u64().unwrap();
     for (k, r) in rows.iter().enumerate() {
         let s = sample(

@@ -12,7 +12,9 @@
 //! times out, on both. The whole export, attempts and waits, is bounded by the export
 //! timeout: a retry that would end past it is not made. What a failed export's data
 //! becomes is the caller's: the metrics drop it (cumulative counters stay continuous), the
-//! events keep it in their queue and send it again ([`super::outbox`]).
+//! events keep it in their queue and send it again ([`crate::telemetry::logs::outbox`]).
+
+pub mod tls;
 
 use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime};
@@ -153,51 +155,32 @@ impl Transport {
             Protocol::Grpc => {
                 let mut endpoint = tonic::transport::Endpoint::from_shared(c.endpoint.clone())
                     .map_err(|e| format!("OTLP endpoint {}: {e}", c.endpoint))?;
-                if let Some(tls) = super::tls::grpc(c, &c.endpoint) {
+                if let Some(tls) = crate::telemetry::otlp::tls::grpc(c, &c.endpoint) {
                     endpoint = endpoint
                         .tls_config(tls)
                         .map_err(|e| format!("TLS settings for {}: {e}", c.endpoint))?;
                 }
                 let channel = endpoint.connect_lazy();
-                let mut metadata = tonic::metadata::MetadataMap::new();
-                // Keys and values were validated in `config`.
-                for (k, v) in &c.headers {
-                    if let (Ok(key), Ok(value)) = (
-                        tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
-                        v.expose().parse(),
-                    ) {
-                        metadata.insert(key, value);
-                    }
-                }
                 Ok(Self::Grpc {
                     channel,
                     gzip: c.gzip,
-                    metadata,
+                    metadata: tonic::metadata::MetadataMap::from_headers(configured_headers(c)),
                 })
             }
             Protocol::HttpProtobuf => {
-                use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
-                let mut headers = HeaderMap::new();
+                use reqwest::header::{HeaderValue, CONTENT_TYPE};
+                let mut headers = configured_headers(c);
                 headers.insert(
                     CONTENT_TYPE,
                     HeaderValue::from_static("application/x-protobuf"),
                 );
-                for (k, v) in &c.headers {
-                    if let (Ok(name), Ok(mut value)) = (
-                        HeaderName::from_bytes(k.as_bytes()),
-                        HeaderValue::from_str(v.expose()),
-                    ) {
-                        value.set_sensitive(true);
-                        headers.insert(name, value);
-                    }
-                }
                 if c.gzip {
                     headers.insert(
                         reqwest::header::CONTENT_ENCODING,
                         HeaderValue::from_static("gzip"),
                     );
                 }
-                let client = super::tls::http_client_async(c, &c.endpoint)?;
+                let client = crate::telemetry::otlp::tls::http_client_async(c, &c.endpoint)?;
                 Ok(Self::Http {
                     client,
                     url: c.endpoint.clone(),
@@ -362,6 +345,24 @@ impl Transport {
             Self::Console => console(request),
         }
     }
+}
+
+/// `OTEL_EXPORTER_OTLP_[SIGNAL_]HEADERS`, once for both protocols: the HTTP request headers,
+/// or (gRPC) the request metadata built from them. Each value is marked sensitive (never in
+/// debug output); keys and values were validated in `config`.
+fn configured_headers(c: &OtlpExporter) -> tonic::codegen::http::HeaderMap {
+    use tonic::codegen::http::{HeaderMap, HeaderName, HeaderValue};
+    let mut headers = HeaderMap::new();
+    for (k, v) in &c.headers {
+        if let (Ok(name), Ok(mut value)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v.expose()),
+        ) {
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+    }
+    headers
 }
 
 /// The protobuf body, gzipped when asked.

@@ -1,17 +1,17 @@
 //! Device events (XID, ECC) as OTel events: the event name, severity and a body that says
 //! what the XID usually means and what to do, from the XID table
-//! ([`crate::catalogue::xid`]). Pure functions; the [`Recorder`](super::recorder::Recorder)
+//! ([`crate::catalogue::xid`]). Pure functions; the [`Recorder`](crate::telemetry::logs::device_events::Recorder)
 //! emits them.
 
 use opentelemetry::logs::Severity;
 use opentelemetry::KeyValue;
 
-use super::events::Event;
 use crate::catalogue::attributes::MemoryErrorType;
 use crate::catalogue::events;
 use crate::catalogue::metrics::info_attributes;
 use crate::catalogue::xid;
 use crate::sampling::{DeviceEvent, DeviceEventKind};
+use crate::telemetry::logs::events::Event;
 
 /// `event.name` of an XID event ([`events::XID`]).
 pub const XID_EVENT: &str = events::XID.name;

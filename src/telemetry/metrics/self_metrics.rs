@@ -3,8 +3,8 @@
 //! ([`SELF_METRICS`](crate::catalogue::metrics::SELF_METRICS)) and listed in
 //! `docs/metrics.md`.
 
-use super::export::ExportStatus;
-use crate::sampling::Hub;
+use crate::sampling::SamplerBoard;
+use crate::telemetry::export_status::ExportStatus;
 
 /// What the self-metrics report at one export, read from the sampler's state and the
 /// export status (no NVML call, no lock held for long).
@@ -22,10 +22,10 @@ pub struct OwnValues {
 
 impl OwnValues {
     /// The values now.
-    pub fn read(hub: &Hub, status: &ExportStatus) -> Self {
+    pub fn read(board: &SamplerBoard, status: &ExportStatus) -> Self {
         Self {
-            nvml_errors: hub.nvml_errors(),
-            nvml_stuck: hub.stuck_counts(),
+            nvml_errors: board.nvml_errors(),
+            nvml_stuck: board.stuck_counts(),
             export_failures: status.total_failures(),
             last_success: status.last_success().map(|(_, at)| at),
         }

@@ -19,7 +19,6 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
 
-use super::super::series::{series_key, Accepted, Origin, Stamp};
 use super::proto::{number, point};
 use super::{instrument_data, is_delta, Building, Encoder, Kind};
 use crate::attribution::SERVICE_INSTANCE_ID;
@@ -27,6 +26,7 @@ use crate::catalogue::metrics::{
     device_attributes, Instrument, ATTRIBUTION, NOT_ATTRIBUTED, POD_CATALOGUE,
 };
 use crate::sampling::{PodRef, Snapshot};
+use crate::telemetry::metrics::series::{series_key, Accepted, Origin, Stamp};
 
 impl Encoder {
     /// The per-pod series of `snap`: the not-attributed share's into `out` (the node's
@@ -195,12 +195,12 @@ mod tests {
     use opentelemetry_proto::tonic::metrics::v1::metric::Data;
     use opentelemetry_proto::tonic::metrics::v1::number_data_point;
 
-    use super::super::super::recorded::Recorded;
-    use super::super::super::self_metrics::OwnValues;
-    use super::super::super::series::Stamp;
     use super::super::Encoder;
     use crate::config::TemporalityPreference;
     use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, PodRef, PodShare, Snapshot};
+    use crate::telemetry::metrics::recorded::Recorded;
+    use crate::telemetry::metrics::self_metrics::OwnValues;
+    use crate::telemetry::metrics::series::Stamp;
 
     fn text(attrs: &[super::ProtoKeyValue], key: &str) -> Option<String> {
         attrs.iter().find(|kv| kv.key == key).map(|kv| {

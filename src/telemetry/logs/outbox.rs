@@ -9,7 +9,7 @@
 //! arrived otherwise). The first drop of an outage is logged, once, by the caller
 //! ([`Pushed::first_drop`]).
 //!
-//! Pure state behind one mutex, no I/O: the sender (`super::events`) takes a batch from the
+//! Pure state behind one mutex, no I/O: the sender (`crate::telemetry::logs::events`) takes a batch from the
 //! front ([`Outbox::take`]), sends it, and reports the outcome ([`Outbox::delivered`],
 //! [`Outbox::failed`]).
 

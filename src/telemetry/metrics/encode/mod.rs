@@ -1,7 +1,7 @@
 //! Builds each metrics export as an OTLP `ExportMetricsServiceRequest` (the official
 //! protobuf messages of `opentelemetry-proto`) straight from the exported
 //! [`Snapshot`]: names, units, instruments and values from the catalogue
-//! ([`CATALOGUE`]), the agent's own metrics ([`super::self_metrics`]) and the recorded ones
+//! ([`CATALOGUE`]), the agent's own metrics ([`crate::telemetry::metrics::self_metrics`]) and the recorded ones
 //! ([`Recorded`]); start times, resets and temporality from [`SeriesStore`].
 //!
 //! Every GPU point carries the time of the tick that read its value (the snapshot's
@@ -24,14 +24,16 @@ use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
 mod pods;
 pub(crate) mod proto;
 
-use super::recorded::{HistogramValue, Recorded};
-use super::self_metrics::OwnValues;
-use super::series::{series_key, Accepted, Cumulative, Origin, Restart, SeriesStore, Stamp};
 use crate::catalogue::metrics::{
     device_points, AgentMetricDef, Instrument, MetricDef, Number, CATALOGUE,
 };
 use crate::config::TemporalityPreference;
 use crate::sampling::Snapshot;
+use crate::telemetry::metrics::recorded::{HistogramValue, Recorded};
+use crate::telemetry::metrics::self_metrics::OwnValues;
+use crate::telemetry::metrics::series::{
+    series_key, Accepted, Cumulative, Origin, Restart, SeriesStore, Stamp,
+};
 use proto::{histogram_point, number, point, temporality};
 
 /// The OTel instrument kinds, as the temporality preference tells them apart.
@@ -155,7 +157,7 @@ impl Encoder {
         Self {
             resource: proto::resource(resource),
             scope: InstrumentationScope {
-                name: super::SCOPE.to_string(),
+                name: crate::telemetry::SCOPE.to_string(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 ..Default::default()
             },

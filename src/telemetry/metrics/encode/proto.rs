@@ -10,8 +10,8 @@ use opentelemetry_proto::tonic::metrics::v1::{
     number_data_point, AggregationTemporality, HistogramDataPoint, NumberDataPoint,
 };
 
-use super::super::recorded::HistogramValue;
 use crate::catalogue::metrics::Number;
+use crate::telemetry::metrics::recorded::HistogramValue;
 
 /// Nanoseconds since the Unix epoch (0 before it).
 pub(crate) fn unix_nanos(t: SystemTime) -> u64 {

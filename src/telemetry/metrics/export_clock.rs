@@ -20,15 +20,15 @@ use std::time::{Duration, Instant};
 
 use opentelemetry::KeyValue;
 
-use super::encode::Encoder;
-use super::export::ExportStatus;
-use super::recorded::{Histogram, Recorded};
-use super::self_metrics::OwnValues;
-use super::series::Stamp;
-use super::transport::Transport;
 use crate::catalogue::metrics::SAMPLE_DURATION;
 use crate::sampling::consumer::{Consumer, ConsumerThread};
-use crate::sampling::{GroupDuration, Hub, Interest, Snapshot};
+use crate::sampling::{GroupDuration, Hub, Interest, SamplerBoard, Snapshot};
+use crate::telemetry::export_status::ExportStatus;
+use crate::telemetry::metrics::encode::Encoder;
+use crate::telemetry::metrics::recorded::{Histogram, Recorded};
+use crate::telemetry::metrics::self_metrics::OwnValues;
+use crate::telemetry::metrics::series::Stamp;
+use crate::telemetry::otlp::Transport;
 
 /// Snapshots queued for the export clock: it hands each export to the runtime at once, so a
 /// few absorb a descheduled thread; an export tick that waited longer is not exported.
@@ -52,6 +52,8 @@ pub struct Exporter {
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) recorded: Arc<Recorded>,
     pub(crate) hub: Arc<Hub>,
+    /// The sampler's state board: the agent's own metrics' NVML error and stuck counts.
+    pub(crate) board: Arc<SamplerBoard>,
     pub(crate) status: Arc<ExportStatus>,
     /// Where exports go (for logs; no secrets).
     pub(crate) target: String,
@@ -77,8 +79,8 @@ impl Exporter {
         self.encoder().observe(snapshot);
     }
 
-    fn build(&self, snapshot: Option<&Snapshot>) -> super::encode::Batch {
-        let own = OwnValues::read(&self.hub, &self.status);
+    fn build(&self, snapshot: Option<&Snapshot>) -> crate::telemetry::metrics::encode::Batch {
+        let own = OwnValues::read(&self.board, &self.status);
         let batch = self
             .encoder()
             .encode(snapshot, &self.recorded, &own, Stamp::now());
@@ -91,7 +93,7 @@ impl Exporter {
     /// Sends a built export within `bound`, records the outcome, and on success lets the
     /// series remember it. The encoder's lock is not held while the request is on the
     /// network.
-    async fn send(&self, batch: super::encode::Batch, bound: Duration) -> bool {
+    async fn send(&self, batch: crate::telemetry::metrics::encode::Batch, bound: Duration) -> bool {
         let result = self.transport.send(&batch.request, bound).await;
         self.status.record(&result, &self.target);
         let ok = result.is_ok();
@@ -117,7 +119,7 @@ impl Exporter {
         };
         let batch = self.build(snapshot);
         if let Transport::Console = self.transport {
-            let result = super::transport::console(&batch.request);
+            let result = crate::telemetry::otlp::console(&batch.request);
             self.status.record(&result, &self.target);
             if result.is_ok() {
                 self.encoder().accepted(batch);

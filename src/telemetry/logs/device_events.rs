@@ -10,13 +10,13 @@ use std::time::Instant;
 
 use opentelemetry::KeyValue;
 
-use super::events::EventEmitter;
-use super::recorded::{Counter, Recorded};
-use super::xid::{to_event, XID_CODE};
 use crate::catalogue::metrics::{info_attributes, XID_ERRORS};
 use crate::logging::{LogLimiter, LOG_PERIOD};
 use crate::sampling::consumer::Consumer;
 use crate::sampling::{DeviceEvent, DeviceEventKind, Interest};
+use crate::telemetry::logs::events::EventEmitter;
+use crate::telemetry::logs::xid_event::{to_event, XID_CODE};
+use crate::telemetry::metrics::recorded::{Counter, Recorded};
 
 /// Records the device events (a [`Consumer`] of the hub's events).
 pub struct Recorder {

@@ -1,7 +1,7 @@
 //! Events: OpenTelemetry log records with an `event.name`, exported over OTLP as the logs
 //! signal (`OTEL_LOGS_EXPORTER` = `otlp` | `console` | `none`): the general
 //! `OTEL_EXPORTER_OTLP_*` settings the metrics use too, unless the `OTEL_EXPORTER_OTLP_LOGS_*`
-//! forms say otherwise; TLS in [`super::tls`].
+//! forms say otherwise; TLS in [`crate::telemetry::otlp::tls`].
 //!
 //! **Nothing lost while the collector is away.** Whoever emits an event (the device-event
 //! recorder, the rules, the run report) builds its OTLP `LogRecord` and puts it in the
@@ -37,14 +37,14 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, Instrumentatio
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_sdk::Resource;
 
-use super::encode::proto;
-use super::export::ExportStatus;
-use super::outbox::Outbox;
-use super::recorded::{Counter, Recorded};
-use super::transport::Transport;
-use super::TelemetryError;
 use crate::catalogue::metrics::EVENTS_DROPPED;
 use crate::config::{Config, ExporterKind};
+use crate::telemetry::export_status::ExportStatus;
+use crate::telemetry::logs::outbox::Outbox;
+use crate::telemetry::metrics::encode::proto;
+use crate::telemetry::metrics::recorded::{Counter, Recorded};
+use crate::telemetry::otlp::Transport;
+use crate::telemetry::TelemetryError;
 
 /// One event to emit.
 #[derive(Debug, Clone)]
@@ -314,7 +314,7 @@ impl Events {
             resource: Some(proto::resource(&resource)),
             scope_logs: vec![ScopeLogs {
                 scope: Some(InstrumentationScope {
-                    name: super::SCOPE.to_string(),
+                    name: crate::telemetry::SCOPE.to_string(),
                     version: env!("CARGO_PKG_VERSION").to_string(),
                     ..Default::default()
                 }),

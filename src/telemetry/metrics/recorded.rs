@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use opentelemetry::KeyValue;
 
-use super::series::series_key;
 use crate::catalogue::metrics::AgentMetricDef;
+use crate::telemetry::metrics::series::series_key;
 
 /// Attribute sets kept per recorded metric (the SDK's default cardinality limit).
 pub const MAX_SERIES: usize = 2000;
