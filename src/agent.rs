@@ -175,13 +175,19 @@ pub fn run(config: Config) -> Result<(), StartError> {
         signal,
         "shutting down: final sample and export (a second SIGINT or SIGTERM stops at once)"
     );
+    let first_signal_at = std::time::Instant::now();
     let steps = StopSteps::new(config.sample_log.is_some());
-    runtime.spawn(second_signal(signals, steps.clone()));
+    runtime.spawn(second_signal(signals, steps.clone(), first_signal_at));
     flow.stop(&config, &hub, &board, &resource, &steps);
     runtime.shutdown_background();
     tracing::info!("stopped");
     Ok(())
 }
+
+/// A signal within this time of the first is the same stop request delivered twice (GNU
+/// `timeout` sends its signal to the child and then to its process group), not a second one:
+/// a person's second Ctrl-C comes later.
+const SAME_STOP_REQUEST: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// What the stop has still to do, in its order: a second signal names what it skips.
 struct StopSteps(std::sync::Mutex<Vec<&'static str>>);
@@ -233,9 +239,21 @@ impl StopSteps {
 
 /// A second SIGINT or SIGTERM during the stop: one line saying what is skipped, then exit 0
 /// at once (the user asked twice; nothing waits on the collector or on NVML any longer).
-async fn second_signal(mut signals: Signals, steps: Arc<StopSteps>) {
+async fn second_signal(mut signals: Signals, steps: Arc<StopSteps>, first_at: std::time::Instant) {
     // Signals only: the trainer's end (already the cause, or not) is no reason to hurry.
-    let signal = Signals::signal(&mut signals.term, &mut signals.int).await;
+    let signal = loop {
+        let signal = Signals::signal(&mut signals.term, &mut signals.int).await;
+        if first_at.elapsed() >= SAME_STOP_REQUEST {
+            break signal;
+        }
+        // GNU `timeout` signals its child, then its whole process group (the child again);
+        // a wrapper forwarding a terminal's Ctrl-C can do the same: one request, not two.
+        tracing::info!(
+            "{signal} again within {} of the first: the same stop request (as a process \
+             group's signal arrives twice), the stop goes on",
+            humantime::format_duration(SAME_STOP_REQUEST)
+        );
+    };
     let left = steps.left();
     if left.is_empty() {
         tracing::warn!("{signal} again: stopping at once; nothing was left to do (exit 0)");
