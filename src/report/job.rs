@@ -89,10 +89,17 @@ fn round(x: f64, decimals: i32) -> f64 {
 /// `utilization_spread` the highest pod mean minus the lowest. `workers` are ordered from the least busy: a straggler comes first. `started_at` is
 /// the earliest pod's first sample, `ended_at` the latest's last.
 ///
+/// A report given twice (the same pod, `k8s.pod.uid` or else `k8s.pod.name`, and the same
+/// `started_at`: a copy caught by a glob) is counted once, with a note; a pod with several
+/// runs (a sidecar restarted: different `started_at`) has each run added up, counted as one
+/// pod in `pods`, with a note.
+///
 /// # Errors
 /// The index (in `reports`) of a report whose resource names no job, with that message.
 pub fn merge(reports: &[Value]) -> Result<Vec<Value>, (usize, String)> {
     let mut jobs: BTreeMap<JobIdentity, Vec<&Value>> = BTreeMap::new();
+    let mut repeats: BTreeMap<JobIdentity, Vec<String>> = BTreeMap::new();
+    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
     for (i, r) in reports.iter().enumerate() {
         let resource: BTreeMap<String, String> = r["resource"]
             .as_object()
@@ -111,20 +118,56 @@ pub fn merge(reports: &[Value]) -> Result<Vec<Value>, (usize, String)> {
                 ),
             )
         })?;
+        let run = (
+            pod_key(r),
+            r["started_at"].as_str().unwrap_or_default().to_string(),
+        );
+        if let Some(first) = seen.get(&run) {
+            repeats.entry(job).or_default().push(format!(
+                "report {} repeats report {} (pod {}, started {}): counted once",
+                i + 1,
+                first + 1,
+                run.0,
+                run.1
+            ));
+            continue;
+        }
+        seen.insert(run, i);
         jobs.entry(job).or_default().push(r);
     }
     Ok(jobs
         .into_iter()
-        .map(|(job, pods)| job_report(&job, &pods))
+        .map(|(job, pods)| {
+            let notes = repeats.remove(&job).unwrap_or_default();
+            job_report(&job, &pods, notes)
+        })
         .collect())
 }
 
-fn job_report(job: &JobIdentity, pods: &[&Value]) -> Value {
+/// The pod a report is of: its `k8s.pod.uid`, else its `k8s.pod.name`.
+fn pod_key(r: &Value) -> String {
+    let res = &r["resource"];
+    res["k8s.pod.uid"]
+        .as_str()
+        .or_else(|| res["k8s.pod.name"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn job_report(job: &JobIdentity, pods: &[&Value], mut notes: Vec<String>) -> Value {
     let mut out = Map::new();
-    let mut notes: Vec<String> = Vec::new();
     out.insert("event.name".into(), json!(JOB_REPORT_EVENT));
     out.insert("job".into(), json!(job));
-    out.insert("pods".into(), json!(pods.len()));
+    let mut runs: BTreeMap<String, usize> = BTreeMap::new();
+    for r in pods {
+        *runs.entry(pod_key(r)).or_default() += 1;
+    }
+    for (pod, n) in runs.iter().filter(|(_, n)| **n > 1) {
+        notes.push(format!(
+            "pod {pod}: {n} runs (the sidecar restarted), each added up"
+        ));
+    }
+    out.insert("pods".into(), json!(runs.len()));
     let gpu_count = |r: &Value| r["gpus"].as_array().map_or(0, Vec::len);
     out.insert(
         "gpu_count".into(),
@@ -269,5 +312,29 @@ mod tests {
         let (index, why) = merge(&[reports[0].clone(), lone]).unwrap_err();
         assert_eq!(index, 1);
         assert!(why.contains("names no job"), "{why}");
+    }
+
+    #[test]
+    fn a_report_given_twice_counts_once_and_a_restarted_pod_is_one_pod() {
+        let w0 = report("bert-worker-0", "bert", 0.9, 100, Some(1000.0));
+        let w1 = report("bert-worker-1", "bert", 0.3, 300, Some(3000.0));
+        let jobs = merge(&[w0.clone(), w1.clone(), w0.clone()]).unwrap();
+        assert_eq!(jobs[0]["pods"], 2);
+        assert_eq!(jobs[0]["energy_j"], 4000.0);
+        assert_eq!(jobs[0]["workers"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            jobs[0]["notes"],
+            json!(["report 3 repeats report 1 (pod bert-worker-0, started 2026-12-01T10:00:00.000Z): counted once"])
+        );
+        // The same pod's second run (its sidecar restarted): another start, added up.
+        let mut again = w0.clone();
+        again["started_at"] = json!("2026-12-01T12:00:00.000Z");
+        let jobs = merge(&[w0, w1, again]).unwrap();
+        assert_eq!(jobs[0]["pods"], 2);
+        assert_eq!(jobs[0]["energy_j"], 5000.0);
+        assert_eq!(
+            jobs[0]["notes"],
+            json!(["pod bert-worker-0: 2 runs (the sidecar restarted), each added up"])
+        );
     }
 }
