@@ -13,7 +13,8 @@ shapes the collector's Prometheus exporter can give the agent's series:
 Scenarios (each sidecar exports every 10 s; GPUs hold 40 GB unless said):
   four workers   PyTorchJob nlp/bert-large, workers 0-2 at 75 % utilization, worker 3 at 25 %
                  from the start: GPUJobStraggler fires for worker 3 (utilization) at 2m, not
-                 before; its SM activity is normal (no second alert). Beside it, the TFJob
+                 before; its GPU answers no GPM (no SM activity series), so utilization is its signal
+                 (where GPM answers, SM activity is: one alert per GPU). Beside it, the TFJob
                  ml/mnist, two workers both at 30 % (slow next to bert-large, but no job is
                  compared with another: nothing), a one-pod Job vision/resnet50-train with two
                  GPUs at 90 % and 10 % (one pod: never a straggler), and a pod of no job at 5 %.
@@ -98,7 +99,8 @@ def kubeflow(job, kind, index):
 
 def four_workers():
     bert = [Pod("nlp", f"bert-large-worker-{i}", f"gpu-node-{i}", kubeflow("bert-large", "worker", i),
-                [{"id": f"GPU-b{i}", "util": 0.75 if i < 3 else 0.25, "sm": 0.6, "tensor": 0.4}])
+                [{"id": f"GPU-b{i}", "util": 0.75, "sm": 0.6, "tensor": 0.4} if i < 3
+                 else {"id": f"GPU-b{i}", "util": 0.25, "tensor": 0.4}])
             for i in range(4)]
     mnist = [Pod("ml", f"mnist-worker-{i}", "gpu-node-8", kubeflow("mnist", "worker", i),
                  [{"id": f"GPU-m{i}", "util": 0.3}]) for i in range(2)]

@@ -1,6 +1,6 @@
 //! Every event the agent sends: one [`EventDef`] per `event.name` (or family of names), with
 //! its severity, body and attributes. The device events (XID, ECC) are built by
-//! [`crate::telemetry::xid`], the run report by [`crate::report`], the alert family by
+//! [`crate::telemetry::logs::xid_event`], the run report by [`crate::report`], the alert family by
 //! [`crate::rules`] (one name per row of `src/rules/catalogue.rs`). `docs/events.md` lists
 //! them all in its first table ([`markdown_table`]), generated with the rule rows.
 

@@ -119,8 +119,9 @@ pub fn is_label_key(key: &str) -> bool {
 /// ignored; `none` for no label), in the order given, without repeats.
 ///
 /// # Errors
-/// A [`ConfigError`] naming `GPU_SIDECAR_POD_LABELS` for a key that is no label key, one of
-/// [`JOB_LABELS`] (read anyway, for `k8s.job.name`), or two keys written with one variable.
+/// A [`ConfigError`] naming `GPU_SIDECAR_POD_LABELS` for a key that is no label key, or two
+/// keys written with one variable. A key of [`JOB_LABELS`] (read anyway, for `k8s.job.name`)
+/// may be listed: it is then also `k8s.pod.label.<key>`.
 pub fn parse_pod_labels(value: &str) -> Result<Vec<String>, ConfigError> {
     let bad = |why: String| {
         ConfigError::new(
@@ -137,11 +138,6 @@ pub fn parse_pod_labels(value: &str) -> Result<Vec<String>, ConfigError> {
         if !is_label_key(key) {
             return Err(bad(format!("{key:?} is not a label key")));
         }
-        if JOB_LABELS.contains(&key) {
-            return Err(bad(format!(
-                "{key:?} is read anyway, for {JOB_NAME_ATTRIBUTE}"
-            )));
-        }
         if keys.iter().any(|k| k == key) {
             continue;
         }
@@ -149,7 +145,9 @@ pub fn parse_pod_labels(value: &str) -> Result<Vec<String>, ConfigError> {
             .iter()
             .map(String::as_str)
             .chain(JOB_LABELS)
-            .find(|k| label_variable(k) == label_variable(key))
+            // A key of JOB_LABELS is read anyway (for k8s.job.name); listed, it is also
+            // exported as k8s.pod.label.<key>, from the same variable.
+            .find(|k| *k != key && label_variable(k) == label_variable(key))
         {
             return Err(bad(format!(
                 "{other:?} and {key:?} would both be read from {}",
@@ -361,7 +359,6 @@ mod tests {
             ("a/b/c", "not a label key"),
             ("-team", "not a label key"),
             ("team,", "not a label key"),
-            ("job-name", "read anyway"),
             ("a.b,a-b", "would both be read from K8S_POD_LABEL_A_B"),
             ("job_name", "would both be read from K8S_POD_LABEL_JOB_NAME"),
         ] {
@@ -370,6 +367,23 @@ mod tests {
             assert!(err.to_string().contains(why), "{value}: {err}");
         }
         assert_eq!(parse_pod_labels("none").unwrap(), Vec::<String>::new());
+        // A Job's own label may be listed too: read anyway, and then also a pod label.
+        assert_eq!(
+            parse_pod_labels("batch.kubernetes.io/job-name,job-name").unwrap(),
+            ["batch.kubernetes.io/job-name", "job-name"]
+        );
+        let attrs = workload_attributes(
+            &vars(&[("K8S_POD_LABEL_BATCH_KUBERNETES_IO_JOB_NAME", "resnet")]),
+            &parse_pod_labels("batch.kubernetes.io/job-name").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            attrs,
+            vars(&[
+                ("k8s.job.name", "resnet"),
+                ("k8s.pod.label.batch.kubernetes.io/job-name", "resnet"),
+            ])
+        );
         assert_eq!(
             parse_pod_labels(" team , example.com/Run_ID ,team").unwrap(),
             ["team", "example.com/Run_ID"]

@@ -87,6 +87,11 @@ pub struct Timing {
     pub export_loop_max_gap: Option<Duration>,
 }
 
+/// What the liveness probe allows the export loop beyond two export periods (and, over
+/// OTLP, two export bounds) before it says the loop is stuck: a loaded node's scheduling
+/// delays, not a period of the flow.
+const EXPORT_LOOP_SLACK: Duration = Duration::from_secs(5);
+
 impl Timing {
     /// The periods `config` sets: called once, by the agent (and by the webhook's own
     /// metrics).
@@ -107,8 +112,8 @@ impl Timing {
         self.export_success_max_age = (exporter == ExporterKind::Otlp).then(|| ei * 3 + bound);
         self.export_loop_max_gap = match exporter {
             ExporterKind::None => None,
-            ExporterKind::Console => Some(ei * 2 + Duration::from_secs(5)),
-            ExporterKind::Otlp => Some((ei + bound) * 2 + Duration::from_secs(5)),
+            ExporterKind::Console => Some(ei * 2 + EXPORT_LOOP_SLACK),
+            ExporterKind::Otlp => Some((ei + bound) * 2 + EXPORT_LOOP_SLACK),
         };
         self
     }
@@ -148,7 +153,8 @@ impl Timing {
     }
 
     /// The periods of a sampler ticking every `sample_interval` with the settings'
-    /// defaults for the rest (10 s exports, the default slow intervals, a 10 s watchdog):
+    /// defaults for the rest (10 s exports, the default slow intervals, the watchdog's
+    /// default of three sample intervals and at least 10 s):
     /// for tests and tools that drive one part directly.
     pub fn every(sample_interval: Duration) -> Self {
         Self::new(

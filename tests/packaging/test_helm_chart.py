@@ -150,7 +150,7 @@ def test_pod_labels_are_downward_api_variables(helm, tmp_path):
 def test_named_templates_give_the_pods_job_to_the_agent(helm, agent_binary, review):
     """The named templates' sidecar, resolved against the webhook fixture's pod as the kubelet
     would (its labels), gives check-config the same workload attributes as the webhook's patch
-    (tests/webhook.rs reads the same table)."""
+    (tests/webhook/webhook.rs reads the same table)."""
     pod = json.loads((WEBHOOK_FIXTURES / review).read_text(encoding="utf-8"))["request"]["object"]
     _, sc = sidecar_of(render(helm).pod_spec, SIDECAR)
     rc, out, err = check_config(agent_binary, kube_env(sc, labels=pod["metadata"]["labels"]))

@@ -441,7 +441,7 @@ FIXTURE_OUTCOMES = {
     "review-cpu-zero-gpu.json": ("namespace", "no_gpu", ["1.29", "1.33"]),
     "review-host-network-mpi-worker.json": ("pod", "injected", ["1.29", "1.33"]),
     "review-opted-out.json": ("namespace", "opted_out", ["1.29", "1.33"]),
-    # A training job's pods (their labels reach the agent: tests/webhook.rs, job-resources.json).
+    # A training job's pods (their labels reach the agent: tests/webhook/webhook.rs, job-resources.json).
     "review-pytorchjob-worker.json": ("pod", "injected", ["1.29", "1.33"]),
     "review-tfjob-chief.json": ("pod", "injected", ["1.29", "1.33"]),
     "review-jobset-pod.json": ("pod", "injected", ["1.29", "1.33"]),

@@ -207,7 +207,7 @@ in capitals, `_` for every other character (the agent's `label_variable`). */}}
   value: {{ $v.targetContainerName | quote }}
 # The pod's workload from its labels (k8s.job.name, k8s.pod.label.<key>): one variable per
 # label; the kubelet gives "" for a label the pod lacks, which the agent leaves out.
-{{- range $key := concat (list "batch.kubernetes.io/job-name" "job-name" "controller-uid") $v.telemetry.podLabels }}
+{{- range $key := concat (list "batch.kubernetes.io/job-name" "job-name" "controller-uid") $v.telemetry.podLabels | uniq }}
 - name: {{ include "gpu-otel-sidecar.labelVariable" $key }}
   valueFrom:
     fieldRef:

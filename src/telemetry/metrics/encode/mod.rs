@@ -144,6 +144,10 @@ fn instrument_data(
     }
 }
 
+/// The shortest time an up-down counter series (or a folded kind's first appearance) is
+/// kept unseen: a tenth of the counters' retention, but never under a minute.
+const SHORT_RETENTION_MIN: Duration = Duration::from_secs(60);
+
 impl Encoder {
     /// An encoder for `resource`, asked for `temporality`; counter series unseen for
     /// `retention` are forgotten (up-down counter series after a tenth of it, at least a
@@ -154,6 +158,7 @@ impl Encoder {
         retention: Duration,
         started: SystemTime,
     ) -> Self {
+        let short_retention = (retention / 10).max(SHORT_RETENTION_MIN);
         Self {
             resource: proto::resource(resource),
             scope: InstrumentationScope {
@@ -162,13 +167,13 @@ impl Encoder {
                 ..Default::default()
             },
             temporality,
-            series: SeriesStore::new(retention, (retention / 10).max(Duration::from_secs(60))),
+            series: SeriesStore::new(retention, short_retention),
             started,
             epoch: 0,
             histograms: HashMap::new(),
             detail: false,
             shown: HashMap::new(),
-            shown_retention: (retention / 10).max(Duration::from_secs(60)),
+            shown_retention: short_retention,
         }
     }
 
