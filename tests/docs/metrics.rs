@@ -4,12 +4,29 @@
 //! table) and of the agent's log lines (no Debug text).
 
 use gpu_otel_sidecar::catalogue::metrics::{
-    markdown, CATALOGUE, POD_CATALOGUE, RECORDED, SELF_METRICS,
+    markdown, H200Series, CATALOGUE, POD_CATALOGUE, RECORDED, SELF_METRICS,
 };
+
+/// The H200 export's series counts as `tests/agent/e2e.rs` measured and kept them.
+fn h200_series() -> H200Series {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/h200-series.json");
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let count = |k: &str| {
+        kept[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k} in {path:?}")) as usize
+    };
+    H200Series {
+        default: count("default"),
+        detail: count("detail"),
+    }
+}
 
 #[test]
 fn metrics_doc_matches_catalogue() {
-    let on_disk = super::assert_generated("metrics.md", &markdown());
+    let on_disk = super::assert_generated("metrics.md", &markdown(h200_series()));
     for def in CATALOGUE {
         assert!(on_disk.contains(&format!(
             "| `{}` | {} | `{}` |",

@@ -215,7 +215,7 @@ mod pod;
 mod tests;
 
 pub use agent::*;
-pub use doc::{age, markdown, H200_DEFAULT_SERIES, H200_DETAIL_SERIES, SERIES_BUDGET};
+pub use doc::{age, markdown, H200Series, SERIES_BUDGET};
 pub use gpu::CATALOGUE;
 pub use pod::{
     PodExtract, PodMetricDef, ATTRIBUTION, NOT_ATTRIBUTED, POD_ATTRIBUTES, POD_CATALOGUE,
