@@ -151,6 +151,32 @@ closed_set! {
 }
 
 closed_set! {
+    /// How a GPU is shared with other pods or jobs. A shared GPU's readings are the whole
+    /// GPU's (every process on it, other pods' included), not this pod's share.
+    Sharing = "nvidia.gpu.sharing" {
+        /// Time-slicing: the kubelet lists the device as one replica of a GPU that other pods
+        /// get replicas of too (NVIDIA plugin `<id>::<n>`, GKE `nvidia<N>/vgpu<M>`).
+        TimeSlicing = "time_slicing",
+        /// Multi-Process Service: `nvmlDeviceGetMPSComputeRunningProcesses_v3` lists MPS
+        /// clients on the device (seen once, it stays marked for the NVML session).
+        Mps = "mps",
+    }
+}
+
+closed_set! {
+    /// How bad an alert is: the record's severity (OTel severity from
+    /// [`crate::rules::catalogue`]'s `AlertSeverity::otel`) and the attribute.
+    AlertSeverity = "nvidia.gpu.alert.severity" {
+        /// Worth knowing, nothing is wrong (OTel `INFO`, 9).
+        Info = "info",
+        /// Costs time or will fail if nothing is done (OTel `WARN`, 13).
+        Warning = "warning",
+        /// The job on this GPU is failing or about to (OTel `FATAL`, 21).
+        Critical = "critical",
+    }
+}
+
+closed_set! {
     /// What happened to an alert (`nvidia.gpu.alert.state`, and on `nvidia.gpu.alerts`).
     AlertState = "nvidia.gpu.alert.state" {
         /// The condition has held long enough.
@@ -176,8 +202,6 @@ pub const HW_SERIAL_NUMBER: &str = "hw.serial_number";
 pub const HW_FIRMWARE_VERSION: &str = "hw.firmware_version";
 /// `hw.driver_version`: `nvmlSystemGetDriverVersion` (semconv).
 pub const HW_DRIVER_VERSION: &str = "hw.driver_version";
-/// `nvidia.gpu.sharing`: `time_slicing` or `mps` ([`crate::sampling::Sharing`]).
-pub const SHARING: &str = "nvidia.gpu.sharing";
 /// `nvidia.gpu.index`: NVML's node-wide index (int), as `nvidia-smi` numbers GPUs.
 pub const GPU_INDEX: &str = "nvidia.gpu.index";
 /// `nvidia.gpu.pci.bus_id`: `nvmlDeviceGetPciInfo_v3` `.busId`.
@@ -197,8 +221,6 @@ pub const XID_CODE: &str = "nvidia.gpu.xid.code";
 pub const CLOCKS_EVENT_REASON: &str = "nvidia.gpu.clocks_event.reason";
 /// `nvidia.gpu.alert.rule`: a rule's name.
 pub const ALERT_RULE: &str = "nvidia.gpu.alert.rule";
-/// `nvidia.gpu.alert.severity`: `info`, `warning` or `critical`.
-pub const ALERT_SEVERITY: &str = "nvidia.gpu.alert.severity";
 /// `nvidia.gpu.alert.threshold` (double): the threshold in force, in the setting's unit.
 pub const ALERT_THRESHOLD: &str = "nvidia.gpu.alert.threshold";
 /// `nvidia.gpu.alert.active_for` (double): seconds held (firing) or firing (resolved).
@@ -251,7 +273,7 @@ pub static ATTRIBUTES: &[AttributeDef] = &[
     row(HW_VENDOR, Values::Closed(&["NVIDIA"]), "every GPU point and event"),
     row(HW_MODEL, Values::Text, "every GPU point and event, when NVML gives the product name"),
     row(HW_PARENT, Values::Text, "on a MIG device: its GPU's UUID"),
-    row(SHARING, Values::Closed(&["time_slicing", "mps"]), "on a GPU shared with other pods (its values are the whole GPU's)"),
+    row(Sharing::KEY, Values::Closed(Sharing::VALUES), "on a GPU shared with other pods (its values are the whole GPU's)"),
     row(HwState::KEY, Values::Closed(HwState::VALUES), "`hw.status`: one point per state, 1 for the current one"),
     row(HW_SERIAL_NUMBER, Values::Text, "`hw.status`, where known"),
     row(HW_FIRMWARE_VERSION, Values::Text, "`hw.status`: the VBIOS, where known"),
@@ -274,7 +296,7 @@ pub static ATTRIBUTES: &[AttributeDef] = &[
     row(XID_CODE, Values::Int, "`nvidia.gpu.xid`, `nvidia.gpu.xid.errors`, `nvidia.gpu.alert.xid`"),
     row(ALERT_RULE, Values::Text, "alert records and `nvidia.gpu.alerts`: the rule's name (docs/events.md)"),
     row(AlertState::KEY, Values::Closed(AlertState::VALUES), "alert records and `nvidia.gpu.alerts`"),
-    row(ALERT_SEVERITY, Values::Closed(&["info", "warning", "critical"]), "alert records and `nvidia.gpu.alerts` (also on resolved records)"),
+    row(AlertSeverity::KEY, Values::Closed(AlertSeverity::VALUES), "alert records and `nvidia.gpu.alerts` (also on resolved records)"),
     row(ALERT_THRESHOLD, Values::Double, "alert records of rules with a threshold"),
     row(ALERT_ACTIVE_FOR, Values::Double, "alert records: seconds the condition had held (firing) or the alert was firing (resolved)"),
     row(ALERT_SAMPLES, Values::Int, "firing alert records: consecutive samples on which the condition held"),

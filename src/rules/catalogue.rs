@@ -38,28 +38,11 @@ impl Default for PoolParams {
     }
 }
 
-/// How bad it is; the record's severity and the `nvidia.gpu.alert.severity` attribute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AlertSeverity {
-    /// Worth knowing, nothing is wrong (OTel `INFO`, 9).
-    Info,
-    /// Costs time or will fail if nothing is done (OTel `WARN`, 13).
-    Warning,
-    /// The job on this GPU is failing or about to (OTel `FATAL`, 21).
-    Critical,
-}
+/// How bad it is; the record's severity and the `nvidia.gpu.alert.severity` attribute:
+/// declared with its values in the attribute catalogue.
+pub use crate::catalogue::attributes::AlertSeverity;
 
 impl AlertSeverity {
-    /// `info`, `warning` or `critical` (the `nvidia.gpu.alert.severity` value, as the
-    /// Prometheus rules' `severity` label).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AlertSeverity::Info => "info",
-            AlertSeverity::Warning => "warning",
-            AlertSeverity::Critical => "critical",
-        }
-    }
-
     /// OTel log severity of a firing record (a resolved record is always `INFO`).
     pub fn otel(self) -> Severity {
         match self {

@@ -62,31 +62,3 @@ fn attributes_doc_matches_catalogue() {
         alerts.attributes
     );
 }
-
-/// The value sets the attribute catalogue lists for types owned elsewhere (the rules'
-/// severity, the sampler's sharing mode) are those types' values.
-#[test]
-fn attribute_values_owned_elsewhere_match_their_types() {
-    use gpu_otel_sidecar::catalogue::attributes::{Values, ALERT_SEVERITY, ATTRIBUTES, SHARING};
-    use gpu_otel_sidecar::rules::catalogue::AlertSeverity;
-    use gpu_otel_sidecar::sampling::Sharing;
-    let values = |key: &str| match ATTRIBUTES.iter().find(|a| a.key == key).map(|a| a.values) {
-        Some(Values::Closed(v)) => v.to_vec(),
-        other => panic!("{key}: {other:?}"),
-    };
-    let severities = [
-        AlertSeverity::Info,
-        AlertSeverity::Warning,
-        AlertSeverity::Critical,
-    ];
-    assert_eq!(
-        values(ALERT_SEVERITY),
-        severities.map(AlertSeverity::as_str).to_vec()
-    );
-    assert_eq!(
-        values(SHARING),
-        [Sharing::TimeSlicing, Sharing::Mps]
-            .map(Sharing::as_str)
-            .to_vec()
-    );
-}
