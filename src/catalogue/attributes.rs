@@ -243,6 +243,10 @@ pub enum Values {
     Int,
     /// A double.
     Double,
+    /// An array of strings.
+    TextArray,
+    /// An array of doubles.
+    DoubleArray,
 }
 
 /// One attribute key: where it is and what its values are.
@@ -334,6 +338,8 @@ pub fn markdown() -> String {
             Values::Text => "text".to_string(),
             Values::Int => "int".to_string(),
             Values::Double => "double".to_string(),
+            Values::TextArray => "text array".to_string(),
+            Values::DoubleArray => "double array".to_string(),
         };
         s.push_str(&format!(
             "| `{}` | {values} | {} |\n",

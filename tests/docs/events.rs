@@ -43,14 +43,20 @@ fn every_rule_is_a_value_of_the_alerts_counter_and_in_the_settings_doc() {
     }
 }
 
-/// `docs/attributes.md` is generated from the attribute catalogue, and the closed value sets
-/// of the alert counter are those of the types the rules emit.
+/// `docs/attributes.md` is generated from the attribute catalogue and the alert values, and
+/// the closed value sets of the alert counter are those of the types the rules emit.
 #[test]
 fn attributes_doc_matches_catalogue() {
-    use gpu_otel_sidecar::catalogue::attributes::{markdown, AlertState, ATTRIBUTES};
-    let on_disk = super::assert_generated("attributes.md", &markdown());
-    for a in ATTRIBUTES {
-        assert!(on_disk.contains(&format!("| `{}` |", a.key)), "{}", a.key);
+    use gpu_otel_sidecar::catalogue::alert_values::{self, ALERT_VALUES};
+    use gpu_otel_sidecar::catalogue::attributes::{self, AlertState, ATTRIBUTES};
+    let generated = attributes::markdown() + &alert_values::markdown();
+    let on_disk = super::assert_generated("attributes.md", &generated);
+    for key in ATTRIBUTES
+        .iter()
+        .map(|a| a.key)
+        .chain(ALERT_VALUES.iter().map(|v| v.key))
+    {
+        assert!(on_disk.contains(&format!("| `{key}` |")), "{key}");
     }
     let alerts = RECORDED
         .iter()
