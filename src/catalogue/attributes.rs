@@ -231,6 +231,23 @@ pub const ALERT_SAMPLES: &str = "nvidia.gpu.alert.samples";
 pub const NVML_CALL: &str = "nvidia.nvml.call";
 /// `gpu_sidecar.nvml.step`: the NVML thread's step that is stuck.
 pub const NVML_STEP: &str = "gpu_sidecar.nvml.step";
+/// `error.type` on `gpu_sidecar.nvml.errors`: an `NVML_ERROR_*` name (semconv; the key of
+/// [`MemoryErrorType`], whose values are for the memory-error metrics).
+pub const ERROR_TYPE: &str = MemoryErrorType::KEY;
+/// `thread.name`: the agent's thread, `nvml-sampler` or `nvml-events` (semconv).
+pub const THREAD_NAME: &str = "thread.name";
+/// `gpu_sidecar.sample.group`: the group of NVML reads a `gpu_sidecar.sample.duration`
+/// point times.
+pub const SAMPLE_GROUP: &str = "gpu_sidecar.sample.group";
+/// `gpu_sidecar.webhook.outcome`: what the webhook did with an admission request.
+pub const WEBHOOK_OUTCOME: &str = "gpu_sidecar.webhook.outcome";
+/// `gpu_sidecar.webhook.dry_run`: the admission request's `dryRun` (absent for a body that
+/// is not a review).
+pub const WEBHOOK_DRY_RUN: &str = "gpu_sidecar.webhook.dry_run";
+/// `nvidia.gpu.attribution`: marks the share of no known pod (on the node's resource).
+pub const ATTRIBUTION: &str = "nvidia.gpu.attribution";
+/// The value of [`ATTRIBUTION`] on the not-attributed share.
+pub const NOT_ATTRIBUTED: &str = "not_attributed";
 
 /// What an attribute's values are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,7 +313,7 @@ pub static ATTRIBUTES: &[AttributeDef] = &[
     row(Pipe::KEY, Values::Closed(Pipe::VALUES), "`nvidia.gpu.pipe.activity`"),
     row(PROCESS_PID, Values::Int, "per-process metrics; `nvidia.gpu.alert.memory_preallocated`: the host PID"),
     row(PROCESS_EXECUTABLE_NAME, Values::Text, "per-process metrics, where `/proc` shows the host PID namespace"),
-    row("nvidia.gpu.attribution", Values::Closed(&["not_attributed"]), "node mode's per-pod metrics: the share of no known pod"),
+    row(ATTRIBUTION, Values::Closed(&[NOT_ATTRIBUTED]), "node mode's per-pod metrics: the share of no known pod"),
     row(XID_CODE, Values::Int, "`nvidia.gpu.xid`, `nvidia.gpu.xid.errors`, `nvidia.gpu.alert.xid`"),
     row(ALERT_RULE, Values::Text, "alert records and `nvidia.gpu.alerts`: the rule's name (docs/events.md)"),
     row(AlertState::KEY, Values::Closed(AlertState::VALUES), "alert records and `nvidia.gpu.alerts`"),
@@ -307,10 +324,10 @@ pub static ATTRIBUTES: &[AttributeDef] = &[
     row("nvidia.gpu.reading.<metric>[.<attribute value>]", Values::Double, "firing alert records: every reading of the GPU at that sample, in its metric's unit"),
     row(NVML_CALL, Values::Text, "`gpu_sidecar.nvml.errors`: the C function"),
     row(NVML_STEP, Values::Text, "`gpu_sidecar.nvml.stuck`: the step of the NVML thread"),
-    row("thread.name", Values::Closed(&["nvml-sampler", "nvml-events"]), "`gpu_sidecar.nvml.stuck` (semconv)"),
-    row("gpu_sidecar.sample.group", Values::Closed(&["static", "fast", "energy", "pcie", "process", "gpm"]), "`gpu_sidecar.sample.duration` with `GPU_SIDECAR_METRICS_DETAIL=true`"),
-    row("gpu_sidecar.webhook.outcome", Values::Text, "`gpu_sidecar.webhook.admissions`: what the webhook did (docs/metrics.md)"),
-    row("gpu_sidecar.webhook.dry_run", Values::Text, "`gpu_sidecar.webhook.admissions`: `true` for a dry run"),
+    row(THREAD_NAME, Values::Closed(&["nvml-sampler", "nvml-events"]), "`gpu_sidecar.nvml.stuck` (semconv)"),
+    row(SAMPLE_GROUP, Values::Closed(&["static", "fast", "energy", "pcie", "process", "gpm"]), "`gpu_sidecar.sample.duration` with `GPU_SIDECAR_METRICS_DETAIL=true`"),
+    row(WEBHOOK_OUTCOME, Values::Text, "`gpu_sidecar.webhook.admissions`: what the webhook did (docs/metrics.md)"),
+    row(WEBHOOK_DRY_RUN, Values::Text, "`gpu_sidecar.webhook.admissions`: `true` for a dry run"),
     row("gpu.run.<field>", Values::Text, "`gpu.run.report`: the pod summary, one attribute per field"),
 ];
 
