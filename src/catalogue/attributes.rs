@@ -336,13 +336,13 @@ pub fn markdown() -> String {
     let cell = |t: &str| t.replace('|', "\\|");
     let mut s = String::from(
         "# Attributes\n\n\
-         Generated from `src/catalogue/attributes.rs` (the test `attributes_doc_matches_catalogue` \
+         Generated from `src/catalogue/attributes.rs`, `alert_values.rs` and `resource.rs` (the test `attributes_doc_matches_catalogue` \
          fails when this file and the code disagree; regenerate every generated doc with \
          `UPDATE_DOCS=1 cargo test --test docs`).\n\n\
          Every attribute key on the agent's metric points ([metrics.md](metrics.md)) and event \
          records ([events.md](events.md)); each alert rule's own values are listed with the rule. \
-         Resource attributes (pod, container, node, `service.*`) are in \
-         [kubernetes.md](kubernetes.md).\n\n\
+         Resource attributes (pod, container, node, `service.*`) are listed at the end; how \
+         to set them is in [kubernetes.md](kubernetes.md).\n\n\
          | key | values | on |\n| --- | --- | --- |\n",
     );
     for a in ATTRIBUTES {

@@ -49,7 +49,11 @@ fn every_rule_is_a_value_of_the_alerts_counter_and_in_the_settings_doc() {
 fn attributes_doc_matches_catalogue() {
     use gpu_otel_sidecar::catalogue::alert_values::{self, ALERT_VALUES};
     use gpu_otel_sidecar::catalogue::attributes::{self, AlertState, ATTRIBUTES};
-    let generated = attributes::markdown() + &alert_values::markdown();
+    use gpu_otel_sidecar::catalogue::resource::{self, RESOURCE_KEYS};
+    let generated = attributes::markdown() + &alert_values::markdown() + &resource::markdown();
+    for (_, key) in gpu_otel_sidecar::config::DOWNWARD_API {
+        assert!(RESOURCE_KEYS.iter().any(|k| k.key == *key), "{key}");
+    }
     let on_disk = super::assert_generated("attributes.md", &generated);
     for key in ATTRIBUTES
         .iter()
