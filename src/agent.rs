@@ -33,6 +33,7 @@ use opentelemetry_sdk::Resource;
 
 use crate::attribution::node::{kubelet, NodeAttribution};
 use crate::attribution::{self, pod_resources};
+use crate::catalogue::resource;
 use crate::config::{Config, DeviceSelection, ExporterKind};
 use crate::probes;
 use crate::process_watch;
@@ -123,7 +124,9 @@ pub fn run(config: Config) -> Result<(), StartError> {
         settings.devices = DeviceSelection::Allocated(ids);
     } else if matches!(config.devices, DeviceSelection::All)
         && config.sees_all_node_gpus
-        && config.resource_attributes.contains_key("k8s.pod.name")
+        && config
+            .resource_attributes
+            .contains_key(resource::K8S_POD_NAME)
     {
         tracing::warn!(
             "GPU_SIDECAR_DEVICES=all with NVIDIA_VISIBLE_DEVICES=all: every GPU of the node is reported under this pod's attributes, not only this pod's GPUs. \
@@ -484,7 +487,10 @@ fn pod_gpus(
             .cloned()
             .unwrap_or_default()
     };
-    let (ns, pod) = (attribute("k8s.namespace.name"), attribute("k8s.pod.name"));
+    let (ns, pod) = (
+        attribute(resource::K8S_NAMESPACE_NAME),
+        attribute(resource::K8S_POD_NAME),
+    );
     let socket = config.pod_resources_socket.clone();
     checks.set_starting(Some(format!(
         "waiting for the kubelet's pod-resources answer (GPU_SIDECAR_DEVICES=pod-resources, socket {}): which GPUs this pod holds",

@@ -19,10 +19,10 @@ use opentelemetry::KeyValue;
 use opentelemetry_sdk::resource::{ResourceDetector, TelemetryResourceDetector};
 use opentelemetry_sdk::Resource;
 
+use crate::catalogue::resource;
 use crate::config::Config;
 
-/// The semantic conventions' key for the instance identity.
-pub const SERVICE_INSTANCE_ID: &str = "service.instance.id";
+pub use crate::catalogue::resource::SERVICE_INSTANCE_ID;
 
 /// `service.instance.id` when `OTEL_RESOURCE_ATTRIBUTES` does not give one, as the semantic
 /// conventions recommend for Kubernetes (`docs/non-normative/k8s-attributes.md`, "How
@@ -43,11 +43,11 @@ pub fn service_instance_id(attributes: &std::collections::BTreeMap<String, Strin
         return id.clone();
     }
     let get = |k: &str| attributes.get(k).map(String::as_str);
-    let container = get("k8s.container.name");
+    let container = get(resource::K8S_CONTAINER_NAME);
     let parts: Vec<&str> = match (
-        get("k8s.namespace.name"),
-        get("k8s.pod.name"),
-        get("k8s.pod.uid"),
+        get(resource::K8S_NAMESPACE_NAME),
+        get(resource::K8S_POD_NAME),
+        get(resource::K8S_POD_UID),
     ) {
         (Some(ns), Some(pod), _) => [Some(ns), Some(pod), container]
             .into_iter()
@@ -68,7 +68,7 @@ pub fn node_instance_id(
     host: Option<&str>,
 ) -> String {
     attributes
-        .get("k8s.node.name")
+        .get(resource::K8S_NODE_NAME)
         .map(String::as_str)
         .or(host)
         .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_string)
@@ -91,13 +91,19 @@ pub fn resource(config: &Config) -> Resource {
         };
         attrs.push(KeyValue::new(SERVICE_INSTANCE_ID, id));
     }
-    if !config.resource_attributes.contains_key("host.name") {
+    if !config.resource_attributes.contains_key(resource::HOST_NAME) {
         if let Some(h) = host {
-            attrs.push(KeyValue::new("host.name", h));
+            attrs.push(KeyValue::new(resource::HOST_NAME, h));
         }
     }
-    if !config.resource_attributes.contains_key("service.version") {
-        attrs.push(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+    if !config
+        .resource_attributes
+        .contains_key(resource::SERVICE_VERSION)
+    {
+        attrs.push(KeyValue::new(
+            resource::SERVICE_VERSION,
+            env!("CARGO_PKG_VERSION"),
+        ));
     }
     attrs.extend(
         config

@@ -151,6 +151,32 @@ closed_set! {
 }
 
 closed_set! {
+    /// How a GPU is shared with other pods or jobs. A shared GPU's readings are the whole
+    /// GPU's (every process on it, other pods' included), not this pod's share.
+    Sharing = "nvidia.gpu.sharing" {
+        /// Time-slicing: the kubelet lists the device as one replica of a GPU that other pods
+        /// get replicas of too (NVIDIA plugin `<id>::<n>`, GKE `nvidia<N>/vgpu<M>`).
+        TimeSlicing = "time_slicing",
+        /// Multi-Process Service: `nvmlDeviceGetMPSComputeRunningProcesses_v3` lists MPS
+        /// clients on the device (seen once, it stays marked for the NVML session).
+        Mps = "mps",
+    }
+}
+
+closed_set! {
+    /// How bad an alert is: the record's severity (OTel severity from
+    /// [`crate::rules::catalogue`]'s `AlertSeverity::otel`) and the attribute.
+    AlertSeverity = "nvidia.gpu.alert.severity" {
+        /// Worth knowing, nothing is wrong (OTel `INFO`, 9).
+        Info = "info",
+        /// Costs time or will fail if nothing is done (OTel `WARN`, 13).
+        Warning = "warning",
+        /// The job on this GPU is failing or about to (OTel `FATAL`, 21).
+        Critical = "critical",
+    }
+}
+
+closed_set! {
     /// What happened to an alert (`nvidia.gpu.alert.state`, and on `nvidia.gpu.alerts`).
     AlertState = "nvidia.gpu.alert.state" {
         /// The condition has held long enough.
@@ -176,8 +202,6 @@ pub const HW_SERIAL_NUMBER: &str = "hw.serial_number";
 pub const HW_FIRMWARE_VERSION: &str = "hw.firmware_version";
 /// `hw.driver_version`: `nvmlSystemGetDriverVersion` (semconv).
 pub const HW_DRIVER_VERSION: &str = "hw.driver_version";
-/// `nvidia.gpu.sharing`: `time_slicing` or `mps` ([`crate::sampling::Sharing`]).
-pub const SHARING: &str = "nvidia.gpu.sharing";
 /// `nvidia.gpu.index`: NVML's node-wide index (int), as `nvidia-smi` numbers GPUs.
 pub const GPU_INDEX: &str = "nvidia.gpu.index";
 /// `nvidia.gpu.pci.bus_id`: `nvmlDeviceGetPciInfo_v3` `.busId`.
@@ -197,8 +221,6 @@ pub const XID_CODE: &str = "nvidia.gpu.xid.code";
 pub const CLOCKS_EVENT_REASON: &str = "nvidia.gpu.clocks_event.reason";
 /// `nvidia.gpu.alert.rule`: a rule's name.
 pub const ALERT_RULE: &str = "nvidia.gpu.alert.rule";
-/// `nvidia.gpu.alert.severity`: `info`, `warning` or `critical`.
-pub const ALERT_SEVERITY: &str = "nvidia.gpu.alert.severity";
 /// `nvidia.gpu.alert.threshold` (double): the threshold in force, in the setting's unit.
 pub const ALERT_THRESHOLD: &str = "nvidia.gpu.alert.threshold";
 /// `nvidia.gpu.alert.active_for` (double): seconds held (firing) or firing (resolved).
@@ -209,6 +231,23 @@ pub const ALERT_SAMPLES: &str = "nvidia.gpu.alert.samples";
 pub const NVML_CALL: &str = "nvidia.nvml.call";
 /// `gpu_sidecar.nvml.step`: the NVML thread's step that is stuck.
 pub const NVML_STEP: &str = "gpu_sidecar.nvml.step";
+/// `error.type` on `gpu_sidecar.nvml.errors`: an `NVML_ERROR_*` name (semconv; the key of
+/// [`MemoryErrorType`], whose values are for the memory-error metrics).
+pub const ERROR_TYPE: &str = MemoryErrorType::KEY;
+/// `thread.name`: the agent's thread, `nvml-sampler` or `nvml-events` (semconv).
+pub const THREAD_NAME: &str = "thread.name";
+/// `gpu_sidecar.sample.group`: the group of NVML reads a `gpu_sidecar.sample.duration`
+/// point times.
+pub const SAMPLE_GROUP: &str = "gpu_sidecar.sample.group";
+/// `gpu_sidecar.webhook.outcome`: what the webhook did with an admission request.
+pub const WEBHOOK_OUTCOME: &str = "gpu_sidecar.webhook.outcome";
+/// `gpu_sidecar.webhook.dry_run`: the admission request's `dryRun` (absent for a body that
+/// is not a review).
+pub const WEBHOOK_DRY_RUN: &str = "gpu_sidecar.webhook.dry_run";
+/// `nvidia.gpu.attribution`: marks the share of no known pod (on the node's resource).
+pub const ATTRIBUTION: &str = "nvidia.gpu.attribution";
+/// The value of [`ATTRIBUTION`] on the not-attributed share.
+pub const NOT_ATTRIBUTED: &str = "not_attributed";
 
 /// What an attribute's values are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +260,10 @@ pub enum Values {
     Int,
     /// A double.
     Double,
+    /// An array of strings.
+    TextArray,
+    /// An array of doubles.
+    DoubleArray,
 }
 
 /// One attribute key: where it is and what its values are.
@@ -251,7 +294,7 @@ pub static ATTRIBUTES: &[AttributeDef] = &[
     row(HW_VENDOR, Values::Closed(&["NVIDIA"]), "every GPU point and event"),
     row(HW_MODEL, Values::Text, "every GPU point and event, when NVML gives the product name"),
     row(HW_PARENT, Values::Text, "on a MIG device: its GPU's UUID"),
-    row(SHARING, Values::Closed(&["time_slicing", "mps"]), "on a GPU shared with other pods (its values are the whole GPU's)"),
+    row(Sharing::KEY, Values::Closed(Sharing::VALUES), "on a GPU shared with other pods (its values are the whole GPU's)"),
     row(HwState::KEY, Values::Closed(HwState::VALUES), "`hw.status`: one point per state, 1 for the current one"),
     row(HW_SERIAL_NUMBER, Values::Text, "`hw.status`, where known"),
     row(HW_FIRMWARE_VERSION, Values::Text, "`hw.status`: the VBIOS, where known"),
@@ -270,21 +313,21 @@ pub static ATTRIBUTES: &[AttributeDef] = &[
     row(Pipe::KEY, Values::Closed(Pipe::VALUES), "`nvidia.gpu.pipe.activity`"),
     row(PROCESS_PID, Values::Int, "per-process metrics; `nvidia.gpu.alert.memory_preallocated`: the host PID"),
     row(PROCESS_EXECUTABLE_NAME, Values::Text, "per-process metrics, where `/proc` shows the host PID namespace"),
-    row("nvidia.gpu.attribution", Values::Closed(&["not_attributed"]), "node mode's per-pod metrics: the share of no known pod"),
+    row(ATTRIBUTION, Values::Closed(&[NOT_ATTRIBUTED]), "node mode's per-pod metrics: the share of no known pod"),
     row(XID_CODE, Values::Int, "`nvidia.gpu.xid`, `nvidia.gpu.xid.errors`, `nvidia.gpu.alert.xid`"),
     row(ALERT_RULE, Values::Text, "alert records and `nvidia.gpu.alerts`: the rule's name (docs/events.md)"),
     row(AlertState::KEY, Values::Closed(AlertState::VALUES), "alert records and `nvidia.gpu.alerts`"),
-    row(ALERT_SEVERITY, Values::Closed(&["info", "warning", "critical"]), "alert records and `nvidia.gpu.alerts` (also on resolved records)"),
+    row(AlertSeverity::KEY, Values::Closed(AlertSeverity::VALUES), "alert records and `nvidia.gpu.alerts` (also on resolved records)"),
     row(ALERT_THRESHOLD, Values::Double, "alert records of rules with a threshold"),
     row(ALERT_ACTIVE_FOR, Values::Double, "alert records: seconds the condition had held (firing) or the alert was firing (resolved)"),
     row(ALERT_SAMPLES, Values::Int, "firing alert records: consecutive samples on which the condition held"),
     row("nvidia.gpu.reading.<metric>[.<attribute value>]", Values::Double, "firing alert records: every reading of the GPU at that sample, in its metric's unit"),
     row(NVML_CALL, Values::Text, "`gpu_sidecar.nvml.errors`: the C function"),
     row(NVML_STEP, Values::Text, "`gpu_sidecar.nvml.stuck`: the step of the NVML thread"),
-    row("thread.name", Values::Closed(&["nvml-sampler", "nvml-events"]), "`gpu_sidecar.nvml.stuck` (semconv)"),
-    row("gpu_sidecar.sample.group", Values::Closed(&["static", "fast", "energy", "pcie", "process", "gpm"]), "`gpu_sidecar.sample.duration` with `GPU_SIDECAR_METRICS_DETAIL=true`"),
-    row("gpu_sidecar.webhook.outcome", Values::Text, "`gpu_sidecar.webhook.admissions`: what the webhook did (docs/metrics.md)"),
-    row("gpu_sidecar.webhook.dry_run", Values::Text, "`gpu_sidecar.webhook.admissions`: `true` for a dry run"),
+    row(THREAD_NAME, Values::Closed(&["nvml-sampler", "nvml-events"]), "`gpu_sidecar.nvml.stuck` (semconv)"),
+    row(SAMPLE_GROUP, Values::Closed(&["static", "fast", "energy", "pcie", "process", "gpm"]), "`gpu_sidecar.sample.duration` with `GPU_SIDECAR_METRICS_DETAIL=true`"),
+    row(WEBHOOK_OUTCOME, Values::Text, "`gpu_sidecar.webhook.admissions`: what the webhook did (docs/metrics.md)"),
+    row(WEBHOOK_DRY_RUN, Values::Text, "`gpu_sidecar.webhook.admissions`: `true` for a dry run"),
     row("gpu.run.<field>", Values::Text, "`gpu.run.report`: the pod summary, one attribute per field"),
 ];
 
@@ -293,13 +336,13 @@ pub fn markdown() -> String {
     let cell = |t: &str| t.replace('|', "\\|");
     let mut s = String::from(
         "# Attributes\n\n\
-         Generated from `src/catalogue/attributes.rs` (the test `attributes_doc_matches_catalogue` \
+         Generated from `src/catalogue/attributes.rs`, `alert_values.rs` and `resource.rs` (the test `attributes_doc_matches_catalogue` \
          fails when this file and the code disagree; regenerate every generated doc with \
          `UPDATE_DOCS=1 cargo test --test docs`).\n\n\
          Every attribute key on the agent's metric points ([metrics.md](metrics.md)) and event \
          records ([events.md](events.md)); each alert rule's own values are listed with the rule. \
-         Resource attributes (pod, container, node, `service.*`) are in \
-         [kubernetes.md](kubernetes.md).\n\n\
+         Resource attributes (pod, container, node, `service.*`) are listed at the end; how \
+         to set them is in [kubernetes.md](kubernetes.md).\n\n\
          | key | values | on |\n| --- | --- | --- |\n",
     );
     for a in ATTRIBUTES {
@@ -312,6 +355,8 @@ pub fn markdown() -> String {
             Values::Text => "text".to_string(),
             Values::Int => "int".to_string(),
             Values::Double => "double".to_string(),
+            Values::TextArray => "text array".to_string(),
+            Values::DoubleArray => "double array".to_string(),
         };
         s.push_str(&format!(
             "| `{}` | {values} | {} |\n",

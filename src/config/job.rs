@@ -25,11 +25,9 @@ use super::ConfigError;
 /// Prefix of the variables that carry a pod label ([`label_variable`]).
 pub const POD_LABEL_PREFIX: &str = "K8S_POD_LABEL_";
 
-/// The semantic conventions' prefix of a pod label attribute: `k8s.pod.label.<key>`.
-pub const POD_LABEL_ATTRIBUTE_PREFIX: &str = "k8s.pod.label.";
-
-/// The semantic conventions' attribute of the batch Job a pod belongs to.
-pub const JOB_NAME_ATTRIBUTE: &str = "k8s.job.name";
+use crate::catalogue::resource::{
+    K8S_JOB_NAME as JOB_NAME_ATTRIBUTE, K8S_POD_LABEL_PREFIX as POD_LABEL_ATTRIBUTE_PREFIX,
+};
 
 /// The label the Job controller puts on its pods (Kubernetes 1.27 and later): the Job's name.
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";

@@ -51,6 +51,7 @@ pub use values::parse_duration;
 use settings as S;
 use settings::Setting;
 
+use crate::catalogue::resource;
 use otlp::{parse_logs_batch, parse_otlp};
 use rules::parse_rules;
 use values::{output_target, parse_bool, parse_devices, parse_key_values, valid_log_filter};
@@ -310,11 +311,11 @@ fn parse_health_addr(v: &str) -> Result<HealthAddr, ConfigError> {
 
 /// Downward API variables and the resource attribute each one sets.
 pub const DOWNWARD_API: &[(&str, &str)] = &[
-    ("K8S_POD_NAME", "k8s.pod.name"),
-    ("K8S_POD_UID", "k8s.pod.uid"),
-    ("K8S_NAMESPACE_NAME", "k8s.namespace.name"),
-    ("K8S_NODE_NAME", "k8s.node.name"),
-    ("K8S_CONTAINER_NAME", "k8s.container.name"),
+    ("K8S_POD_NAME", resource::K8S_POD_NAME),
+    ("K8S_POD_UID", resource::K8S_POD_UID),
+    ("K8S_NAMESPACE_NAME", resource::K8S_NAMESPACE_NAME),
+    ("K8S_NODE_NAME", resource::K8S_NODE_NAME),
+    ("K8S_CONTAINER_NAME", resource::K8S_CONTAINER_NAME),
 ];
 
 impl Config {
@@ -458,7 +459,7 @@ impl Config {
         let mut service_name = None;
         if let Some(v) = get(otel::RESOURCE_ATTRIBUTES.name) {
             for (k, val) in parse_key_values(otel::RESOURCE_ATTRIBUTES.name, v, false)? {
-                if k == "service.name" {
+                if k == resource::SERVICE_NAME {
                     service_name = Some(val);
                 } else {
                     resource_attributes.insert(k, val);

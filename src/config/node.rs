@@ -1,15 +1,16 @@
 //! Node mode's configuration (`gpu-otel-sidecar node`): [`Config::into_node`].
 
 use super::{settings as S, Config, ConfigError, DeviceSelection};
+use crate::catalogue::resource;
 
 /// The resource attributes node mode leaves out of the node's resource: set for a pod (the
 /// Downward API's `K8S_POD_NAME`, …), they would name the agent's own pod, not the pods
 /// whose shares it reports (each share's resource names its own pod).
 pub const NODE_MODE_DROPS: &[&str] = &[
-    "k8s.pod.name",
-    "k8s.pod.uid",
-    "k8s.namespace.name",
-    "k8s.container.name",
+    resource::K8S_POD_NAME,
+    resource::K8S_POD_UID,
+    resource::K8S_NAMESPACE_NAME,
+    resource::K8S_CONTAINER_NAME,
 ];
 
 impl Config {

@@ -13,13 +13,15 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use crate::catalogue::resource::{K8S_JOB_NAME, K8S_NAMESPACE_NAME, K8S_POD_NAME};
+
 /// Resource attributes that name a pod's job, highest precedence first.
 pub const JOB_NAME_SOURCES: &[&str] = &[
     "k8s.pod.label.jobset.sigs.k8s.io/jobset-name",
     "k8s.pod.label.training.kubeflow.org/job-name",
     "k8s.pod.label.volcano.sh/job-name",
     "k8s.pod.label.leaderworkerset.sigs.k8s.io/name",
-    "k8s.job.name",
+    K8S_JOB_NAME,
 ];
 
 /// The event name of a job's report (one JSON object per job, from [`merge`]).
@@ -44,7 +46,7 @@ pub fn job_identity(resource: &BTreeMap<String, String>) -> Option<JobIdentity> 
             .get(*from)
             .filter(|v| !v.is_empty())
             .map(|name| JobIdentity {
-                namespace: resource.get("k8s.namespace.name").cloned(),
+                namespace: resource.get(K8S_NAMESPACE_NAME).cloned(),
                 name: name.clone(),
                 from,
             })
@@ -214,7 +216,7 @@ fn job_report(job: &JobIdentity, pods: &[&Value], mut notes: Vec<String>) -> Val
         .iter()
         .map(|r| {
             json!({
-                "k8s.pod.name": r["resource"]["k8s.pod.name"],
+                K8S_POD_NAME: r["resource"][K8S_POD_NAME],
                 "gpu_count": gpu_count(r),
                 "utilization_mean": r["pod"]["utilization_mean"],
                 "energy_j": r["pod"]["energy_j"],

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use crate::catalogue::attributes;
 #[cfg(doc)]
 use crate::telemetry::logs::events::Events;
 use crate::telemetry::logs::events::{Event, Tap};
@@ -53,8 +54,8 @@ impl RunEvent {
             time: humantime::format_rfc3339_millis(time).to_string(),
             name: event.name,
             severity: event.severity.name(),
-            hw_id: attr("hw.id"),
-            state: attr("nvidia.gpu.alert.state"),
+            hw_id: attr(attributes::HW_ID),
+            state: attr(attributes::AlertState::KEY),
             body: event.body.clone(),
         }
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use opentelemetry::logs::Severity;
 
+use crate::catalogue::alert_values::{self as v, AlertValue};
 use crate::catalogue::xid;
 
 pub use super::id::{Hold, RuleId, RuleSettings};
@@ -38,28 +39,11 @@ impl Default for PoolParams {
     }
 }
 
-/// How bad it is; the record's severity and the `nvidia.gpu.alert.severity` attribute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AlertSeverity {
-    /// Worth knowing, nothing is wrong (OTel `INFO`, 9).
-    Info,
-    /// Costs time or will fail if nothing is done (OTel `WARN`, 13).
-    Warning,
-    /// The job on this GPU is failing or about to (OTel `FATAL`, 21).
-    Critical,
-}
+/// How bad it is; the record's severity and the `nvidia.gpu.alert.severity` attribute:
+/// declared with its values in the attribute catalogue.
+pub use crate::catalogue::attributes::AlertSeverity;
 
 impl AlertSeverity {
-    /// `info`, `warning` or `critical` (the `nvidia.gpu.alert.severity` value, as the
-    /// Prometheus rules' `severity` label).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AlertSeverity::Info => "info",
-            AlertSeverity::Warning => "warning",
-            AlertSeverity::Critical => "critical",
-        }
-    }
-
     /// OTel log severity of a firing record (a resolved record is always `INFO`).
     pub fn otel(self) -> Severity {
         match self {
@@ -129,8 +113,9 @@ pub struct RuleSpec {
     pub hold: HoldSpec,
     /// When it fires and when it resolves, in words (for `docs/events.md`).
     pub condition: &'static str,
-    /// The attributes with the values that triggered it (for `docs/events.md`).
-    pub attributes: &'static str,
+    /// The values the record carries besides those on every alert record (for
+    /// `docs/events.md`; the rule's code builds them from these).
+    pub values: &'static [AlertValue],
     /// One sentence saying what to do, in the record's body.
     pub hint: &'static str,
     /// Builds the rule from its settings and what the rules it defers to are set to: the
@@ -167,6 +152,12 @@ impl RuleSpec {
         v
     }
 
+    /// [`RuleSpec::values`] as the docs list them: `` `key` (note), … ``.
+    pub fn values_doc(&self) -> String {
+        let docs: Vec<String> = self.values.iter().map(|v| v.doc()).collect();
+        docs.join(", ")
+    }
+
     /// The hold given by the defaults.
     pub fn default_hold(&self) -> Hold {
         match self.hold {
@@ -201,7 +192,7 @@ pub static RULES: &[RuleSpec] = &[
         second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(10)),
         condition: "Memory used (`nvmlDeviceGetMemoryInfo_v2.used / .total`) at or above THRESHOLD for DURATION. Not judged while the memory is a framework's preallocated pool (`memory_preallocated`, when that rule is enabled): only memory that grows past the pool counts. Resolves once it has been below for DURATION.",
-        attributes: "`hw.gpu.memory.utilization` (0..1), `hw.gpu.memory.usage`, `hw.gpu.memory.limit` (By)",
+        values: &[v::MEMORY_UTILIZATION, v::MEMORY_USAGE, v::MEMORY_LIMIT],
         hint: "The next allocation may fail with out-of-memory: reduce the batch size, or let the framework grow its memory instead of preallocating (TF_FORCE_GPU_ALLOW_GROWTH=true, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).",
     },
     RuleSpec {
@@ -215,7 +206,7 @@ pub static RULES: &[RuleSpec] = &[
         second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(60)),
         condition: "A compute process appears (`nvmlDeviceGetComputeRunningProcesses_v3`: listed now, not at the previous sample; processes already running when the agent starts do not count) and, at that sample, the next one, or within DURATION/6 of it (10 s at the default), memory used (`nvmlDeviceGetMemoryInfo_v2`) reaches THRESHOLD of total from below: a framework's pool (TensorFlow maps nearly all memory at start unless memory growth is on, JAX 75 %). Fires once the memory has stayed within 1 % of total of that level for DURATION. While it does, `memory_near_full` does not judge the GPU (NVML sees the pool, not how full it is). Resolves at the first sample where the memory leaves that level: it grew (then `memory_near_full` and `memory_leak` judge it again) or the pool was released.",
-        attributes: "`process.pid` (the process that appeared), `nvidia.gpu.alert.memory.jump_time` (s from its appearance to the level), `hw.gpu.memory.utilization` (0..1), `hw.gpu.memory.usage`, `hw.gpu.memory.limit` (By)",
+        values: &[v::APPEARED_PID, v::MEMORY_JUMP_TIME, v::MEMORY_UTILIZATION, v::MEMORY_USAGE, v::MEMORY_LIMIT],
         hint: "Turn memory growth on so that near-full and leaks can be judged from outside: TF_FORCE_GPU_ALLOW_GROWTH=true (or tf.config.experimental.set_memory_growth) for TensorFlow, XLA_PYTHON_CLIENT_PREALLOCATE=false for JAX; PyTorch's caching allocator tells how full its pool is (torch.cuda.memory_allocated against memory_reserved).",
     },
     RuleSpec {
@@ -236,7 +227,7 @@ pub static RULES: &[RuleSpec] = &[
         second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(600)),
         condition: "Memory used rising without coming back for DURATION: at every sample the Theil-Sen slope of the last DURATION/5 is at least half the rate THRESHOLD per DURATION (so a plateau, a drop or a sawtooth breaks it), and over the whole last DURATION memory grew by at least THRESHOLD percent of total (Theil-Sen slope x DURATION). The slopes are fitted to the means of DURATION/120 buckets (5 s at the default), again each time a bucket closes, so the cost per sample stays flat however long the run. Resolves once it has not been rising for DURATION/5.",
-        attributes: "`nvidia.gpu.alert.memory.growth_rate` (By/s, Theil-Sen slope over DURATION), `nvidia.gpu.alert.memory.growth` (By over DURATION), `nvidia.gpu.alert.memory.time_to_full` (s until used reaches total at that rate), `hw.gpu.memory.usage`, `hw.gpu.memory.limit` (By)",
+        values: &[v::MEMORY_GROWTH_RATE, v::MEMORY_GROWTH, v::MEMORY_TIME_TO_FULL, v::MEMORY_USAGE, v::MEMORY_LIMIT],
         hint: "Something keeps GPU memory across steps: look for tensors kept in Python lists or histories (losses without .item(), accumulated outputs), caches that grow, or graphs rebuilt every step.",
     },
     RuleSpec {
@@ -257,7 +248,7 @@ pub static RULES: &[RuleSpec] = &[
         second_threshold: None,
         hold: HoldSpec::Samples(3),
         condition: "GPU die temperature (`nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`) at or above THRESHOLD on SAMPLES consecutive samples. Resolves after SAMPLES consecutive samples below.",
-        attributes: "`hw.temperature` (Cel, GPU die), `nvidia.gpu.alert.temperature.memory` (Cel, HBM, when NVML gives it)",
+        values: &[v::TEMPERATURE, v::TEMPERATURE_MEMORY],
         hint: "The card will slow its clocks to protect itself: check the node's cooling and airflow (fans, blocked inlets, neighbouring hot cards).",
     },
     RuleSpec {
@@ -271,7 +262,7 @@ pub static RULES: &[RuleSpec] = &[
         second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(30)),
         condition: "Clock-event reason `sw_power_cap` (`nvmlDeviceGetCurrentClocksEventReasons` bit 0x4) set for DURATION. Resolves once it has been clear for DURATION.",
-        attributes: "`nvidia.gpu.alert.clocks_event.reasons` (the active reasons), `hw.power`, `nvidia.gpu.power.limit` (W)",
+        values: &[v::CLOCKS_EVENT_REASONS, v::POWER, v::POWER_LIMIT],
         hint: "The card is working at its power limit, which is normal under full load; it only costs speed if the limit was lowered (compare with the board's default limit).",
     },
     RuleSpec {
@@ -285,7 +276,7 @@ pub static RULES: &[RuleSpec] = &[
         second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(30)),
         condition: "Any of the clock-event reasons `hw_slowdown`, `sw_thermal_slowdown`, `hw_thermal_slowdown`, `hw_power_brake_slowdown` set for DURATION (the same set that makes `hw.status` `degraded`). Resolves once all have been clear for DURATION.",
-        attributes: "`nvidia.gpu.alert.clocks_event.reasons` (the active reasons), `hw.temperature` (Cel), `hw.power` (W)",
+        values: &[v::CLOCKS_EVENT_REASONS, v::TEMPERATURE, v::POWER],
         hint: "The card runs slower than it can because of heat or a hardware slowdown signal: check cooling, the power supply and the node's health (nvidia-smi -q -d PERFORMANCE).",
     },
     RuleSpec {
@@ -299,7 +290,7 @@ pub static RULES: &[RuleSpec] = &[
         second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(120)),
         condition: "GPU utilization (`nvmlDeviceGetUtilizationRates.gpu`) below THRESHOLD for DURATION while a compute process holds GPU memory (`nvmlDeviceGetComputeRunningProcesses_v3`: a process listed with used memory above 0 or unknown). Never fires when the process list cannot be read. Resolves once that has not been the case for DURATION.",
-        attributes: "`hw.gpu.utilization` (0..1), `nvidia.gpu.alert.process.count`, `nvidia.gpu.alert.process.memory` (By held by the listed processes, where NVML tells), `hw.gpu.memory.usage` (By)",
+        values: &[v::UTILIZATION, v::PROCESS_COUNT, v::PROCESS_MEMORY, v::MEMORY_USAGE],
         hint: "The GPU waits for data: prefetch and parallelize the input pipeline (tf.data .prefetch(tf.data.AUTOTUNE) and num_parallel_calls, or DataLoader num_workers and pin_memory), and move preprocessing off the training step.",
     },
     RuleSpec {
@@ -313,7 +304,7 @@ pub static RULES: &[RuleSpec] = &[
         second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(120)),
         condition: "Among the GPUs this agent reads (the pod's), at least two answering, every one with a compute process holding memory: busiest minus idlest utilization at or above THRESHOLD points for DURATION. One alert for the pod; its `hw.id` is the idlest GPU when it fired. Resolves once that has not been the case for DURATION.",
-        attributes: "`nvidia.gpu.alert.utilization.max`, `nvidia.gpu.alert.utilization.min`, `nvidia.gpu.alert.utilization.spread` (0..1), `nvidia.gpu.alert.busiest.hw.id`, `nvidia.gpu.alert.hw_ids` and `nvidia.gpu.alert.utilizations` (every GPU, in NVML index order)",
+        values: &[v::UTILIZATION_MAX, v::UTILIZATION_MIN, v::UTILIZATION_SPREAD, v::BUSIEST_HW_ID, v::HW_IDS, v::UTILIZATIONS],
         hint: "Some GPUs wait for the others: check that the distribution strategy gives every replica the same work (uneven shards or batch sizes, one rank doing extra work such as evaluation or checkpointing).",
     },
     RuleSpec {
@@ -337,7 +328,7 @@ pub static RULES: &[RuleSpec] = &[
         }),
         hold: HoldSpec::Duration(Duration::from_secs(300)),
         condition: "Judged on each GPM window (`GPU_SIDECAR_GPM_INTERVAL`; GPUs with GPM, Hopper and newer; the judgement holds until the next window): GPU utilization (`nvmlDeviceGetUtilizationRates.gpu`, mean of the window's samples) at or above UTILIZATION while the tensor pipes (`NVML_GPM_METRIC_ANY_TENSOR_UTIL`) are active less than THRESHOLD of the time, for DURATION; a window that `memory_bound` would call memory-bound does not count (the more specific diagnosis). Resolves once that has not been the case for DURATION. Never fires on a GPU without GPM, where GPM does not answer tensor activity, or where NVML gives no utilization (MIG devices and GPUs in MIG mode).",
-        attributes: "`hw.gpu.utilization`, `nvidia.gpu.tensor.activity` (any tensor op), `nvidia.gpu.tensor.activity.hmma`, `nvidia.gpu.sm.activity`, `nvidia.gpu.pipe.activity.fp32`, `nvidia.gpu.dram.activity` (0..1, each where GPM answers it), `nvidia.gpu.alert.gpm.window` (s)",
+        values: &[v::UTILIZATION, v::TENSOR_ACTIVITY, v::TENSOR_ACTIVITY_HMMA, v::SM_ACTIVITY, v::PIPE_ACTIVITY_FP32, v::DRAM_ACTIVITY, v::GPM_WINDOW],
         hint: "Let the tensor cores do the math: mixed precision (bf16/fp16 autocast, tf.keras.mixed_precision, or TF32 for fp32 matmuls with torch.set_float32_matmul_precision('high')), larger batches, and fused kernels (torch.compile, XLA) instead of many small element-wise ones.",
     },
     RuleSpec {
@@ -361,7 +352,7 @@ pub static RULES: &[RuleSpec] = &[
         }),
         hold: HoldSpec::Duration(Duration::from_secs(300)),
         condition: "Judged on each GPM window (as `tensor_cores_idle`): DRAM bandwidth (`NVML_GPM_METRIC_DRAM_BW_UTIL`, share of the peak) at or above THRESHOLD while SM activity (`NVML_GPM_METRIC_SM_UTIL`) is below SM_ACTIVITY, for DURATION. Resolves once that has not been the case for DURATION. Never fires on a GPU without GPM. A kernel that streams memory through every SM (SM activity high) is not caught: DRAM activity alone near its peak says so (`nvidia.gpu.dram.activity`).",
-        attributes: "`nvidia.gpu.dram.activity`, `nvidia.gpu.sm.activity`, `nvidia.gpu.sm.occupancy`, `nvidia.gpu.tensor.activity`, `hw.gpu.utilization` (0..1, each where answered), `nvidia.gpu.alert.gpm.window` (s)",
+        values: &[v::DRAM_ACTIVITY, v::SM_ACTIVITY, v::SM_OCCUPANCY, v::TENSOR_ACTIVITY, v::UTILIZATION, v::GPM_WINDOW],
         hint: "Move fewer bytes per step: fuse element-wise kernels (torch.compile, XLA), drop needless copies, dtype casts and .contiguous() calls, use bf16 to halve the traffic, and keep data on the GPU instead of reloading it.",
     },
     RuleSpec {
@@ -374,8 +365,8 @@ pub static RULES: &[RuleSpec] = &[
         threshold: None,
         second_threshold: None,
         hold: HoldSpec::Immediate,
-        condition: "NVML answers `NVML_ERROR_GPU_IS_LOST` or `NVML_ERROR_RESET_REQUIRED` for the GPU (`hw.status` `failed`). Fires at the first such sample; resolves at the first sample where it answers again.",
-        attributes: "`nvidia.gpu.index` (NVML's node-wide index as `nvidia-smi` numbers GPUs, not the training process's `cuda:N`: match GPUs by `hw.id` (UUID) or `nvidia.gpu.pci.bus_id`); the readings are the last ones taken before it was lost",
+        condition: "NVML answers `NVML_ERROR_GPU_IS_LOST` or `NVML_ERROR_RESET_REQUIRED` for the GPU (`hw.status` `failed`). Fires at the first such sample (its readings are the last ones taken before it was lost); resolves at the first sample where it answers again.",
+        values: &[v::LOST_GPU_INDEX],
         hint: "The GPU has fallen off the bus or needs a reset; the job on it cannot go on: drain the node, reset or replace the GPU, and check the kernel log for XID 79.",
     },
     RuleSpec {
@@ -389,7 +380,7 @@ pub static RULES: &[RuleSpec] = &[
         second_threshold: None,
         hold: HoldSpec::Duration(Duration::from_secs(300)),
         condition: "An XID error reported for the GPU by the NVML event watcher (`nvmlEventSetWait`, `nvmlEventTypeXidCriticalError`). Fires at the first report of an XID code on a GPU; repeats of that code while firing are counted, not re-sent. Resolves once that code has not been reported for DURATION.",
-        attributes: "`nvidia.gpu.xid.code` (the XID), `nvidia.gpu.alert.xid.count` (reports while firing, on the resolved record), `nvidia.gpu.mig.gpu_instance_id` / `nvidia.gpu.mig.compute_instance_id` when NVML names them",
+        values: &[v::XID, v::XID_COUNT, v::XID_GPU_INSTANCE, v::XID_COMPUTE_INSTANCE],
         hint: "See the XID's meaning in NVIDIA's XID catalogue; the body says what the common ones mean.",
     },
 ];
@@ -439,13 +430,17 @@ pub fn markdown() -> String {
          `event.name`, sent with the metrics' resource (pod, container, node) over OTLP logs \
          (`OTEL_LOGS_EXPORTER`; `console` prints them as OTLP/JSON lines). These are all of them:\n\n",
     );
-    s.push_str(&crate::catalogue::events::markdown_table(RULES.iter().map(
-        |r| crate::catalogue::events::RuleEvent {
-            name: r.event_name,
-            severity: r.severity.as_str(),
-            attributes: r.attributes,
-        },
-    )));
+    let values: Vec<String> = RULES.iter().map(RuleSpec::values_doc).collect();
+    s.push_str(&crate::catalogue::events::markdown_table(
+        RULES
+            .iter()
+            .zip(&values)
+            .map(|(r, v)| crate::catalogue::events::RuleEvent {
+                name: r.event_name,
+                severity: r.severity.as_str(),
+                attributes: v,
+            }),
+    ));
     s.push_str(
         "\n## Alerts\n\n\
          The agent judges every sample with the rules below and reports what it finds as \
@@ -533,7 +528,7 @@ pub fn markdown() -> String {
             r.severity.as_str(),
             settings.join("<br>"),
             cell(r.condition),
-            cell(r.attributes),
+            cell(&r.values_doc()),
         ));
     }
     s.push_str("\n## Hints\n\nThe sentence each firing record's body ends with.\n\n");
@@ -584,6 +579,29 @@ mod tests {
             assert_eq!(r.env, r.name.to_ascii_uppercase());
             assert!(r.hint.ends_with('.'), "{}", r.name);
         }
+    }
+
+    /// Every alert value key is carried by some rule, and every rule's values are declared in
+    /// the alert-value catalogue.
+    #[test]
+    fn every_alert_value_is_on_a_rule_row() {
+        for value in v::ALERT_VALUES {
+            assert!(
+                RULES.iter().any(|r| r.values.contains(value)),
+                "{} is on no rule",
+                value.key
+            );
+        }
+        for r in RULES {
+            assert!(!r.values.is_empty(), "{}", r.name);
+            for value in r.values {
+                assert!(v::ALERT_VALUES.contains(value), "{}: {}", r.name, value.key);
+            }
+        }
+        assert_eq!(
+            RuleId::TemperatureHigh.spec().values_doc(),
+            "`hw.temperature` (Cel, GPU die), `nvidia.gpu.alert.temperature.memory` (Cel, HBM, when NVML gives it)"
+        );
     }
 
     #[test]

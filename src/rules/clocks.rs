@@ -7,6 +7,7 @@ use opentelemetry::{Array, KeyValue, StringValue, Value};
 use super::id::RuleId;
 use super::id::RuleSettings;
 use super::rule::{Built, Deferred, Rule, Verdict};
+use crate::catalogue::alert_values;
 use crate::catalogue::clocks_event_reasons::{self, DEGRADING, SW_POWER_CAP};
 use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
@@ -38,12 +39,9 @@ impl Rule for TemperatureHigh {
                 out.push(Verdict::unknown(d));
                 continue;
             };
-            let mut values = vec![KeyValue::new("hw.temperature", f64::from(t))];
+            let mut values = vec![alert_values::TEMPERATURE.kv(f64::from(t))];
             if let Some(m) = d.temperature_memory_celsius {
-                values.push(KeyValue::new(
-                    "nvidia.gpu.alert.temperature.memory",
-                    f64::from(m),
-                ));
+                values.push(alert_values::TEMPERATURE_MEMORY.kv(f64::from(m)));
             }
             out.push(Verdict::device(
                 d,
@@ -56,15 +54,12 @@ impl Rule for TemperatureHigh {
 }
 
 fn reasons_value(bits: u64) -> KeyValue {
-    KeyValue::new(
-        "nvidia.gpu.alert.clocks_event.reasons",
-        Value::Array(Array::String(
-            clocks_event_reasons::values(bits)
-                .into_iter()
-                .map(StringValue::from)
-                .collect(),
-        )),
-    )
+    alert_values::CLOCKS_EVENT_REASONS.kv(Value::Array(Array::String(
+        clocks_event_reasons::values(bits)
+            .into_iter()
+            .map(StringValue::from)
+            .collect(),
+    )))
 }
 
 fn clock_verdict(
@@ -112,10 +107,10 @@ impl Rule for PowerCapped {
                 |d, values| {
                     let (power, limit) = (d.power_watts(), d.power_limit_watts());
                     if let Some(p) = power {
-                        values.push(KeyValue::new("hw.power", p));
+                        values.push(alert_values::POWER.kv(p));
                     }
                     if let Some(l) = limit {
-                        values.push(KeyValue::new("nvidia.gpu.power.limit", l));
+                        values.push(alert_values::POWER_LIMIT.kv(l));
                     }
                     match (power, limit) {
                         (Some(p), Some(l)) => format!(" (drawing {p:.1} W of a {l:.0} W limit)"),
@@ -151,10 +146,10 @@ impl Rule for Slowdown {
                 "thermal or hardware slowdown",
                 |d, values| {
                     if let Some(t) = d.temperature_gpu_celsius {
-                        values.push(KeyValue::new("hw.temperature", f64::from(t)));
+                        values.push(alert_values::TEMPERATURE.kv(f64::from(t)));
                     }
                     if let Some(p) = d.power_watts() {
-                        values.push(KeyValue::new("hw.power", p));
+                        values.push(alert_values::POWER.kv(p));
                     }
                     match d.temperature_gpu_celsius {
                         Some(t) => format!(" (GPU at {t} °C)"),

@@ -12,6 +12,7 @@ use super::alert::{Alert, AlertState, XidReport};
 use super::catalogue::{Hold, RuleId};
 use super::preallocation::pool_params;
 use super::rule::{device_label, label, Built, Deferred, Rule, Verdict};
+use crate::catalogue::alert_values;
 use crate::catalogue::metrics::{device_attributes, info_attributes, Number, CATALOGUE};
 use crate::catalogue::xid;
 use crate::config::RulesConfig;
@@ -279,7 +280,12 @@ impl Engine {
                                 .unwrap_or_else(|| {
                                     v.hw_id
                                         .iter()
-                                        .map(|h| KeyValue::new("hw.id", h.clone()))
+                                        .map(|h| {
+                                            KeyValue::new(
+                                                crate::catalogue::attributes::HW_ID,
+                                                h.clone(),
+                                            )
+                                        })
                                         .collect()
                                 }),
                             d.map(label)
@@ -353,7 +359,7 @@ impl Engine {
             for key in done {
                 if let Some(s) = self.xids.remove(&key) {
                     let mut values = s.values;
-                    values.push(KeyValue::new("nvidia.gpu.alert.xid.count", s.count as i64));
+                    values.push(alert_values::XID_COUNT.kv(s.count as i64));
                     out.push(Alert {
                         rule: RuleId::Xid,
                         state: AlertState::Resolved,
@@ -396,22 +402,19 @@ impl Engine {
         }
         let (device, lbl) = self.known.get(&report.hw_id).cloned().unwrap_or_else(|| {
             (
-                vec![KeyValue::new("hw.id", report.hw_id.clone())],
+                vec![KeyValue::new(
+                    crate::catalogue::attributes::HW_ID,
+                    report.hw_id.clone(),
+                )],
                 report.hw_id.clone(),
             )
         });
-        let mut values = vec![KeyValue::new("nvidia.gpu.xid.code", report.xid as i64)];
+        let mut values = vec![alert_values::XID.kv(report.xid as i64)];
         if let Some(g) = report.gpu_instance_id {
-            values.push(KeyValue::new(
-                "nvidia.gpu.mig.gpu_instance_id",
-                i64::from(g),
-            ));
+            values.push(alert_values::XID_GPU_INSTANCE.kv(i64::from(g)));
         }
         if let Some(c) = report.compute_instance_id {
-            values.push(KeyValue::new(
-                "nvidia.gpu.mig.compute_instance_id",
-                i64::from(c),
-            ));
+            values.push(alert_values::XID_COMPUTE_INSTANCE.kv(i64::from(c)));
         }
         self.xids.insert(
             key,

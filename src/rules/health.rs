@@ -1,13 +1,12 @@
 //! GPU health: `gpu_lost` (NVML reports the GPU lost). XID errors are the other health
 //! rule; they arrive from the event watcher, not in samples ([`super::Engine::xid`]).
 
-use opentelemetry::KeyValue;
-
 use super::id::RuleId;
 use super::id::{Hold, RuleSettings};
 use super::rule::{Built, Deferred, Rule, Verdict};
 use std::collections::HashSet;
 
+use crate::catalogue::alert_values;
 use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
 /// `gpu_lost`: [`DeviceState::Lost`] (`NVML_ERROR_GPU_IS_LOST`, `NVML_ERROR_RESET_REQUIRED`).
@@ -74,7 +73,7 @@ impl Rule for GpuLost {
                     .collect(),
             };
             let lost = members.iter().any(|m| m.state == DeviceState::Lost);
-            let values = vec![KeyValue::new("nvidia.gpu.index", i64::from(d.info.index))];
+            let values = vec![alert_values::LOST_GPU_INDEX.kv(i64::from(d.info.index))];
             let summary = if lost {
                 "NVML reports the GPU lost (fallen off the bus, or it needs a reset)".to_string()
             } else {

@@ -13,6 +13,7 @@ use super::id::{Hold, RuleSettings};
 use super::preallocation::{MemoryState, PoolEnd, PoolParams, PoolTracker};
 use super::rule::{Built, Deferred, Rule, Verdict};
 use super::{gib, mib};
+use crate::catalogue::alert_values;
 use crate::sampling::snapshot::{percent_from_ratio, ratio_from_percent};
 use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
@@ -25,8 +26,8 @@ fn memory(d: &DeviceSample) -> Option<(u64, u64)> {
 
 fn memory_values(used: u64, total: u64) -> Vec<KeyValue> {
     vec![
-        KeyValue::new("hw.gpu.memory.usage", used as i64),
-        KeyValue::new("hw.gpu.memory.limit", total as i64),
+        alert_values::MEMORY_USAGE.kv(used as i64),
+        alert_values::MEMORY_LIMIT.kv(total as i64),
     ]
 }
 
@@ -72,7 +73,7 @@ impl Rule for NearFull {
                 continue;
             };
             let ratio = used as f64 / total as f64;
-            let mut values = vec![KeyValue::new("hw.gpu.memory.utilization", ratio)];
+            let mut values = vec![alert_values::MEMORY_UTILIZATION.kv(ratio)];
             values.extend(memory_values(used, total));
             out.push(Verdict::device(
                 d,
@@ -133,10 +134,8 @@ impl Rule for Preallocated {
             let summary = match state {
                 MemoryState::Pool(p) => {
                     let jump = p.since.saturating_duration_since(p.appeared);
-                    values.push(KeyValue::new("process.pid", i64::from(p.pid)));
-                    values.push(KeyValue::new(
-                        "nvidia.gpu.alert.memory.jump_time",
-                        jump.as_secs_f64(),
+                    values.push(alert_values::APPEARED_PID.kv(i64::from(p.pid)));
+                    values.push(alert_values::MEMORY_JUMP_TIME.kv(jump.as_secs_f64(),
                     ));
                     format!(
                         "memory preallocated: {:.1}% of it ({} of {}) taken within {} of process {} appearing, and held flat: a framework's pool (TensorFlow maps nearly all GPU memory at start unless memory growth is on, JAX 75 %). NVML sees the pool, not how full it is, so near-full and leak judgements are not possible from outside: memory_near_full waits for memory that grows past the pool",
@@ -168,7 +167,7 @@ impl Rule for Preallocated {
                     percent_from_ratio(ratio)
                 ),
             };
-            values.push(KeyValue::new("hw.gpu.memory.utilization", ratio));
+            values.push(alert_values::MEMORY_UTILIZATION.kv(ratio));
             values.extend(memory_values(used, total));
             out.push(Verdict::device(
                 d,
@@ -373,12 +372,12 @@ impl Leak {
         let holds = rising && (!covered || growth >= min_bytes);
         let free = total.saturating_sub(used) as f64;
         let mut values = vec![
-            KeyValue::new("nvidia.gpu.alert.memory.growth_rate", slope),
-            KeyValue::new("nvidia.gpu.alert.memory.growth", growth.round() as i64),
+            alert_values::MEMORY_GROWTH_RATE.kv(slope),
+            alert_values::MEMORY_GROWTH.kv(growth.round() as i64),
         ];
         let to_full = (slope > 0.0).then(|| free / slope);
         if let Some(s) = to_full {
-            values.push(KeyValue::new("nvidia.gpu.alert.memory.time_to_full", s));
+            values.push(alert_values::MEMORY_TIME_TO_FULL.kv(s));
         }
         values.extend(memory_values(used, total));
         let over = humantime::format_duration(if covered { self.window } else { span });

@@ -76,7 +76,7 @@ fn alert_attributes(rule: RuleId, state: AlertState, hw_id: Option<&str>) -> Vec
     let mut attrs = vec![
         KeyValue::new(attributes::ALERT_RULE, spec.name),
         state.kv(),
-        KeyValue::new(attributes::ALERT_SEVERITY, spec.severity.as_str()),
+        spec.severity.kv(),
     ];
     if let Some(h) = hw_id {
         attrs.push(KeyValue::new(attributes::HW_ID, h.to_string()));
@@ -118,10 +118,7 @@ pub fn to_event(alert: &Alert) -> Event {
     let mut attributes = alert.device.clone();
     attributes.push(KeyValue::new(attributes::ALERT_RULE, spec.name));
     attributes.push(alert.state.kv());
-    attributes.push(KeyValue::new(
-        attributes::ALERT_SEVERITY,
-        spec.severity.as_str(),
-    ));
+    attributes.push(spec.severity.kv());
     if let Some(t) = alert.threshold {
         attributes.push(KeyValue::new(attributes::ALERT_THRESHOLD, t));
     }

@@ -17,6 +17,7 @@ use opentelemetry::KeyValue;
 use super::id::RuleId;
 use super::id::RuleSettings;
 use super::rule::{Built, Deferred, Rule, Verdict};
+use crate::catalogue::alert_values;
 use crate::sampling::snapshot::ratio_from_percent;
 use crate::sampling::snapshot::{DeviceSample, DeviceState, GpmMetrics, Snapshot};
 
@@ -210,37 +211,22 @@ impl Rule for TensorCoresIdle {
                 _ => false,
             };
             let mut values = vec![
-                KeyValue::new("hw.gpu.utilization", ratio_from_percent(util)),
-                KeyValue::new("nvidia.gpu.tensor.activity", ratio_from_percent(tensor)),
+                alert_values::UTILIZATION.kv(ratio_from_percent(util)),
+                alert_values::TENSOR_ACTIVITY.kv(ratio_from_percent(tensor)),
             ];
             if let Some(h) = percent(g.hmma_tensor_util) {
-                values.push(KeyValue::new(
-                    "nvidia.gpu.tensor.activity.hmma",
-                    ratio_from_percent(h),
-                ));
+                values.push(alert_values::TENSOR_ACTIVITY_HMMA.kv(ratio_from_percent(h)));
             }
             if let Some(s) = sm {
-                values.push(KeyValue::new(
-                    "nvidia.gpu.sm.activity",
-                    ratio_from_percent(s),
-                ));
+                values.push(alert_values::SM_ACTIVITY.kv(ratio_from_percent(s)));
             }
             if let Some(f) = fp32 {
-                values.push(KeyValue::new(
-                    "nvidia.gpu.pipe.activity.fp32",
-                    ratio_from_percent(f),
-                ));
+                values.push(alert_values::PIPE_ACTIVITY_FP32.kv(ratio_from_percent(f)));
             }
             if let Some(d) = dram {
-                values.push(KeyValue::new(
-                    "nvidia.gpu.dram.activity",
-                    ratio_from_percent(d),
-                ));
+                values.push(alert_values::DRAM_ACTIVITY.kv(ratio_from_percent(d)));
             }
-            values.push(KeyValue::new(
-                "nvidia.gpu.alert.gpm.window",
-                g.window_seconds,
-            ));
+            values.push(alert_values::GPM_WINDOW.kv(g.window_seconds));
             let mut seen = Vec::new();
             if let Some(s) = sm {
                 seen.push(format!("SM activity {}", pct(s)));
@@ -314,28 +300,19 @@ impl Rule for MemoryBound {
                 return (None, Vec::new(), String::new());
             };
             let mut values = vec![
-                KeyValue::new("nvidia.gpu.dram.activity", ratio_from_percent(dram)),
-                KeyValue::new("nvidia.gpu.sm.activity", ratio_from_percent(sm)),
+                alert_values::DRAM_ACTIVITY.kv(ratio_from_percent(dram)),
+                alert_values::SM_ACTIVITY.kv(ratio_from_percent(sm)),
             ];
             if let Some(o) = percent(g.sm_occupancy) {
-                values.push(KeyValue::new(
-                    "nvidia.gpu.sm.occupancy",
-                    ratio_from_percent(o),
-                ));
+                values.push(alert_values::SM_OCCUPANCY.kv(ratio_from_percent(o)));
             }
             if let Some(t) = percent(g.any_tensor_util) {
-                values.push(KeyValue::new(
-                    "nvidia.gpu.tensor.activity",
-                    ratio_from_percent(t),
-                ));
+                values.push(alert_values::TENSOR_ACTIVITY.kv(ratio_from_percent(t)));
             }
             if let Some(u) = w.utilization_percent {
-                values.push(KeyValue::new("hw.gpu.utilization", ratio_from_percent(u)));
+                values.push(alert_values::UTILIZATION.kv(ratio_from_percent(u)));
             }
-            values.push(KeyValue::new(
-                "nvidia.gpu.alert.gpm.window",
-                g.window_seconds,
-            ));
+            values.push(alert_values::GPM_WINDOW.kv(g.window_seconds));
             let holds = dram >= threshold && sm < sm_activity;
             let summary = if holds {
                 format!(

@@ -108,10 +108,24 @@ pub(super) fn replay(
         let t = i as f64 * step;
         let snap = clock.at(t, f(t));
         for a in engine.observe(&snap) {
+            assert_values_declared(&a);
             out.push((clock.secs(&a), a));
         }
     }
     out
+}
+
+/// Every value an alert carries is declared on its rule's row (`RuleSpec::values`).
+pub(super) fn assert_values_declared(a: &Alert) {
+    let declared = a.rule.spec().values;
+    for kv in &a.values {
+        assert!(
+            declared.iter().any(|v| v.key == kv.key.as_str()),
+            "{:?} carries {}, not on its row",
+            a.rule,
+            kv.key
+        );
+    }
 }
 
 pub(super) fn value<'a>(a: &'a Alert, key: &str) -> &'a Value {

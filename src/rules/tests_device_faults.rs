@@ -162,6 +162,7 @@ fn xid_fires_once_per_code_counts_repeats_and_resolves_after_quiet() {
         compute_instance_id: Some(0),
     };
     let a = engine.xid(&report(&clock, 2.0, 13)).expect("fires");
+    assert_values_declared(&a);
     assert_eq!((a.rule, a.state), (RuleId::Xid, AlertState::Firing));
     assert_eq!(value(&a, "nvidia.gpu.xid.code"), &Value::I64(13));
     assert_eq!(value(&a, "nvidia.gpu.mig.gpu_instance_id"), &Value::I64(1));

@@ -1,12 +1,13 @@
 //! How the job uses its GPUs: `input_starvation` (a GPU mostly idle while a process holds
 //! its memory) and `utilization_imbalance` (the pod's GPUs unevenly busy).
 
-use opentelemetry::{Array, KeyValue, StringValue, Value};
+use opentelemetry::{Array, StringValue, Value};
 
 use super::gib;
 use super::id::RuleId;
 use super::id::RuleSettings;
 use super::rule::{Built, Deferred, Rule, Verdict};
+use crate::catalogue::alert_values;
 use crate::sampling::snapshot::ratio_from_percent;
 use crate::sampling::snapshot::{DeviceSample, DeviceState, Snapshot};
 
@@ -53,12 +54,12 @@ impl Rule for Starvation {
                 continue;
             };
             let mut values = vec![
-                KeyValue::new("hw.gpu.utilization", ratio_from_percent(f64::from(util))),
-                KeyValue::new("nvidia.gpu.alert.process.count", count as i64),
-                KeyValue::new("nvidia.gpu.alert.process.memory", bytes as i64),
+                alert_values::UTILIZATION.kv(ratio_from_percent(f64::from(util))),
+                alert_values::PROCESS_COUNT.kv(count as i64),
+                alert_values::PROCESS_MEMORY.kv(bytes as i64),
             ];
             if let Some(u) = d.memory_used_bytes {
-                values.push(KeyValue::new("hw.gpu.memory.usage", u as i64));
+                values.push(alert_values::MEMORY_USAGE.kv(u as i64));
             }
             let who = if holds {
                 format!(
@@ -137,38 +138,20 @@ impl Rule for Imbalance {
         let spread = f64::from(busiest.1 - idlest.1);
         let all_hold = gpus.iter().all(|g| g.2);
         let values = vec![
-            KeyValue::new(
-                "nvidia.gpu.alert.utilization.max",
-                ratio_from_percent(f64::from(busiest.1)),
-            ),
-            KeyValue::new(
-                "nvidia.gpu.alert.utilization.min",
-                ratio_from_percent(f64::from(idlest.1)),
-            ),
-            KeyValue::new(
-                "nvidia.gpu.alert.utilization.spread",
-                ratio_from_percent(spread),
-            ),
-            KeyValue::new(
-                "nvidia.gpu.alert.busiest.hw.id",
-                busiest.0.info.uuid.clone(),
-            ),
-            KeyValue::new(
-                "nvidia.gpu.alert.hw_ids",
-                Value::Array(Array::String(
-                    gpus.iter()
-                        .map(|g| StringValue::from(g.0.info.uuid.clone()))
-                        .collect(),
-                )),
-            ),
-            KeyValue::new(
-                "nvidia.gpu.alert.utilizations",
-                Value::Array(Array::F64(
-                    gpus.iter()
-                        .map(|g| ratio_from_percent(f64::from(g.1)))
-                        .collect(),
-                )),
-            ),
+            alert_values::UTILIZATION_MAX.kv(ratio_from_percent(f64::from(busiest.1))),
+            alert_values::UTILIZATION_MIN.kv(ratio_from_percent(f64::from(idlest.1))),
+            alert_values::UTILIZATION_SPREAD.kv(ratio_from_percent(spread)),
+            alert_values::BUSIEST_HW_ID.kv(busiest.0.info.uuid.clone()),
+            alert_values::HW_IDS.kv(Value::Array(Array::String(
+                gpus.iter()
+                    .map(|g| StringValue::from(g.0.info.uuid.clone()))
+                    .collect(),
+            ))),
+            alert_values::UTILIZATIONS.kv(Value::Array(Array::F64(
+                gpus.iter()
+                    .map(|g| ratio_from_percent(f64::from(g.1)))
+                    .collect(),
+            ))),
         ];
         let busy: Vec<String> = gpus
             .iter()

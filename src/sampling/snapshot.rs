@@ -87,28 +87,9 @@ pub enum DeviceState {
     Lost,
 }
 
-/// How a GPU is shared with other pods or jobs, the `nvidia.gpu.sharing` attribute. A
-/// shared GPU's readings are the whole GPU's (every process on it, other pods' included),
-/// not this pod's share.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Sharing {
-    /// Time-slicing: the kubelet lists the device as one replica of a GPU that other pods
-    /// get replicas of too (NVIDIA plugin `<id>::<n>`, GKE `nvidia<N>/vgpu<M>`).
-    TimeSlicing,
-    /// Multi-Process Service: `nvmlDeviceGetMPSComputeRunningProcesses_v3` lists MPS
-    /// clients on the device (seen once, it stays marked for the NVML session).
-    Mps,
-}
-
-impl Sharing {
-    /// The attribute value: `time_slicing` or `mps`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Sharing::TimeSlicing => "time_slicing",
-            Sharing::Mps => "mps",
-        }
-    }
-}
+/// How a GPU is shared with other pods or jobs, the `nvidia.gpu.sharing` attribute: declared
+/// with its values in the attribute catalogue.
+pub use crate::catalogue::attributes::Sharing;
 
 /// One compute process on a device (`nvmlDeviceGetComputeRunningProcesses_v3`), with its
 /// share of the engines from `nvmlDeviceGetProcessUtilization`.

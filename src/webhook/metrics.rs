@@ -21,11 +21,9 @@ use crate::sampling::{Hub, SamplerBoard};
 use crate::telemetry::metrics::recorded::Counter;
 use crate::telemetry::{Telemetry, TelemetryError};
 
-/// Attribute of [`ADMISSIONS`]: what the webhook did ([`Outcome::as_str`]).
-pub const OUTCOME: &str = "gpu_sidecar.webhook.outcome";
-/// Attribute of [`ADMISSIONS`]: the request's `dryRun` (absent for a body that is not a
-/// review).
-pub const DRY_RUN: &str = "gpu_sidecar.webhook.dry_run";
+/// Attributes of [`ADMISSIONS`]: what the webhook did ([`Outcome::as_str`]) and the
+/// request's `dryRun`.
+pub use crate::catalogue::attributes::{WEBHOOK_DRY_RUN as DRY_RUN, WEBHOOK_OUTCOME as OUTCOME};
 
 /// The webhook's metrics pipeline (the agent's [`Telemetry`], fed by no sampler) and the
 /// admissions counter.

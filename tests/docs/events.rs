@@ -43,14 +43,24 @@ fn every_rule_is_a_value_of_the_alerts_counter_and_in_the_settings_doc() {
     }
 }
 
-/// `docs/attributes.md` is generated from the attribute catalogue, and the closed value sets
-/// of the alert counter are those of the types the rules emit.
+/// `docs/attributes.md` is generated from the attribute catalogue and the alert values, and
+/// the closed value sets of the alert counter are those of the types the rules emit.
 #[test]
 fn attributes_doc_matches_catalogue() {
-    use gpu_otel_sidecar::catalogue::attributes::{markdown, AlertState, ATTRIBUTES};
-    let on_disk = super::assert_generated("attributes.md", &markdown());
-    for a in ATTRIBUTES {
-        assert!(on_disk.contains(&format!("| `{}` |", a.key)), "{}", a.key);
+    use gpu_otel_sidecar::catalogue::alert_values::{self, ALERT_VALUES};
+    use gpu_otel_sidecar::catalogue::attributes::{self, AlertState, ATTRIBUTES};
+    use gpu_otel_sidecar::catalogue::resource::{self, RESOURCE_KEYS};
+    let generated = attributes::markdown() + &alert_values::markdown() + &resource::markdown();
+    for (_, key) in gpu_otel_sidecar::config::DOWNWARD_API {
+        assert!(RESOURCE_KEYS.iter().any(|k| k.key == *key), "{key}");
+    }
+    let on_disk = super::assert_generated("attributes.md", &generated);
+    for key in ATTRIBUTES
+        .iter()
+        .map(|a| a.key)
+        .chain(ALERT_VALUES.iter().map(|v| v.key))
+    {
+        assert!(on_disk.contains(&format!("| `{key}` |")), "{key}");
     }
     let alerts = RECORDED
         .iter()
@@ -60,33 +70,5 @@ fn attributes_doc_matches_catalogue() {
         alerts.attributes.contains(&AlertState::doc()),
         "{}",
         alerts.attributes
-    );
-}
-
-/// The value sets the attribute catalogue lists for types owned elsewhere (the rules'
-/// severity, the sampler's sharing mode) are those types' values.
-#[test]
-fn attribute_values_owned_elsewhere_match_their_types() {
-    use gpu_otel_sidecar::catalogue::attributes::{Values, ALERT_SEVERITY, ATTRIBUTES, SHARING};
-    use gpu_otel_sidecar::rules::catalogue::AlertSeverity;
-    use gpu_otel_sidecar::sampling::Sharing;
-    let values = |key: &str| match ATTRIBUTES.iter().find(|a| a.key == key).map(|a| a.values) {
-        Some(Values::Closed(v)) => v.to_vec(),
-        other => panic!("{key}: {other:?}"),
-    };
-    let severities = [
-        AlertSeverity::Info,
-        AlertSeverity::Warning,
-        AlertSeverity::Critical,
-    ];
-    assert_eq!(
-        values(ALERT_SEVERITY),
-        severities.map(AlertSeverity::as_str).to_vec()
-    );
-    assert_eq!(
-        values(SHARING),
-        [Sharing::TimeSlicing, Sharing::Mps]
-            .map(Sharing::as_str)
-            .to_vec()
     );
 }

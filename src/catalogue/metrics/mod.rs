@@ -144,9 +144,6 @@ impl Fold {
 /// Attributes on every GPU data point.
 pub const COMMON_ATTRIBUTES: &str = "`hw.id` (GPU UUID, or MIG device UUID), `hw.type` = `gpu`, `hw.vendor` = `NVIDIA`, `hw.model` (product name, when NVML gives it), on a MIG device `hw.parent` (its GPU's UUID), and on a GPU shared with other pods `nvidia.gpu.sharing` = `time_slicing` | `mps` (its values are the whole GPU's; see [Shared GPUs](kubernetes.md#shared-gpus-time-slicing-mps))";
 
-/// The attribute that marks a shared GPU ([`crate::sampling::Sharing`]).
-pub const SHARING: &str = attributes::SHARING;
-
 /// The `hw.state` of a device: `failed`, `degraded` or `ok` ([`HwState`]).
 pub fn device_hw_state(d: &DeviceSample) -> HwState {
     match d.state {
@@ -170,7 +167,7 @@ pub fn device_state(d: &DeviceSample) -> &'static str {
 pub fn device_attributes(d: &DeviceSample) -> Vec<KeyValue> {
     let mut v = info_attributes(&d.info);
     if let Some(mode) = d.sharing {
-        v.push(KeyValue::new(SHARING, mode.as_str()));
+        v.push(mode.kv());
     }
     v
 }

@@ -14,12 +14,7 @@ use super::{Fold, Instrument, MetricDef, Number};
 use crate::sampling::bounds;
 use crate::sampling::{PodShare, SampleGroup};
 
-/// The attribute that marks the share of no known pod (on the node's resource):
-/// `nvidia.gpu.attribution` = `not_attributed`.
-pub const ATTRIBUTION: &str = "nvidia.gpu.attribution";
-
-/// The value of [`ATTRIBUTION`] on the not-attributed share.
-pub const NOT_ATTRIBUTED: &str = "not_attributed";
+pub use crate::catalogue::attributes::{ATTRIBUTION, NOT_ATTRIBUTED};
 
 /// Attributes on every per-pod data point, and where the pod is.
 pub const POD_ATTRIBUTES: &str = "the device's attributes (`hw.id`, `hw.type`, `hw.vendor`, `hw.model`, `hw.parent` on a MIG device, `nvidia.gpu.sharing` where shared); the pod on the resource (`k8s.pod.uid`, and `k8s.pod.name`, `k8s.namespace.name` where the kubelet allocates one of its devices to it alone; the collector's `k8sattributes` processor adds the rest by UID); the share of no known pod on the node's resource with `nvidia.gpu.attribution` = `not_attributed`";

@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use super::curves::{Bucket, Curves, Extremes, Panel, SERIES};
+use crate::catalogue::attributes::HW_ID;
 use crate::report::run_report::HELD_BACK;
 
 /// The SVG's width, px (its `viewBox`; the page scales it to the window).
@@ -485,7 +486,7 @@ fn markers(uuid: &str, events: &[Value], axis: &Axis) -> Vec<Marker> {
     let mut marks: Vec<(f64, usize, &'static str, String)> = events
         .iter()
         .enumerate()
-        .filter(|(_, e)| e["hw.id"].as_str().is_none_or(|h| h == uuid))
+        .filter(|(_, e)| e[HW_ID].as_str().is_none_or(|h| h == uuid))
         .filter_map(|(i, e)| {
             let t = crate::report::read::time(&e["time"])?;
             let name = e["event.name"].as_str().unwrap_or_default();

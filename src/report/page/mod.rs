@@ -27,6 +27,8 @@ use serde_json::Value;
 use super::figures::{Figure, FIGURES};
 use super::read::time;
 use super::summary::RunReport;
+use crate::catalogue::attributes;
+use crate::catalogue::resource;
 use chart::{Axis, ChartView, HELD_BACK_LABELS, WIDTH};
 pub use curves::Curves;
 
@@ -184,7 +186,10 @@ fn summary_rows(report: &Value) -> (Vec<Row>, Vec<String>) {
 fn facts(report: &Value) -> Vec<(&'static str, String)> {
     let r = &report["resource"];
     let text = |v: &Value| v.as_str().map(str::to_string);
-    let pod = match (text(&r["k8s.namespace.name"]), text(&r["k8s.pod.name"])) {
+    let pod = match (
+        text(&r[resource::K8S_NAMESPACE_NAME]),
+        text(&r[resource::K8S_POD_NAME]),
+    ) {
         (Some(ns), Some(p)) => Some(format!("{ns}/{p}")),
         (None, Some(p)) => Some(p),
         _ => None,
@@ -196,10 +201,10 @@ fn facts(report: &Value) -> Vec<(&'static str, String)> {
         .join(", ");
     [
         ("pod", pod),
-        ("container", text(&r["k8s.container.name"])),
+        ("container", text(&r[resource::K8S_CONTAINER_NAME])),
         (
             "node",
-            text(&r["k8s.node.name"]).or_else(|| text(&r["host.name"])),
+            text(&r[resource::K8S_NODE_NAME]).or_else(|| text(&r[resource::HOST_NAME])),
         ),
         ("started", text(&report["started_at"])),
         ("ended", text(&report["ended_at"])),
@@ -237,7 +242,7 @@ fn event_rows(report: &Value) -> Vec<EventRow> {
         .enumerate()
         .map(|(i, e)| {
             let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-            let hw = e["hw.id"].as_str();
+            let hw = e[attributes::HW_ID].as_str();
             EventRow {
                 n: i + 1,
                 time: s("time"),
@@ -283,9 +288,9 @@ pub fn render(report: &Value, curves: Option<&Curves>, source: &CurvesSource) ->
         CurvesSource::SampleLog(s) => format!("Curves: {s}."),
         CurvesSource::None => "No curves: give the run's sample log (gpu-otel-sidecar report REPORT.json --samples SAMPLE_LOG --html OUT.html), or set GPU_SIDECAR_REPORT_HTML in the agent.".to_string(),
     };
-    let pod = report["resource"]["k8s.pod.name"]
+    let pod = report["resource"][resource::K8S_POD_NAME]
         .as_str()
-        .or(report["resource"]["host.name"].as_str())
+        .or(report["resource"][resource::HOST_NAME].as_str())
         .unwrap_or("GPU run");
     let page = Page {
         title: format!("Run report: {pod}"),

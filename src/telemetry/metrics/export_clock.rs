@@ -42,7 +42,7 @@ pub const DURATION_BOUNDS: &[f64] = &[
 ];
 
 /// Attribute of `gpu_sidecar.sample.duration`.
-pub const GROUP: &str = "gpu_sidecar.sample.group";
+pub use crate::catalogue::attributes::SAMPLE_GROUP as GROUP;
 
 /// Everything one export needs; shared by the clock thread, the exports it hands to the
 /// runtime, and the final export at shutdown.

@@ -24,6 +24,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource as ProtoResource;
 mod pods;
 pub(crate) mod proto;
 
+use crate::catalogue::attributes;
 use crate::catalogue::metrics::{
     device_points, AgentMetricDef, Instrument, MetricDef, Number, CATALOGUE,
 };
@@ -214,7 +215,7 @@ impl Encoder {
         if let Some(Restart::WentDown(from, to)) = restart {
             let hw_id = attrs
                 .iter()
-                .find(|kv| kv.key.as_str() == "hw.id")
+                .find(|kv| kv.key.as_str() == attributes::HW_ID)
                 .map(|kv| kv.value.to_string())
                 .unwrap_or_default();
             tracing::info!(
@@ -430,8 +431,8 @@ impl Encoder {
             .map(|((call, code), n)| {
                 (
                     vec![
-                        KeyValue::new("nvidia.nvml.call", call.clone()),
-                        KeyValue::new("error.type", code.clone()),
+                        KeyValue::new(attributes::NVML_CALL, call.clone()),
+                        KeyValue::new(attributes::ERROR_TYPE, code.clone()),
                     ],
                     *n,
                 )
@@ -444,8 +445,8 @@ impl Encoder {
             .map(|((thread, step), n)| {
                 (
                     vec![
-                        KeyValue::new("thread.name", thread.clone()),
-                        KeyValue::new("gpu_sidecar.nvml.step", step.clone()),
+                        KeyValue::new(attributes::THREAD_NAME, thread.clone()),
+                        KeyValue::new(attributes::NVML_STEP, step.clone()),
                     ],
                     *n,
                 )

@@ -25,6 +25,7 @@ use crate::attribution::SERVICE_INSTANCE_ID;
 use crate::catalogue::metrics::{
     device_attributes, Instrument, ATTRIBUTION, NOT_ATTRIBUTED, POD_CATALOGUE,
 };
+use crate::catalogue::resource;
 use crate::sampling::{PodRef, Snapshot};
 use crate::telemetry::metrics::series::{series_key, Accepted, Origin, Stamp};
 
@@ -65,7 +66,7 @@ impl Encoder {
                     }
                     let mut key_attrs = attrs.clone();
                     if let Some(p) = &s.pod {
-                        key_attrs.push(KeyValue::new("k8s.pod.uid", p.uid.clone()));
+                        key_attrs.push(KeyValue::new(resource::K8S_POD_UID, p.uid.clone()));
                     }
                     let value = number(def.number, raw);
                     let dp = match def.instrument {
@@ -163,10 +164,10 @@ fn pod_resource(node: &ProtoResource, pod: &PodRef) -> ProtoResource {
             }
         })
         .collect();
-    let mut own = vec![("k8s.pod.uid", pod.uid.clone())];
+    let mut own = vec![(resource::K8S_POD_UID, pod.uid.clone())];
     if let (Some(name), Some(ns)) = (&pod.name, &pod.namespace) {
-        own.push(("k8s.pod.name", name.clone()));
-        own.push(("k8s.namespace.name", ns.clone()));
+        own.push((resource::K8S_POD_NAME, name.clone()));
+        own.push((resource::K8S_NAMESPACE_NAME, ns.clone()));
     }
     for (key, value) in own {
         attributes.retain(|kv| kv.key != key);
