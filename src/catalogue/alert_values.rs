@@ -248,6 +248,7 @@ pub fn markdown() -> String {
             Values::Text | Values::Closed(_) => "text",
             Values::TextArray => "text array",
             Values::DoubleArray => "double array",
+            Values::AsField => "the field's",
         };
         s.push_str(&format!(
             "| `{}` | {kind} | {} |\n",

@@ -264,6 +264,9 @@ pub enum Values {
     TextArray,
     /// An array of doubles.
     DoubleArray,
+    /// The type of the field it carries: a double, an int or a text (the run report's
+    /// `gpu.run.<field>`, whose fields `docs/run-report.md` lists).
+    AsField,
 }
 
 /// One attribute key: where it is and what its values are.
@@ -328,7 +331,7 @@ pub static ATTRIBUTES: &[AttributeDef] = &[
     row(SAMPLE_GROUP, Values::Closed(&["static", "fast", "energy", "pcie", "process", "gpm"]), "`gpu_sidecar.sample.duration` with `GPU_SIDECAR_METRICS_DETAIL=true`"),
     row(WEBHOOK_OUTCOME, Values::Text, "`gpu_sidecar.webhook.admissions`: what the webhook did (docs/metrics.md)"),
     row(WEBHOOK_DRY_RUN, Values::Text, "`gpu_sidecar.webhook.admissions`: `true` for a dry run"),
-    row("gpu.run.<field>", Values::Text, "`gpu.run.report`: the pod summary, one attribute per field"),
+    row("gpu.run.<field>", Values::AsField, "`gpu.run.report`: the pod summary, one attribute per field"),
 ];
 
 /// `docs/attributes.md`, generated from [`ATTRIBUTES`].
@@ -357,6 +360,7 @@ pub fn markdown() -> String {
             Values::Double => "double".to_string(),
             Values::TextArray => "text array".to_string(),
             Values::DoubleArray => "double array".to_string(),
+            Values::AsField => "the field's: double, int or text".to_string(),
         };
         s.push_str(&format!(
             "| `{}` | {values} | {} |\n",
