@@ -25,17 +25,48 @@ impl RuleId {
             .find(|r| r.id == self)
             .expect("every RuleId has a row in RULES")
     }
+
+    /// The row's DURATION default: what a rule's constructor falls back on when its
+    /// settings hold none (they always do when read from the environment).
+    ///
+    /// # Panics
+    /// When the row's hold is not a duration (a mistake in `RULES`, caught by the tests).
+    pub fn default_duration(self) -> Duration {
+        match self.spec().hold {
+            HoldSpec::Duration(d) => d,
+            other => panic!("{self:?}'s row holds {other:?}, not a duration"),
+        }
+    }
+
+    /// The row's THRESHOLD default, in its unit (see [`RuleId::default_duration`]).
+    ///
+    /// # Panics
+    /// When the row has no threshold.
+    pub fn default_threshold(self) -> f64 {
+        self.spec()
+            .threshold
+            .unwrap_or_else(|| panic!("{self:?}'s row has no threshold"))
+            .default
+    }
+
+    /// The row's second threshold's default, in its unit.
+    ///
+    /// # Panics
+    /// When the row has no second threshold.
+    pub fn default_second_threshold(self) -> f64 {
+        self.spec()
+            .second_threshold
+            .unwrap_or_else(|| panic!("{self:?}'s row has no second threshold"))
+            .spec
+            .default
+    }
 }
 
 impl Default for PoolParams {
     /// The `memory_preallocated` rule's defaults.
     fn default() -> Self {
-        let spec = RuleId::MemoryPreallocated.spec();
-        let duration = match spec.hold {
-            HoldSpec::Duration(d) => d,
-            _ => Duration::from_secs(60),
-        };
-        Self::from_rule(spec.threshold.map_or(70.0, |t| t.default), duration)
+        let id = RuleId::MemoryPreallocated;
+        Self::from_rule(id.default_threshold(), id.default_duration())
     }
 }
 

@@ -23,11 +23,11 @@ impl GpuLost {
 }
 
 /// [`super::rule::Build`] for `xid`: judged on the device events (by the engine), quiet
-/// for DURATION (5 min unset) before it resolves.
+/// for DURATION (the row's default unset) before it resolves.
 pub(crate) fn xid(s: &RuleSettings, _: &Deferred) -> Built {
     let quiet = match s.hold {
         Hold::Duration(d) => d,
-        _ => std::time::Duration::from_secs(300),
+        _ => super::RuleId::Xid.default_duration(),
     };
     Built::Xid {
         quiet,

@@ -271,12 +271,12 @@ impl Series {
 }
 
 impl Leak {
-    /// [`super::rule::Build`] for `memory_leak`: DURATION is its window (10 min unset);
+    /// [`super::rule::Build`] for `memory_leak`: DURATION is its window (the row's default unset);
     /// it resolves once it has not been rising for a fifth of it.
     pub(crate) fn build(s: &RuleSettings, _: &Deferred) -> Built {
         let window = match s.hold {
             Hold::Duration(d) => d,
-            _ => Duration::from_secs(600),
+            _ => RuleId::MemoryLeak.default_duration(),
         };
         Built::Judged {
             rule: Box::new(Self::new(s.threshold.unwrap_or_default(), window)),

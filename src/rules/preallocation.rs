@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::id::{Hold, RuleSettings};
+use super::id::{Hold, RuleId, RuleSettings};
 use crate::sampling::snapshot::ratio_from_percent;
 use crate::sampling::snapshot::{DeviceSample, DeviceState};
 
@@ -47,9 +47,13 @@ pub struct PoolParams {
 pub fn pool_params(s: RuleSettings) -> PoolParams {
     let duration = match s.hold {
         Hold::Duration(d) => d,
-        _ => Duration::from_secs(60),
+        _ => RuleId::MemoryPreallocated.default_duration(),
     };
-    PoolParams::from_rule(s.threshold.unwrap_or(70.0), duration)
+    PoolParams::from_rule(
+        s.threshold
+            .unwrap_or_else(|| RuleId::MemoryPreallocated.default_threshold()),
+        duration,
+    )
 }
 
 impl PoolParams {

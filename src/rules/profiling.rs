@@ -173,7 +173,9 @@ impl TensorCoresIdle {
     /// `memory_bound` when that is enabled.
     pub(crate) fn build(s: &RuleSettings, d: &Deferred) -> Built {
         let t = s.threshold.unwrap_or_default();
-        let utilization = s.second_threshold.unwrap_or(90.0);
+        let utilization = s
+            .second_threshold
+            .unwrap_or_else(|| RuleId::TensorCoresIdle.default_second_threshold());
         Built::judged(Self::new(t, utilization, d.memory_bound), s)
     }
 
@@ -274,7 +276,10 @@ impl MemoryBound {
     /// [`super::rule::Build`] for `memory_bound`.
     pub(crate) fn build(s: &RuleSettings, _: &Deferred) -> Built {
         let t = s.threshold.unwrap_or_default();
-        Built::judged(Self::new(t, s.second_threshold.unwrap_or(50.0)), s)
+        let second = s
+            .second_threshold
+            .unwrap_or_else(|| RuleId::MemoryBound.default_second_threshold());
+        Built::judged(Self::new(t, second), s)
     }
 
     /// `threshold`: DRAM bandwidth, percent of peak; `sm_activity`: percent.
