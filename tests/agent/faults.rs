@@ -14,6 +14,7 @@
 //!   that cannot be served stops the agent before anything else starts.
 
 use crate::common;
+use crate::support::{count_lines, health as get, scenario_with, stop_ok, wait_ready};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,57 +27,6 @@ const WAIT: Duration = Duration::from_secs(20);
 /// `<scratch>/<name>`: [`common::temp_path`] (removed when the test process exits).
 fn temp_path(name: &str) -> PathBuf {
     common::temp_path(name)
-}
-
-/// `tests/scenarios/<base>` with `edit` applied, written to a file of its own.
-fn scenario_with(base: &str, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
-    let mut v = common::read_json(scenario(base));
-    edit(&mut v);
-    let path = temp_path(&format!("{name}.json"));
-    std::fs::write(&path, v.to_string()).unwrap();
-    path
-}
-
-fn get(agent: &Agent, path: &str) -> (u16, Value) {
-    let base = agent
-        .health_url(WAIT)
-        .unwrap_or_else(|| panic!("no health endpoint\n{}", agent.dump()));
-    let r = common::http::get(&format!("{base}{path}"))
-        .unwrap_or_else(|e| panic!("GET {path}: {e}\n{}", agent.dump()));
-    let body = serde_json::from_str(&r.text())
-        .unwrap_or_else(|e| panic!("{path} body is not JSON ({e}): {}", r.text()));
-    (r.status, body)
-}
-
-/// Polls `/readyz` until it answers `want`; returns the body.
-fn wait_ready(agent: &Agent, want: u16, timeout: Duration) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let (status, body) = get(agent, "/readyz");
-        if status == want {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz stayed {status} (wanted {want}): {body:#}\n{}",
-            agent.dump()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn count_lines(agent: &Agent, needle: &str) -> usize {
-    agent
-        .stderr_lines()
-        .iter()
-        .filter(|l| l.contains(needle))
-        .count()
-}
-
-fn stop_ok(agent: &mut Agent) {
-    agent.sigterm();
-    let status = agent.wait_exit(WAIT).expect("exits after SIGTERM");
-    assert_eq!(status.code(), Some(0), "{}", agent.dump());
 }
 
 /// The value of the one point with these attributes.

@@ -22,5 +22,6 @@ mod old_drivers;
 mod pod_resources;
 mod reliability;
 mod sentinels;
+mod support;
 mod time;
 mod tls;
