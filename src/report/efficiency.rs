@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::figures::round;
 use super::histogram::Histogram;
 use crate::rules::holds_memory;
 use crate::rules::memory::theil_sen;
@@ -232,11 +233,6 @@ pub(super) struct EfficiencyAcc {
     grew_past_pool: bool,
     memory_total: Option<u64>,
     run: RunSeries,
-}
-
-fn round(x: f64, decimals: i32) -> f64 {
-    let f = 10f64.powi(decimals);
-    (x * f).round() / f
 }
 
 impl EfficiencyAcc {

@@ -10,6 +10,13 @@
 
 use serde_json::Value;
 
+/// `x` rounded to `decimals` decimal places: how the report writes its figures (presentation
+/// only; sums of figures already rounded so stay free of float noise when rounded again).
+pub fn round(x: f64, decimals: i32) -> f64 {
+    let f = 10f64.powi(decimals);
+    (x * f).round() / f
+}
+
 /// A figure's unit, which decides how it is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {

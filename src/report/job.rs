@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use super::figures::round;
 use crate::catalogue::resource::{K8S_JOB_NAME, K8S_NAMESPACE_NAME, K8S_POD_NAME};
 
 /// Resource attributes that name a pod's job, highest precedence first.
@@ -64,13 +65,6 @@ const SUMMED: &[(&str, i32)] = &[
     ("idle_cost", 4),
     ("idle_memory_held_gpu_h", 6),
 ];
-
-/// `x` rounded to `decimals` places (sums of figures already rounded so, without the float
-/// noise of adding them).
-fn round(x: f64, decimals: i32) -> f64 {
-    let f = 10f64.powi(decimals);
-    (x * f).round() / f
-}
 
 /// The job reports of `reports` (run reports as JSON, [`super::read::load_report`]), one per
 /// job, ordered by namespace and name:

@@ -43,6 +43,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::efficiency::{self, Efficiency, EfficiencyAcc};
+use super::figures::round;
 use super::histogram::Histogram;
 use super::page::curves::{Curves, Point};
 use super::summary::{EnergySource, GpuSummary, RunReport, Summary, EVENT_NAME};
@@ -173,12 +174,6 @@ fn max_opt(a: Option<u32>, b: Option<u32>) -> Option<u32> {
 
 fn bit(name: &str) -> u64 {
     clocks_event_reasons::bit(name)
-}
-
-/// Rounds to `decimals` decimal places (presentation only).
-fn round(x: f64, decimals: i32) -> f64 {
-    let f = 10f64.powi(decimals);
-    (x * f).round() / f
 }
 
 impl GpuAcc {
