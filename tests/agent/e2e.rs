@@ -918,10 +918,13 @@ fn h200_series(detail: bool) -> (Vec<BTreeSet<Series>>, Receiver) {
 fn assert_h200_series(measured: H200Series) {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/h200-series.json");
-    let text = format!(
-        "{{\n  \"about\": \"Series in the largest export of tests/scenarios/h200-under-load.json, measured by tests/agent/e2e.rs (h200_default_export_stays_within_the_series_budget); docs/metrics.md states them. Written by UPDATE_DOCS=1 cargo test.\",\n  \"default\": {},\n  \"detail\": {}\n}}\n",
-        measured.default, measured.detail
-    );
+    let text = serde_json::to_string_pretty(&serde_json::json!({
+        "about": "Series in the largest export of tests/scenarios/h200-under-load.json, measured by tests/agent/e2e.rs (h200_default_export_stays_within_the_series_budget); docs/metrics.md states them. Written by UPDATE_DOCS=1 cargo test.",
+        "default": measured.default,
+        "detail": measured.detail,
+    }))
+    .unwrap()
+        + "\n";
     if std::env::var_os("UPDATE_DOCS").is_some_and(|v| v == "1") {
         std::fs::write(&path, &text).unwrap();
     }
