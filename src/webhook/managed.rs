@@ -410,7 +410,7 @@ impl Stored {
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": "gpu-otel-sidecar-webhook"},
         });
-        let rfc3339 = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
+        let rfc3339 = |t: SystemTime| humantime::format_rfc3339_millis(t).to_string();
         let mut annotations = serde_json::Map::new();
         if let Some(t) = self.serve_from {
             annotations.insert(SERVE_FROM_ANNOTATION.into(), json!(rfc3339(t)));
@@ -868,8 +868,10 @@ impl Keeper {
         Ok(Some(Stored::from_secret(&body).unwrap_or(next)))
     }
 
-    /// Every entry's `caBundle` set to `bundle` (PEM); returns how many were changed.
-    async fn ca_bundle(&self, bundle: &str) -> Result<usize, String> {
+    /// Every entry's `caBundle` set to `bundle` (PEM); returns how many were changed, `None`
+    /// if another writer changed the configuration meanwhile (its `resourceVersion` test
+    /// failed: `409` or `422`).
+    async fn ca_bundle(&self, bundle: &str) -> Result<Option<usize>, String> {
         let what = self.configuration_name();
         let body = self.configuration().await?;
         let encoded = base64::engine::general_purpose::STANDARD.encode(bundle);
@@ -889,7 +891,7 @@ impl Keeper {
             }
         }
         if ops.len() == 1 {
-            return Ok(0);
+            return Ok(Some(0));
         }
         let changed = (ops.len() - 1) / 2;
         let (status, body) = self
@@ -900,8 +902,10 @@ impl Keeper {
                 Some(("application/json-patch+json", Value::Array(ops))),
             )
             .await?;
-        if status != 200 {
-            return Err(refused(&format!("patching {what}"), status, &body));
+        match status {
+            200 => {}
+            409 | 422 => return Ok(None),
+            _ => return Err(refused(&format!("patching {what}"), status, &body)),
         }
         let cas = pem_blocks(bundle).count();
         tracing::info!(
@@ -912,7 +916,7 @@ impl Keeper {
             if cas == 1 { "CA" } else { "CAs (new and previous)" },
             self.secret_ref()
         );
-        Ok(changed)
+        Ok(Some(changed))
     }
 
     /// One sync at `now`: the Secret read (made, renewed, replaced or its previous CAs
@@ -948,24 +952,25 @@ impl Keeper {
         let resync = self
             .checked
             .is_none_or(|t| t.elapsed() >= self.settings.resync);
-        let mut failure = None;
+        let mut outcome = Ok(Synced::Done);
         if changed || resync || self.confirmed.as_deref() != Some(encoded.as_str()) {
             self.checked = Some(Instant::now());
             match self.ca_bundle(&bundle).await {
-                Ok(_) => self.confirmed = Some(encoded.clone()),
+                Ok(Some(_)) => self.confirmed = Some(encoded.clone()),
+                Ok(None) => {
+                    self.confirmed = None;
+                    outcome = Ok(Synced::Again);
+                }
                 Err(e) => {
                     self.confirmed = None;
-                    failure = Some(e);
+                    outcome = Err(e);
                 }
             }
         }
         let trusted = self.confirmed.as_deref() == Some(encoded.as_str());
         self.serve(&stored, validity, trusted, now)?;
         self.stored = Some(stored);
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(Synced::Done),
-        }
+        outcome
     }
 
     /// The Secret's certificate handed to the TLS server ([`ServingCert::offer`]).
@@ -1037,7 +1042,7 @@ impl Keeper {
                     retry = self.settings.poll;
                     match pace {
                         Synced::Done => self.settings.poll,
-                        Synced::Again => Duration::ZERO,
+                        Synced::Again => Duration::from_millis(100),
                     }
                 }
                 Err(e) => {
