@@ -349,7 +349,7 @@ pub const WEBHOOK_SECRET_POLL_INTERVAL: Setting = webhook(
     "GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL",
     Unset::Default("2s"),
     DURATION,
-    "how often each replica reads its Secret (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`: one small `GET`): a renewed certificate, a deleted Secret or a step of a rotation is noticed within this long; after a failure it tries again sooner (2 s, doubling, at most this or the resync interval)",
+    "how often each replica reads its Secret (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`: one small `GET`): a renewed certificate, a deleted Secret or a step of a rotation is noticed within this long; after a failure it tries again after this long, doubling up to `GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL` (at most 1 m)",
 );
 /// `GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP`: how long the caBundle carries both CAs on each side
 /// of a rotation.
