@@ -876,9 +876,12 @@ impl Keeper {
         let body = self.configuration().await?;
         let encoded = base64::engine::general_purpose::STANDARD.encode(bundle);
         // Only if nobody changed the configuration since it was read.
-        let mut ops = vec![
-            json!({"op": "test", "path": "/metadata/resourceVersion", "value": body["metadata"]["resourceVersion"]}),
-        ];
+        let mut ops: Vec<Value> = body["metadata"]["resourceVersion"]
+            .as_str()
+            .map(|rv| json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}))
+            .into_iter()
+            .collect();
+        let tests = ops.len();
         for (i, w) in body["webhooks"]
             .as_array()
             .into_iter()
@@ -890,10 +893,10 @@ impl Keeper {
                 ops.push(json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": encoded}));
             }
         }
-        if ops.len() == 1 {
+        if ops.len() == tests {
             return Ok(Some(0));
         }
-        let changed = (ops.len() - 1) / 2;
+        let changed = (ops.len() - tests) / 2;
         let (status, body) = self
             .kube
             .call(
