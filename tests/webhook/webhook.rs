@@ -708,7 +708,7 @@ fn settings_are_in_the_settings_doc_and_the_command_in_help() {
         .iter()
         .filter(|s| s.component == Component::Webhook)
         .collect();
-    assert_eq!(webhook.len(), 11);
+    assert_eq!(webhook.len(), 13);
     for s in &webhook {
         let default = match s.unset {
             gpu_otel_sidecar::config::settings::Unset::Default(d) => format!("`{d}`"),
