@@ -111,7 +111,14 @@ pub fn run(config: Config) -> Result<(), StartError> {
         (None, false) => None,
     };
     if let Some(follow) = follow {
-        signals.follow(follow, config.in_kubernetes, config.proc_root.clone());
+        let on_failure = (config.pod_restart_policy == process_watch::RestartPolicy::OnFailure)
+            .then_some(config.restart_wait);
+        signals.follow(
+            follow,
+            config.in_kubernetes,
+            config.proc_root.clone(),
+            on_failure,
+        );
     }
 
     let mut settings = SamplerSettings::new(&config, timing);
@@ -542,8 +549,14 @@ impl Signals {
         follow: process_watch::Follow,
         in_kubernetes: bool,
         proc_root: std::path::PathBuf,
+        on_failure: Option<process_watch::RestartWait>,
     ) {
-        self.trainer = Some(process_watch::start(follow, in_kubernetes, proc_root));
+        self.trainer = Some(process_watch::start(
+            follow,
+            in_kubernetes,
+            proc_root,
+            on_failure,
+        ));
     }
 
     /// Resolves with the name of the first signal received, or why the trainer's end ends

@@ -21,13 +21,94 @@
 //! Without a shared process namespace (the agent is PID 1 of its own) nothing of the other
 //! containers can be seen: the agent says so once and does not end by itself.
 //!
+//! The pod's `restartPolicy` ([`RestartPolicy`], `GPU_SIDECAR_POD_RESTART_POLICY`) decides what
+//! "ended" means. `Never` (a Job's pod): the end above, at once. `OnFailure`: the kubelet
+//! restarts a trainer that failed, in the same pod, after its crash-loop back-off; the end
+//! counts only once the trainer has stayed gone longer than that ([`RestartWait`]), and a
+//! trainer that comes back resets it (the sidecar runs through every restart). `Always`: the
+//! kubelet would restart the sidecar too, which would end again at once (a crash loop), so
+//! the exit rules are refused with it (the webhook does not inject them into such pods).
+//!
 //! The scan runs on its own thread (`exit-watch`), once per [`POLL`].
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often `/proc` is scanned.
 pub const POLL: Duration = Duration::from_millis(500);
+
+/// The pod's `restartPolicy`, as `GPU_SIDECAR_POD_RESTART_POLICY` gives it (the Downward API
+/// cannot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RestartPolicy {
+    /// `Never` (also what an unset variable means): the trainer's end is final.
+    #[default]
+    Never,
+    /// `OnFailure`: a failed trainer is restarted in place after the kubelet's back-off.
+    OnFailure,
+    /// `Always`: every container is restarted, the sidecar too.
+    Always,
+}
+
+impl RestartPolicy {
+    /// The policy named as in a pod spec (`Never`, `OnFailure`, `Always`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Never" => Some(RestartPolicy::Never),
+            "OnFailure" => Some(RestartPolicy::OnFailure),
+            "Always" => Some(RestartPolicy::Always),
+            _ => None,
+        }
+    }
+
+    /// The name, as in a pod spec.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartPolicy::Never => "Never",
+            RestartPolicy::OnFailure => "OnFailure",
+            RestartPolicy::Always => "Always",
+        }
+    }
+}
+
+/// The kubelet's crash-loop back-off before its first restart (doubling with each restart).
+pub const KUBELET_BACK_OFF: Duration = Duration::from_secs(10);
+/// The kubelet's longest crash-loop back-off.
+pub const KUBELET_MAX_BACK_OFF: Duration = Duration::from_secs(300);
+/// A container that ran this long before it ended is restarted with the first back-off again.
+pub const KUBELET_BACK_OFF_RESET: Duration = Duration::from_secs(600);
+/// Added to the back-off: the kubelet notices the end, retries its pod's sync (10 to 15 s
+/// apart while in back-off) and starts the container.
+pub const KUBELET_START_MARGIN: Duration = Duration::from_secs(20);
+
+/// With `restartPolicy: OnFailure`, how long the trainer must stay gone before its end counts
+/// (`GPU_SIDECAR_RESTART_WAIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RestartWait {
+    /// `kubelet`: the kubelet's back-off after `n` restarts ([`KUBELET_BACK_OFF`] × 2^n, at most
+    /// [`KUBELET_MAX_BACK_OFF`]) plus [`KUBELET_START_MARGIN`].
+    #[default]
+    Kubelet,
+    /// A fixed duration.
+    Fixed(Duration),
+}
+
+impl RestartWait {
+    /// The wait after the trainer ended, `restarts` restarts seen since the back-off was last
+    /// reset.
+    pub fn after(self, restarts: u32) -> Duration {
+        match self {
+            RestartWait::Kubelet => {
+                let back_off = KUBELET_BACK_OFF
+                    .checked_mul(1u32.checked_shl(restarts).unwrap_or(u32::MAX))
+                    .unwrap_or(KUBELET_MAX_BACK_OFF)
+                    .min(KUBELET_MAX_BACK_OFF);
+                back_off + KUBELET_START_MARGIN
+            }
+            RestartWait::Fixed(d) => d,
+        }
+    }
+}
 
 /// What the agent ends with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +203,8 @@ pub enum End {
     EndedBeforeStart,
     /// The named process, seen once, is gone.
     ProcessEnded,
+    /// `OnFailure`: gone, and not restarted within the kubelet's back-off.
+    NotRestarted,
 }
 
 impl End {
@@ -131,8 +214,23 @@ impl End {
             End::ContainersEnded => "the pod's other containers ended",
             End::EndedBeforeStart => "the pod's other containers ended before the agent started",
             End::ProcessEnded => "the training process ended",
+            End::NotRestarted => "the pod's other containers ended for good: not restarted within the kubelet's restart back-off (restartPolicy OnFailure)",
         }
     }
+}
+
+/// `OnFailure`: the restarts seen and the end being waited out.
+#[derive(Debug, Clone)]
+struct Restarts {
+    wait: RestartWait,
+    /// Restarts seen since the kubelet's back-off was last reset.
+    count: u32,
+    /// When the trainer was last seen (re)started (the first scan for the first run).
+    running_since: Option<Instant>,
+    /// When its end was first seen, while waiting for a restart.
+    gone_since: Option<Instant>,
+    /// Whether that end was the containers' (else only the named process's).
+    containers_gone: bool,
 }
 
 /// The decision over successive scans.
@@ -143,17 +241,88 @@ pub struct Watch {
     in_pod: bool,
     scans: u64,
     seen_named: bool,
+    /// `OnFailure` only.
+    restarts: Option<Restarts>,
 }
 
 impl Watch {
     /// A watch of `follow`; `in_pod`: the agent is in a Kubernetes pod with a shared process
-    /// namespace.
+    /// namespace. The trainer's end is final (`restartPolicy: Never`).
     pub fn new(follow: Follow, in_pod: bool) -> Self {
         Self {
             follow,
             in_pod,
             scans: 0,
             seen_named: false,
+            restarts: None,
+        }
+    }
+
+    /// The same for a pod with `restartPolicy: OnFailure`: an end counts once it has lasted
+    /// `wait`.
+    pub fn on_failure(mut self, wait: RestartWait) -> Self {
+        self.restarts = Some(Restarts {
+            wait,
+            count: 0,
+            running_since: None,
+            gone_since: None,
+            containers_gone: false,
+        });
+        self
+    }
+
+    /// Takes one scan made at `now`; `Some` when the agent is to end.
+    pub fn observe_at(&mut self, s: Scan, now: Instant) -> Option<End> {
+        if let Some(r) = &mut self.restarts {
+            r.running_since.get_or_insert(now);
+            // Back from an end being waited out: the containers restarted (or, if only the
+            // named process had gone, that process again).
+            let back = match r.gone_since {
+                Some(_) if r.containers_gone => s.others > 0,
+                Some(_) => s.named > 0,
+                None => false,
+            };
+            if let (true, Some(since)) = (back, r.gone_since) {
+                let ran = since.saturating_duration_since(r.running_since.unwrap_or(since));
+                // The kubelet resets its back-off for a container that ran ten minutes.
+                r.count = if ran >= KUBELET_BACK_OFF_RESET {
+                    1
+                } else {
+                    r.count + 1
+                };
+                r.gone_since = None;
+                r.running_since = Some(now);
+                self.seen_named = false;
+                tracing::info!(
+                    restarts = r.count,
+                    "the pod's other containers are back (restarted by the kubelet): the agent goes on"
+                );
+            }
+        }
+        let in_pod = self.in_pod;
+        let end = self.observe(s);
+        let Some(r) = &mut self.restarts else {
+            return end;
+        };
+        match (end, r.gone_since) {
+            (Some(_), None) => {
+                r.gone_since = Some(now);
+                r.containers_gone = in_pod && s.others == 0;
+                let wait = r.wait.after(r.count);
+                tracing::info!(
+                    wait = %humantime::format_duration(wait),
+                    "the trainer ended; restartPolicy OnFailure: the agent waits {} for the kubelet to restart it before it ends",
+                    humantime::format_duration(wait)
+                );
+                wait.is_zero().then_some(End::NotRestarted)
+            }
+            (Some(_), Some(since)) => (now.saturating_duration_since(since)
+                >= r.wait.after(r.count))
+            .then_some(End::NotRestarted),
+            (None, _) => {
+                r.gone_since = None;
+                None
+            }
         }
     }
 
@@ -165,7 +334,8 @@ impl Watch {
         }
     }
 
-    /// Takes one scan; `Some` when the agent is to end.
+    /// Takes one scan; `Some` when the trainer has ended (final with `restartPolicy: Never`;
+    /// [`Watch::observe_at`] waits out `OnFailure`'s restarts).
     pub fn observe(&mut self, s: Scan) -> Option<End> {
         let first = self.scans == 0;
         self.scans += 1;
@@ -208,6 +378,7 @@ pub fn start(
     follow: Follow,
     in_kubernetes: bool,
     proc_root: PathBuf,
+    on_failure: Option<RestartWait>,
 ) -> tokio::sync::oneshot::Receiver<End> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let me = Me::current(&proc_root, in_kubernetes);
@@ -224,6 +395,9 @@ pub fn start(
         return rx;
     }
     let mut watch = Watch::new(follow.clone(), in_kubernetes);
+    if let Some(wait) = on_failure {
+        watch = watch.on_failure(wait);
+    }
     std::thread::Builder::new()
         .name("exit-watch".into())
         .spawn(move || {
@@ -236,7 +410,7 @@ pub fn start(
             }
             let mut s = first;
             loop {
-                if let Some(end) = watch.observe(s) {
+                if let Some(end) = watch.observe_at(s, Instant::now()) {
                     tracing::info!(reason = end.as_str(), "{}", end.as_str());
                     let _ = tx.send(end);
                     return;
@@ -323,6 +497,101 @@ mod tests {
         assert_eq!(w.observe(none), Some(End::ContainersEnded));
         let mut w = Watch::new(Follow::Containers, true);
         assert_eq!(w.observe(none), Some(End::EndedBeforeStart));
+    }
+
+    /// `OnFailure`: the trainer gone and back twice (the kubelet's restarts) does not end the
+    /// watch; gone longer than the back-off after the restarts seen does. The kubelet's
+    /// schedule: 10 s doubling to 5 min, plus the margin; reset after ten minutes of running.
+    #[test]
+    fn on_failure_waits_out_the_kubelets_back_off() {
+        let some = Scan {
+            others: 2,
+            named: 0,
+        };
+        let none = Scan::default();
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let mut w = Watch::new(Follow::Containers, true).on_failure(RestartWait::Kubelet);
+        assert_eq!(w.observe_at(some, s(0)), None);
+        assert_eq!(
+            w.observe_at(none, s(10)),
+            None,
+            "first end: waits 10 s + 20 s"
+        );
+        assert_eq!(w.observe_at(none, s(39)), None);
+        assert_eq!(w.observe_at(some, s(40)), None, "first restart");
+        assert_eq!(w.observe_at(none, s(50)), None);
+        assert_eq!(
+            w.observe_at(none, s(89)),
+            None,
+            "after one restart: 20 s + 20 s"
+        );
+        assert_eq!(w.observe_at(some, s(90)), None, "second restart");
+        assert_eq!(w.observe_at(none, s(100)), None);
+        assert_eq!(w.observe_at(none, s(159)), None, "after two: 40 s + 20 s");
+        assert_eq!(w.observe_at(none, s(160)), Some(End::NotRestarted));
+        // Many restarts: at most 5 min + 20 s.
+        assert_eq!(RestartWait::Kubelet.after(9), Duration::from_secs(320));
+        assert_eq!(RestartWait::Kubelet.after(40), Duration::from_secs(320));
+        // A run of ten minutes resets the back-off.
+        let mut w = Watch::new(Follow::Containers, true).on_failure(RestartWait::Kubelet);
+        for (at, scan) in [(0, some), (5, none), (6, some), (7, none), (8, some)] {
+            assert_eq!(w.observe_at(scan, s(at)), None);
+        }
+        assert_eq!(w.observe_at(none, s(700)), None);
+        assert_eq!(
+            w.observe_at(some, s(710)),
+            None,
+            "restart after a long run: count 1"
+        );
+        assert_eq!(w.observe_at(none, s(720)), None);
+        assert_eq!(
+            w.observe_at(none, s(760)),
+            Some(End::NotRestarted),
+            "20 s + 20 s"
+        );
+        // A fixed wait; and a trainer gone before the first scan waits too.
+        let mut w = Watch::new(Follow::Containers, true)
+            .on_failure(RestartWait::Fixed(Duration::from_secs(3)));
+        assert_eq!(w.observe_at(none, s(0)), None);
+        assert_eq!(w.observe_at(none, s(3)), Some(End::NotRestarted));
+        // Never: the first end is final, as before.
+        let mut w = Watch::new(Follow::Containers, true);
+        assert_eq!(w.observe_at(some, s(0)), None);
+        assert_eq!(w.observe_at(none, s(1)), Some(End::ContainersEnded));
+    }
+
+    /// `OnFailure` with a process name: a restarted container's launcher, before the named
+    /// process is seen again, is a restart, not the process's end.
+    #[test]
+    fn on_failure_follows_a_name_through_restarts() {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let running = Scan {
+            others: 3,
+            named: 1,
+        };
+        let launcher = Scan {
+            others: 1,
+            named: 0,
+        };
+        let wait = RestartWait::Fixed(Duration::from_secs(5));
+        let mut w = Watch::new(Follow::Process("python".into()), true).on_failure(wait);
+        assert_eq!(w.observe_at(running, s(0)), None);
+        assert_eq!(w.observe_at(Scan::default(), s(1)), None, "gone: waiting");
+        assert_eq!(
+            w.observe_at(launcher, s(2)),
+            None,
+            "restarted: the launcher first"
+        );
+        assert_eq!(w.observe_at(launcher, s(3)), None);
+        assert_eq!(w.observe_at(running, s(4)), None);
+        assert_eq!(
+            w.observe_at(launcher, s(5)),
+            None,
+            "python gone, container alive: waiting"
+        );
+        assert_eq!(w.observe_at(launcher, s(10)), Some(End::NotRestarted));
     }
 
     #[test]

@@ -152,6 +152,11 @@ pub struct Config {
     /// `GPU_SIDECAR_EXIT_WITH_CONTAINERS=true`: for classic sidecars whatever the trainer's
     /// process is called (see [`crate::process_watch`]). Default: false.
     pub exit_with_containers: bool,
+    /// The pod's `restartPolicy`, `GPU_SIDECAR_POD_RESTART_POLICY` (default as `Never`): with
+    /// `OnFailure` the exit rules wait out the kubelet's restarts; `Always` refuses them.
+    pub pod_restart_policy: crate::process_watch::RestartPolicy,
+    /// `GPU_SIDECAR_RESTART_WAIT`: with `OnFailure`, how long the trainer must stay gone.
+    pub restart_wait: crate::process_watch::RestartWait,
     /// Whether the agent runs in a Kubernetes pod: `KUBERNETES_SERVICE_HOST` (set by the
     /// kubelet in every container) or `K8S_POD_NAME` (the chart's Downward API) is set.
     pub in_kubernetes: bool,
@@ -398,6 +403,39 @@ impl Config {
                 ),
             ));
         }
+        let pod_restart_policy = match get(S::POD_RESTART_POLICY.name) {
+            None => crate::process_watch::RestartPolicy::Never,
+            Some(v) => crate::process_watch::RestartPolicy::parse(v).ok_or_else(|| {
+                ConfigError::new(S::POD_RESTART_POLICY.name, v, S::POD_RESTART_POLICY.accepts)
+            })?,
+        };
+        if pod_restart_policy == crate::process_watch::RestartPolicy::Always {
+            let rule = if exit_with_containers {
+                Some((S::EXIT_WITH_CONTAINERS.name, "true".to_string()))
+            } else {
+                exit_with_process
+                    .as_ref()
+                    .map(|n| (S::EXIT_WITH_PROCESS.name, n.clone()))
+            };
+            if let Some((var, value)) = rule {
+                return Err(ConfigError::new(
+                    var,
+                    &value,
+                    format!(
+                        "unset while {}=Always: the kubelet restarts every container of such a pod, so a sidecar that ends by itself would be restarted and end again (a crash loop); the sidecar of an Always pod runs as long as the pod",
+                        S::POD_RESTART_POLICY.name
+                    ),
+                ));
+            }
+        }
+        let restart_wait = match env.value(&S::RESTART_WAIT) {
+            "kubelet" => crate::process_watch::RestartWait::Kubelet,
+            v => crate::process_watch::RestartWait::Fixed(
+                parse_duration(S::RESTART_WAIT.name, v).map_err(|_| {
+                    ConfigError::new(S::RESTART_WAIT.name, v, S::RESTART_WAIT.accepts)
+                })?,
+            ),
+        };
         let nvml_library = PathBuf::from(env.value(&S::NVML_LIBRARY));
         let proc_root = PathBuf::from(env.value(&S::PROC_ROOT));
         let log_format = match env.value(&S::LOG_FORMAT) {
@@ -481,6 +519,8 @@ impl Config {
             proc_root,
             node: false,
             exit_with_containers,
+            pod_restart_policy,
+            restart_wait,
             in_kubernetes: get("KUBERNETES_SERVICE_HOST").is_some()
                 || get("K8S_POD_NAME").is_some(),
             toolkit: ToolkitEnv {

@@ -181,6 +181,20 @@ pub const EXIT_WITH_CONTAINERS: Setting = agent(
     "true or false",
     "`true`: once no process of the pod's other containers is left (the pod's process namespace shared, `shareProcessNamespace`; the infra container's `pause` and the agent's own container aside), whatever the trainer runs (`python3`, `torchrun`, a shell script), the agent shuts down as on SIGTERM, at once if they ended before it started; a classic sidecar's Job then completes (see [Kubernetes](kubernetes.md#classic-sidecars-that-end-with-the-trainer)). Not with `GPU_SIDECAR_EXIT_WITH_PROCESS`",
 );
+/// `GPU_SIDECAR_POD_RESTART_POLICY`: the pod's `restartPolicy`, for the exit rules.
+pub const POD_RESTART_POLICY: Setting = agent(
+    "GPU_SIDECAR_POD_RESTART_POLICY",
+    Unset::Means("as `Never`"),
+    "Never, OnFailure or Always (the pod's restartPolicy)",
+    "the pod's `restartPolicy` (the webhook and the chart's `classic.restartPolicy` set it; the Downward API cannot), for the exit rules of a classic sidecar (`GPU_SIDECAR_EXIT_WITH_CONTAINERS`, `GPU_SIDECAR_EXIT_WITH_PROCESS`): `Never`, the agent ends as soon as the trainer has ended; `OnFailure`, only once it has stayed gone longer than the kubelet would wait to restart it (`GPU_SIDECAR_RESTART_WAIT`), so that a failed trainer restarted in place finds the sidecar still there; `Always`, never by itself (an exit rule with it is refused: the kubelet would restart the sidecar, which would end again at once). See [Kubernetes](kubernetes.md#classic-sidecars-and-the-pods-restart-policy)",
+);
+/// `GPU_SIDECAR_RESTART_WAIT`: with `OnFailure`, how long the trainer must stay gone.
+pub const RESTART_WAIT: Setting = agent(
+    "GPU_SIDECAR_RESTART_WAIT",
+    Unset::Default("kubelet"),
+    "kubelet, or a duration with a unit such as 500ms, 5s or 1m, greater than zero",
+    "with `GPU_SIDECAR_POD_RESTART_POLICY=OnFailure`, how long the pod's other containers (or the followed process) must stay gone before the agent ends: `kubelet`, the kubelet's crash-loop back-off for the restarts seen so far (10 s, doubling with each restart to 5 min, back to 10 s after 10 minutes of running) plus 20 s for the kubelet to notice and start the container; or a fixed duration (nodes whose kubelets set a shorter `crashLoopBackOff.maxContainerRestartPeriod`)",
+);
 /// `GPU_SIDECAR_NVML_LIBRARY`.
 pub const NVML_LIBRARY: Setting = agent(
     "GPU_SIDECAR_NVML_LIBRARY",
@@ -300,7 +314,7 @@ pub const WEBHOOK_TLS_SECRET: Setting = webhook(
     "GPU_SIDECAR_WEBHOOK_TLS_SECRET",
     Unset::Means("unset (the files of `GPU_SIDECAR_WEBHOOK_TLS_CERT` and `_KEY`)"),
     "a Secret name (lower-case letters, digits, '-' and '.')",
-    "a Secret of the webhook's own namespace where it keeps its CA and serving certificate: made once by the first replica if it does not exist (for the Service of `GPU_SIDECAR_WEBHOOK_CONFIGURATION`), then served by every replica, re-read every `GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL` (delete it to renew); the CA is written into that configuration's `caBundle` by the webhook, so rendered manifests carry no key material and every `helm template` renders the same (Argo CD, Flux). Talks to the API server with the pod's service account (`KUBERNETES_SERVICE_HOST`, `_PORT`)",
+    "a Secret of the webhook's own namespace where it keeps its CA and serving certificate: made once by the first replica if it does not exist (for the Service of `GPU_SIDECAR_WEBHOOK_CONFIGURATION`), then served by every replica, re-read every `GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL`; renewed by one replica at two thirds of `GPU_SIDECAR_WEBHOOK_CERT_VALIDITY` (or when deleted, or found expired), with the old and new CAs both in the `caBundle` around the switch (`GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP`); the CAs are written into that configuration's `caBundle` by the webhook, so rendered manifests carry no key material and every `helm template` renders the same (Argo CD, Flux). Talks to the API server with the pod's service account (`KUBERNETES_SERVICE_HOST`, `_PORT`). See [Kubernetes](kubernetes.md#the-webhooks-certificate-over-time)",
 );
 /// `GPU_SIDECAR_WEBHOOK_CONFIGURATION`: whose `caBundle` the webhook keeps.
 pub const WEBHOOK_CONFIGURATION: Setting = webhook(
@@ -321,14 +335,29 @@ pub const WEBHOOK_CERT_VALIDITY: Setting = webhook(
     "GPU_SIDECAR_WEBHOOK_CERT_VALIDITY",
     Unset::Default("3650d"),
     DURATION,
-    "validity of the CA and serving certificate the webhook makes (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`)",
+    "validity of the CA and serving certificate the webhook makes (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`); it renews them at two thirds of it, with the overlap of `GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP` (at least three times that)",
 );
 /// `GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL`: how often the Secret and the configuration are read.
 pub const WEBHOOK_RESYNC_INTERVAL: Setting = webhook(
     "GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL",
     Unset::Default("1m"),
     DURATION,
-    "how often the webhook reads its Secret (a changed one is served from the next TLS handshake, a deleted one made anew) and the configuration's `caBundle` (set again when it differs), with `GPU_SIDECAR_WEBHOOK_TLS_SECRET`; after a failure it tries again sooner (2 s, doubling)",
+    "how often the webhook reads the configuration's `caBundle` (set again when it differs from its Secret's CAs, as after a `kubectl replace`), with `GPU_SIDECAR_WEBHOOK_TLS_SECRET`; the Secret itself is read every `GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL`, and a change of it sets the `caBundle` at once",
+);
+/// `GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL`: how often each replica reads its Secret.
+pub const WEBHOOK_SECRET_POLL_INTERVAL: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL",
+    Unset::Default("2s"),
+    DURATION,
+    "how often each replica reads its Secret (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`: one small `GET`): a renewed certificate, a deleted Secret or a step of a rotation is noticed within this long; after a failure it tries again after this long, doubling up to `GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL` (at most 1 m)",
+);
+/// `GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP`: how long the caBundle carries both CAs on each side
+/// of a rotation.
+pub const WEBHOOK_ROTATION_OVERLAP: Setting = webhook(
+    "GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP",
+    Unset::Default("30s"),
+    "a duration with a unit such as 30s or 1m, at least twice GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL",
+    "a rotation of the certificate the webhook keeps (renewal, a deleted Secret) first puts the new CA into the `caBundle` beside the old one, serves the new certificate only this long after (every replica has read it and every API server has taken the `caBundle` by then; a replica that has not seen its CA in the configuration waits), and drops the old CA this long after that: no handshake fails at any replica during a rotation. At least twice the Secret poll interval; `GPU_SIDECAR_WEBHOOK_CERT_VALIDITY` must be at least three times this (a renewal at two thirds of the validity completes before the old certificate expires)",
 );
 /// `GPU_SIDECAR_WEBHOOK_SIDECAR`: what is injected, as the chart renders it.
 pub const WEBHOOK_SIDECAR: Setting = webhook(
@@ -365,6 +394,8 @@ pub static SETTINGS: &[Setting] = &[
     PROC_ROOT,
     EXIT_WITH_PROCESS,
     EXIT_WITH_CONTAINERS,
+    POD_RESTART_POLICY,
+    RESTART_WAIT,
     NVML_LIBRARY,
     LOG_FORMAT,
     LOG_LEVEL,
@@ -386,6 +417,8 @@ pub static SETTINGS: &[Setting] = &[
     WEBHOOK_SERVICE_ACCOUNT_DIR,
     WEBHOOK_CERT_VALIDITY,
     WEBHOOK_RESYNC_INTERVAL,
+    WEBHOOK_SECRET_POLL_INTERVAL,
+    WEBHOOK_ROTATION_OVERLAP,
     WEBHOOK_SIDECAR,
     WEBHOOK_SHUTDOWN_DELAY,
     WEBHOOK_REINVOCATION_POLICY,

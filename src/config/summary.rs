@@ -92,6 +92,8 @@ pub fn summary(config: &Config, resource: &opentelemetry_sdk::Resource) -> Value
         proc_root,
         node,
         exit_with_containers,
+        pod_restart_policy,
+        restart_wait,
         in_kubernetes,
         toolkit,
         sees_all_node_gpus,
@@ -168,6 +170,11 @@ pub fn summary(config: &Config, resource: &opentelemetry_sdk::Resource) -> Value
         "proc_root": proc_root.display().to_string(),
         "node_mode": node,
         "exit_with_containers": exit_with_containers,
+        "pod_restart_policy": pod_restart_policy.as_str(),
+        "restart_wait": match restart_wait {
+            crate::process_watch::RestartWait::Kubelet => "kubelet".to_string(),
+            crate::process_watch::RestartWait::Fixed(d) => humantime::format_duration(*d).to_string(),
+        },
         "in_kubernetes": in_kubernetes,
         "nvidia_container_toolkit": {
             "visible_devices": toolkit.visible_devices,

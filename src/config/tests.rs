@@ -183,6 +183,43 @@ fn exit_with_containers_and_the_pods_environment() {
     ])
     .unwrap_err();
     assert_eq!(e.var, "GPU_SIDECAR_EXIT_WITH_CONTAINERS");
+    // The pod's restart policy: Never by default, OnFailure with the kubelet's wait or a
+    // fixed one, Always refusing the exit rules (a crash loop), a bad value named.
+    use crate::process_watch::{RestartPolicy, RestartWait};
+    let c = cfg(&[]).unwrap();
+    assert_eq!(
+        (c.pod_restart_policy, c.restart_wait),
+        (RestartPolicy::Never, RestartWait::Kubelet)
+    );
+    let c = cfg(&[
+        ("GPU_SIDECAR_EXIT_WITH_CONTAINERS", "true"),
+        ("GPU_SIDECAR_POD_RESTART_POLICY", "OnFailure"),
+        ("GPU_SIDECAR_RESTART_WAIT", "45s"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (c.pod_restart_policy, c.restart_wait),
+        (
+            RestartPolicy::OnFailure,
+            RestartWait::Fixed(Duration::from_secs(45))
+        )
+    );
+    assert!(cfg(&[("GPU_SIDECAR_POD_RESTART_POLICY", "Always")]).is_ok());
+    for (rule, value) in [
+        ("GPU_SIDECAR_EXIT_WITH_CONTAINERS", "true"),
+        ("GPU_SIDECAR_EXIT_WITH_PROCESS", "python"),
+    ] {
+        let e = cfg(&[(rule, value), ("GPU_SIDECAR_POD_RESTART_POLICY", "Always")]).unwrap_err();
+        assert_eq!((e.var.as_str(), e.value.as_str()), (rule, value));
+        assert!(e.to_string().contains("crash loop"), "{e}");
+    }
+    for (var, value) in [
+        ("GPU_SIDECAR_POD_RESTART_POLICY", "onfailure"),
+        ("GPU_SIDECAR_RESTART_WAIT", "soon"),
+    ] {
+        let e = cfg(&[(var, value)]).unwrap_err();
+        assert_eq!(e.var, var);
+    }
     assert!(
         e.to_string()
             .contains("GPU_SIDECAR_EXIT_WITH_PROCESS=python"),

@@ -7,10 +7,15 @@
 //! volume's symlink swap) is so served from the next handshake on, without a restart. A pair
 //! that cannot be used (half written, key not matching) is logged once and the previous
 //! certificate is served until the files change again.
+//!
+//! [`Validity`] reads when a certificate chain may be served (its `notBefore` and `notAfter`,
+//! x509-cert): what the webhook exports as `gpu_sidecar.webhook.certificate.expiry`, and, for
+//! a certificate it keeps itself ([`super::managed`]), when it renews it.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -19,6 +24,77 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use super::settings::{Setting, TLS_CERT, TLS_KEY};
+
+/// When a certificate chain may be served: the latest `notBefore` and the earliest `notAfter`
+/// of its certificates (a chain is no longer valid once any of them has expired).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validity {
+    /// `notBefore`.
+    pub not_before: SystemTime,
+    /// `notAfter`: from this time on the certificate is expired.
+    pub not_after: SystemTime,
+}
+
+impl Validity {
+    /// The validity of the certificates in `chain` (DER), as above.
+    ///
+    /// # Errors
+    /// x509-cert's reason, for a chain that is empty or holds something that is not an X.509
+    /// certificate.
+    pub fn of_chain<'a>(chain: impl IntoIterator<Item = &'a [u8]>) -> Result<Self, String> {
+        use x509_cert::der::Decode as _;
+        let mut out: Option<Validity> = None;
+        for der in chain {
+            let cert = x509_cert::Certificate::from_der(der)
+                .map_err(|e| format!("not an X.509 certificate ({e})"))?;
+            let v = cert.tbs_certificate().validity();
+            let at = |t: x509_cert::time::Time| SystemTime::UNIX_EPOCH + t.to_unix_duration();
+            let this = Validity {
+                not_before: at(v.not_before),
+                not_after: at(v.not_after),
+            };
+            out = Some(match out {
+                None => this,
+                Some(o) => Validity {
+                    not_before: o.not_before.max(this.not_before),
+                    not_after: o.not_after.min(this.not_after),
+                },
+            });
+        }
+        out.ok_or_else(|| "no certificate".to_string())
+    }
+
+    /// The validity of the PEM certificates in `pem`.
+    ///
+    /// # Errors
+    /// As [`Validity::of_chain`], or the PEM's.
+    pub fn of_pem(pem: &str) -> Result<Self, String> {
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("not PEM certificates ({e})"))?;
+        Self::of_chain(chain.iter().map(|c| c.as_ref()))
+    }
+
+    /// Whether it is expired at `now` (`notAfter` reached).
+    pub fn expired(&self, now: SystemTime) -> bool {
+        now >= self.not_after
+    }
+
+    /// Two thirds of the way from `notBefore` to `notAfter`: when a certificate the webhook
+    /// keeps itself is renewed (as cert-manager's default `renewBefore` does).
+    pub fn renewal(&self) -> SystemTime {
+        let span = self
+            .not_after
+            .duration_since(self.not_before)
+            .unwrap_or(Duration::ZERO);
+        self.not_before + span * 2 / 3
+    }
+
+    /// `notAfter` as RFC 3339 (seconds, UTC), for logs.
+    pub fn expires(&self) -> String {
+        humantime::format_rfc3339_seconds(self.not_after).to_string()
+    }
+}
 
 /// The two files' contents (`None`: unreadable).
 type Contents = (Option<Vec<u8>>, Option<Vec<u8>>);
@@ -84,6 +160,8 @@ pub fn load(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<Certif
 struct State {
     /// What is served.
     current: Arc<CertifiedKey>,
+    /// Its validity (`None`: not readable, which rustls does not require).
+    validity: Option<Validity>,
     /// The files' contents when `current` was loaded, or when a load last failed (so that a
     /// broken pair is tried again only once the files change).
     seen: Contents,
@@ -118,16 +196,26 @@ impl ReloadingCert {
     ) -> Result<Self, CertError> {
         let seen = contents(&cert, &key);
         let current = Arc::new(load(&cert, &key, &provider)?);
+        let validity = validity_of(&current, &cert);
         Ok(Self {
             cert,
             key,
             provider,
-            state: Mutex::new(State { current, seen }),
+            state: Mutex::new(State {
+                current,
+                validity,
+                seen,
+            }),
         })
     }
 
     /// The certificate to serve now: reloaded first if a file changed since it was read.
     pub fn current(&self) -> Arc<CertifiedKey> {
+        self.served().0
+    }
+
+    /// The certificate to serve now (as [`ReloadingCert::current`]) and its validity.
+    pub fn served(&self) -> (Arc<CertifiedKey>, Option<Validity>) {
         let now = contents(&self.cert, &self.key);
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if now != state.seen {
@@ -135,8 +223,10 @@ impl ReloadingCert {
             match load(&self.cert, &self.key, &self.provider) {
                 Ok(key) => {
                     state.current = Arc::new(key);
+                    state.validity = validity_of(&state.current, &self.cert);
                     tracing::info!(
                         cert = %self.cert.display(),
+                        expires = state.validity.map(|v| v.expires()).unwrap_or_default(),
                         "the serving certificate changed on disk: serving the new one from this handshake on"
                     );
                 }
@@ -145,7 +235,35 @@ impl ReloadingCert {
                 ),
             }
         }
-        state.current.clone()
+        (state.current.clone(), state.validity)
+    }
+}
+
+/// The validity of `key`'s chain, read from `path`; a warning if it cannot be read or the
+/// certificate is already expired (served all the same: it is what the files hold, and a
+/// renewal writes new files).
+fn validity_of(key: &CertifiedKey, path: &Path) -> Option<Validity> {
+    match Validity::of_chain(key.cert.iter().map(|c| c.as_ref())) {
+        Ok(v) => {
+            if v.expired(SystemTime::now()) {
+                tracing::error!(
+                    cert = %path.display(),
+                    expires = %v.expires(),
+                    "the serving certificate {} expired at {}: the API server refuses it, so pods are created without the sidecar (failurePolicy Ignore) or not at all (Fail); renew it (cert-manager, helm upgrade, the Secret you provide)",
+                    path.display(),
+                    v.expires()
+                );
+            }
+            Some(v)
+        }
+        Err(e) => {
+            tracing::warn!(
+                cert = %path.display(),
+                "cannot read the validity of the serving certificate {}: {e}; its expiry is not exported",
+                path.display()
+            );
+            None
+        }
     }
 }
 

@@ -13,9 +13,15 @@
 //!   (copied as the pod has them), so it sees the same devices; the pod's own
 //!   `resourceClaims` are left as they are.
 //!
+//! - in classic mode, the exit rule follows the pod's `restartPolicy` ([`ClassicExit`]): `Never`
+//!   keeps it as rendered; `OnFailure` adds `GPU_SIDECAR_POD_RESTART_POLICY=OnFailure` after
+//!   it (the sidecar then waits out the kubelet's restarts of the trainer); `Always` (also
+//!   the API server's default) leaves it out, and `shareProcessNamespace` with it: such a
+//!   sidecar runs as long as the pod (ending by itself would only make the kubelet restart it).
+//!
 //! The patch only adds: the sidecar to `initContainers` (native) or `containers` (classic),
-//! its volumes, the pod fields the templates set (`shareProcessNamespace` in classic mode),
-//! and the annotation [`STATUS_ANNOTATION`]. A pod that already has a container named like
+//! its volumes, the pod fields the templates set (`shareProcessNamespace` in classic mode,
+//! unless the pod is `restartPolicy: Always`), and the annotation [`STATUS_ANNOTATION`]. A pod that already has a container named like
 //! the sidecar is left as it is (idempotent, also across `reinvocationPolicy: IfNeeded`).
 
 use json_patch::jsonptr::PointerBuf;
@@ -72,7 +78,59 @@ pub struct PodSpecView {
     /// `hostNetwork`.
     #[serde(default)]
     pub host_network: Option<bool>,
+    /// `restartPolicy` (the API server defaults it to `Always` before the webhook sees it).
+    #[serde(default)]
+    pub restart_policy: Option<String>,
 }
+
+/// What a classic sidecar ends with, by its pod's `restartPolicy`: the audit annotation
+/// `classic-exit` of an injection in classic mode, and part of its logged reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClassicExit {
+    /// `Never`: the exit rule as rendered; the sidecar ends with the trainer.
+    WithTrainer,
+    /// `OnFailure`: the exit rule, waiting out the kubelet's restarts of the trainer.
+    AfterRestarts,
+    /// `Always`: no exit rule and no shared process namespace; the sidecar runs as long as
+    /// the pod.
+    None,
+}
+
+impl ClassicExit {
+    /// The value of the audit annotation `classic-exit`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClassicExit::WithTrainer => "with_trainer",
+            ClassicExit::AfterRestarts => "after_restarts",
+            ClassicExit::None => "none",
+        }
+    }
+
+    /// For a pod whose `restartPolicy` is `policy` (absent: `Always`, the default).
+    pub fn of(policy: Option<&str>) -> Self {
+        match policy {
+            Some("Never") => ClassicExit::WithTrainer,
+            Some("OnFailure") => ClassicExit::AfterRestarts,
+            _ => ClassicExit::None,
+        }
+    }
+
+    fn reason(self) -> &'static str {
+        match self {
+            ClassicExit::WithTrainer => "; restartPolicy Never: the classic sidecar ends with the pod's other containers",
+            ClassicExit::AfterRestarts => "; restartPolicy OnFailure: the classic sidecar ends once the pod's other containers have ended and not been restarted within the kubelet's back-off",
+            ClassicExit::None => "; restartPolicy Always: no exit rule, the classic sidecar runs as long as the pod",
+        }
+    }
+}
+
+/// The exit rules' variables in the sidecar's environment.
+const EXIT_RULES: [&str; 2] = [
+    crate::config::settings::EXIT_WITH_CONTAINERS.name,
+    crate::config::settings::EXIT_WITH_PROCESS.name,
+];
+/// The variable that tells the sidecar its pod's `restartPolicy`.
+const RESTART_POLICY_ENV: &str = crate::config::settings::POD_RESTART_POLICY.name;
 
 /// What the webhook did with one AdmissionReview: the `gpu_sidecar.webhook.outcome`
 /// attribute of `gpu_sidecar.webhook.admissions`.
@@ -191,6 +249,8 @@ pub struct Admission {
     pub reason: String,
     /// Whether the pod asked for the sidecar (then the decision is logged at `info`).
     pub requested: bool,
+    /// In classic mode, what the injected sidecar ends with.
+    pub exit: Option<ClassicExit>,
     /// Whether the client is told with a warning (`kubectl` prints it): a skip of a pod that
     /// asked for the sidecar, when no reinvocation can change it ([`Reinvocation::Never`]),
     /// and not for a pod without GPUs that only its namespace asked for (every CPU pod of an
@@ -206,6 +266,7 @@ impl Admission {
             target: None,
             reason,
             requested,
+            exit: None,
             warn: false,
         }
     }
@@ -381,11 +442,29 @@ impl Injector {
             );
         }
 
+        let exit =
+            (!placement.is_native()).then(|| ClassicExit::of(pod_spec.restart_policy.as_deref()));
         let adapt = |container: &Value| -> Value {
             let mut c = container.clone();
             if let Some(env) = c.get_mut("env").and_then(Value::as_array_mut) {
                 for e in env.iter_mut().filter(|e| e["name"] == TARGET_ENV) {
                     *e = serde_json::json!({"name": TARGET_ENV, "value": target.name});
+                }
+                let is_rule = |e: &Value| EXIT_RULES.iter().any(|r| e["name"] == *r);
+                match exit {
+                    Some(ClassicExit::AfterRestarts) => {
+                        if let Some(i) = env.iter().position(is_rule) {
+                            env.retain(|e| e["name"] != RESTART_POLICY_ENV);
+                            env.insert(
+                                i + 1,
+                                serde_json::json!({"name": RESTART_POLICY_ENV, "value": "OnFailure"}),
+                            );
+                        }
+                    }
+                    Some(ClassicExit::None) => {
+                        env.retain(|e| !is_rule(e) && e["name"] != RESTART_POLICY_ENV);
+                    }
+                    Some(ClassicExit::WithTrainer) | None => {}
                 }
             }
             if self.template.gpu_visibility == GpuVisibility::Dra {
@@ -415,7 +494,11 @@ impl Injector {
             PointerBuf::from_tokens(["metadata", "annotations", STATUS_ANNOTATION]),
             Value::String("injected".into()),
         );
-        if let Some(share) = placement.pod_spec.share_process_namespace {
+        let share = placement
+            .pod_spec
+            .share_process_namespace
+            .filter(|_| exit != Some(ClassicExit::None));
+        if let Some(share) = share {
             add(
                 PointerBuf::from_tokens(["spec", "shareProcessNamespace"]),
                 Value::Bool(share),
@@ -453,15 +536,17 @@ impl Injector {
             patch: Some(Patch(ops)),
             target: Some(target.name.clone()),
             reason: format!(
-                "sidecar {sidecar_name:?} injected for container {:?}{}",
+                "sidecar {sidecar_name:?} injected for container {:?}{}{}",
                 target.name,
                 if host_network {
                     " (hostNetwork pod: no container port, probed over a Unix socket)"
                 } else {
                     ""
-                }
+                },
+                exit.map_or("", ClassicExit::reason)
             ),
             requested: true,
+            exit,
             warn: false,
         }
     }

@@ -1,6 +1,7 @@
-//! The webhook's own metric, [`ADMISSIONS`], and the pipeline that exports it.
+//! The webhook's own metrics, [`ADMISSIONS`] and its certificate's [`CERTIFICATE_EXPIRY`] and
+//! [`CERTIFICATE_RENEWAL`], and the pipeline that exports them.
 //!
-//! The definition is in the metric catalogue ([`ADMISSIONS`], listed in
+//! The definitions are in the metric catalogue (listed in
 //! [`crate::catalogue::metrics::RECORDED`] and `docs/metrics.md`). The pipeline is the
 //! agent's ([`Telemetry`]), with the agent's exporter settings as they are
 //! (`OTEL_METRICS_EXPORTER`, `OTEL_EXPORTER_OTLP_*`, TLS files, `OTEL_METRIC_EXPORT_INTERVAL`):
@@ -13,12 +14,13 @@ use std::time::Duration;
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
 
+use super::certs::Validity;
 use super::inject::Outcome;
-use crate::catalogue::metrics::ADMISSIONS;
+use crate::catalogue::metrics::{ADMISSIONS, CERTIFICATE_EXPIRY, CERTIFICATE_RENEWAL};
 use crate::config::Config;
 use crate::sampling::cadence::Timing;
 use crate::sampling::{Hub, SamplerBoard};
-use crate::telemetry::metrics::recorded::Counter;
+use crate::telemetry::metrics::recorded::{Counter, Gauge};
 use crate::telemetry::{Telemetry, TelemetryError};
 
 /// Attributes of [`ADMISSIONS`]: what the webhook did ([`Outcome::as_str`]) and the
@@ -30,6 +32,40 @@ pub use crate::catalogue::attributes::{WEBHOOK_DRY_RUN as DRY_RUN, WEBHOOK_OUTCO
 pub struct WebhookMetrics {
     telemetry: Mutex<Option<Telemetry>>,
     admissions: Counter,
+    certificate: CertificateGauges,
+}
+
+/// [`CERTIFICATE_EXPIRY`] and [`CERTIFICATE_RENEWAL`]: what is known of the certificate
+/// served.
+#[derive(Debug, Clone)]
+pub struct CertificateGauges {
+    expiry: Gauge,
+    renewal: Gauge,
+}
+
+impl CertificateGauges {
+    /// The served certificate's `validity` (`None`: none served, or not readable: both
+    /// absent); `renews`: the webhook renews it itself (then [`CERTIFICATE_RENEWAL`] is set).
+    pub fn set(&self, validity: Option<Validity>, renews: bool) {
+        let secs = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        match validity {
+            Some(v) => {
+                self.expiry.set(secs(v.not_after), &[]);
+                if renews {
+                    self.renewal.set(secs(v.renewal()), &[]);
+                } else {
+                    self.renewal.clear();
+                }
+            }
+            None => {
+                self.expiry.clear();
+                self.renewal.clear();
+            }
+        }
+    }
 }
 
 impl WebhookMetrics {
@@ -47,11 +83,22 @@ impl WebhookMetrics {
             Arc::new(Hub::default()),
             Arc::new(SamplerBoard::default()),
         )?;
-        let admissions = telemetry.recorded().counter(&ADMISSIONS);
+        let recorded = telemetry.recorded();
+        let admissions = recorded.counter(&ADMISSIONS);
+        let certificate = CertificateGauges {
+            expiry: recorded.gauge(&CERTIFICATE_EXPIRY),
+            renewal: recorded.gauge(&CERTIFICATE_RENEWAL),
+        };
         Ok(Self {
             telemetry: Mutex::new(Some(telemetry)),
             admissions,
+            certificate,
         })
+    }
+
+    /// The gauges of the served certificate.
+    pub fn certificate(&self) -> CertificateGauges {
+        self.certificate.clone()
     }
 
     /// Counts one answered AdmissionReview; `dry_run` is its `dryRun` (`None`: not a

@@ -83,11 +83,14 @@ pub fn command() -> ExitCode {
     };
     crate::telemetry::otlp::tls::install_crypto_provider();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let (certificate, keeper): (Arc<dyn rustls::server::ResolvesServerCert>, _) =
+    let (certificate, files, keeper): (Arc<dyn rustls::server::ResolvesServerCert>, _, _) =
         match &settings.tls {
             settings::TlsSource::Files { cert, key } => {
                 match certs::ReloadingCert::new(cert.clone(), key.clone(), provider.clone()) {
-                    Ok(c) => (Arc::new(c), None),
+                    Ok(c) => {
+                        let c = Arc::new(c);
+                        (c.clone(), Some(c), None)
+                    }
                     Err(e) => {
                         eprintln!("gpu-otel-sidecar webhook: invalid {e}");
                         return ExitCode::from(2);
@@ -96,7 +99,7 @@ pub fn command() -> ExitCode {
             }
             settings::TlsSource::Managed(m) => {
                 match managed::Keeper::new(m.clone(), provider.clone()) {
-                    Ok(k) => (k.serving(), Some(k)),
+                    Ok(k) => (k.serving(), None, Some(k)),
                     Err(e) => {
                         eprintln!(
                             "gpu-otel-sidecar webhook: {}={}: {e}",
@@ -138,7 +141,32 @@ pub fn command() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(config, settings, injector, tls, keeper))
+    runtime.block_on(run(config, settings, injector, tls, files, keeper))
+}
+
+/// How often the gauges of certificate files are set (the files are re-read then, as at a
+/// handshake).
+const FILES_CHECK: Duration = Duration::from_secs(10);
+
+/// Sets the gauges of the certificate files' validity every [`FILES_CHECK`], and says once
+/// when the one served has expired (the keeper of a managed certificate sets its own).
+async fn watch_files(files: Arc<certs::ReloadingCert>, gauges: metrics::CertificateGauges) {
+    let mut told: Option<std::time::SystemTime> = None;
+    loop {
+        let validity = files.served().1;
+        gauges.set(validity, false);
+        if let Some(v) = validity {
+            if v.expired(std::time::SystemTime::now()) && told != Some(v.not_after) {
+                tracing::error!(
+                    expires = %v.expires(),
+                    "the serving certificate expired at {}: the API server refuses it; renew it (cert-manager, helm upgrade, the Secret you provide)",
+                    v.expires()
+                );
+                told = Some(v.not_after);
+            }
+        }
+        tokio::time::sleep(FILES_CHECK).await;
+    }
 }
 
 async fn run(
@@ -146,6 +174,7 @@ async fn run(
     settings: WebhookSettings,
     injector: Injector,
     tls: Arc<rustls::ServerConfig>,
+    files: Option<Arc<certs::ReloadingCert>>,
     keeper: Option<managed::Keeper>,
 ) -> ExitCode {
     use tokio::signal::unix::{signal, SignalKind};
@@ -175,13 +204,19 @@ async fn run(
                 return ExitCode::FAILURE;
             }
         };
-    if let Some(k) = keeper {
-        tracing::info!(
-            secret = %k.secret_ref(),
-            "the serving certificate is kept in Secret {} (made if absent) and written into the configuration's caBundle; TLS handshakes fail until it is read",
-            k.secret_ref()
-        );
-        tokio::spawn(k.run());
+    match (keeper, files) {
+        (Some(k), _) => {
+            tracing::info!(
+                secret = %k.secret_ref(),
+                "the serving certificate is kept in Secret {} (made if absent, renewed at two thirds of its validity) and its CAs written into the configuration's caBundle; TLS handshakes fail until it is read",
+                k.secret_ref()
+            );
+            tokio::spawn(k.run(metrics.certificate()));
+        }
+        (None, Some(files)) => {
+            tokio::spawn(watch_files(files, metrics.certificate()));
+        }
+        (None, None) => {}
     }
     let template = injector.template();
     tracing::info!(

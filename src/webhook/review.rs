@@ -153,6 +153,11 @@ pub fn answer(injector: &Injector, scope: Scope, body: &[u8]) -> Answer {
     let mut response = response;
     response.audit_annotations =
         HashMap::from([("outcome".to_string(), outcome.as_str().to_string())]);
+    if let Some(exit) = decision.exit {
+        response
+            .audit_annotations
+            .insert("classic-exit".to_string(), exit.as_str().to_string());
+    }
     let dry_run = request.dry_run;
     match decision.patch {
         Some(patch) => match response.with_patch(patch) {

@@ -16,9 +16,11 @@ use super::inject::Reinvocation;
 pub use crate::config::settings::{
     Setting, WEBHOOK_ADDR as ADDR, WEBHOOK_CERT_VALIDITY as CERT_VALIDITY,
     WEBHOOK_CONFIGURATION as CONFIGURATION, WEBHOOK_REINVOCATION_POLICY as REINVOCATION_POLICY,
-    WEBHOOK_RESYNC_INTERVAL as RESYNC_INTERVAL, WEBHOOK_SERVICE_ACCOUNT_DIR as SERVICE_ACCOUNT_DIR,
-    WEBHOOK_SHUTDOWN_DELAY as SHUTDOWN_DELAY, WEBHOOK_SIDECAR as SIDECAR,
-    WEBHOOK_TLS_CERT as TLS_CERT, WEBHOOK_TLS_KEY as TLS_KEY, WEBHOOK_TLS_SECRET as TLS_SECRET,
+    WEBHOOK_RESYNC_INTERVAL as RESYNC_INTERVAL, WEBHOOK_ROTATION_OVERLAP as ROTATION_OVERLAP,
+    WEBHOOK_SECRET_POLL_INTERVAL as SECRET_POLL_INTERVAL,
+    WEBHOOK_SERVICE_ACCOUNT_DIR as SERVICE_ACCOUNT_DIR, WEBHOOK_SHUTDOWN_DELAY as SHUTDOWN_DELAY,
+    WEBHOOK_SIDECAR as SIDECAR, WEBHOOK_TLS_CERT as TLS_CERT, WEBHOOK_TLS_KEY as TLS_KEY,
+    WEBHOOK_TLS_SECRET as TLS_SECRET,
 };
 use crate::config::{parse_duration, ConfigError};
 
@@ -51,6 +53,10 @@ pub struct ManagedSettings {
     pub validity: Duration,
     /// [`RESYNC_INTERVAL`].
     pub resync: Duration,
+    /// [`SECRET_POLL_INTERVAL`].
+    pub poll: Duration,
+    /// [`ROTATION_OVERLAP`].
+    pub overlap: Duration,
 }
 
 /// The validated webhook settings.
@@ -196,16 +202,49 @@ fn managed_settings<'a>(
     } else {
         host.to_string()
     };
+    let duration = |s: &Setting| parse_duration(s.name, get(s).unwrap_or_default());
+    let validity = duration(&CERT_VALIDITY)?;
+    let poll = duration(&SECRET_POLL_INTERVAL)?;
+    let overlap_value = get(&ROTATION_OVERLAP).unwrap_or_default();
+    let overlap = parse_duration(ROTATION_OVERLAP.name, overlap_value).map_err(|_| {
+        ConfigError::new(
+            ROTATION_OVERLAP.name,
+            overlap_value,
+            ROTATION_OVERLAP.accepts,
+        )
+    })?;
+    if overlap < poll * 2 {
+        return Err(ConfigError::new(
+            ROTATION_OVERLAP.name,
+            overlap_value,
+            format!(
+                "{} (now {})",
+                ROTATION_OVERLAP.accepts,
+                humantime::format_duration(poll)
+            ),
+        ));
+    }
+    if validity < overlap * 3 {
+        let value = get(&CERT_VALIDITY).unwrap_or_default();
+        return Err(ConfigError::new(
+            CERT_VALIDITY.name,
+            value,
+            format!(
+                "a duration at least three times {} ({}): the certificate is renewed at two thirds of it, and the switch to the new one waits that long",
+                ROTATION_OVERLAP.name,
+                humantime::format_duration(overlap)
+            ),
+        ));
+    }
     Ok(TlsSource::Managed(ManagedSettings {
         secret: secret.to_string(),
         configuration: configuration.to_string(),
         service_account_dir: PathBuf::from(get(&SERVICE_ACCOUNT_DIR).unwrap_or_default()),
         api_server: format!("https://{host}:{port}"),
-        validity: parse_duration(CERT_VALIDITY.name, get(&CERT_VALIDITY).unwrap_or_default())?,
-        resync: parse_duration(
-            RESYNC_INTERVAL.name,
-            get(&RESYNC_INTERVAL).unwrap_or_default(),
-        )?,
+        validity,
+        resync: duration(&RESYNC_INTERVAL)?,
+        poll,
+        overlap,
     }))
 }
 
@@ -281,6 +320,27 @@ mod tests {
         );
         assert_eq!(m.validity, Duration::from_secs(3650 * 86_400));
         assert_eq!(m.resync, Duration::from_secs(60));
+        assert_eq!(m.poll, Duration::from_secs(2));
+        assert_eq!(m.overlap, Duration::from_secs(30));
+        // An overlap shorter than two polls, or a validity under three overlaps, is refused
+        // by name.
+        for (var, value) in [
+            ("GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP", "3s"),
+            ("GPU_SIDECAR_WEBHOOK_CERT_VALIDITY", "89s"),
+        ] {
+            let mut v = vars(&base);
+            v.insert(var.into(), value.into());
+            let e = WebhookSettings::from_vars(&v).unwrap_err();
+            assert_eq!(e.var, var, "{e}");
+        }
+        let mut v = vars(&base);
+        v.insert("GPU_SIDECAR_WEBHOOK_CERT_VALIDITY".into(), "6s".into());
+        v.insert("GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP".into(), "2s".into());
+        v.insert(
+            "GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL".into(),
+            "200ms".into(),
+        );
+        assert!(WebhookSettings::from_vars(&v).is_ok());
         for (drop_or_add, var) in [
             (
                 Some("GPU_SIDECAR_WEBHOOK_CONFIGURATION"),

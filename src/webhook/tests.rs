@@ -65,12 +65,22 @@ fn native() -> Value {
     }))
 }
 
+/// The classic sidecar's environment as the chart renders it for the webhook
+/// (`restartPolicy: Never`): the exit rule, then what follows it.
+fn classic_env() -> Value {
+    let mut e = env();
+    let list = e.as_array_mut().unwrap();
+    list.push(json!({"name": "GPU_SIDECAR_EXIT_WITH_CONTAINERS", "value": "true"}));
+    list.push(json!({"name": "GPU_SIDECAR_LOG_LEVEL", "value": "info"}));
+    e
+}
+
 fn classic() -> Value {
     with_host_network(json!({
         "gpuVisibility": "uuids",
         "podSpec": {"shareProcessNamespace": true},
         "initContainers": [],
-        "containers": [{"name": SIDECAR, "image": "gpu-otel-sidecar:0.1.0", "env": env(),
+        "containers": [{"name": SIDECAR, "image": "gpu-otel-sidecar:0.1.0", "env": classic_env(),
                         "ports": [{"name": "gpusc-health", "containerPort": 13134}]}],
         "volumes": []
     }))
@@ -200,7 +210,8 @@ fn existing_init_containers_and_volumes_are_kept_and_the_sidecar_goes_last() {
 #[test]
 fn classic_sidecar_is_a_container_and_shares_the_process_namespace() {
     let inj = injector(classic());
-    let p = opted_in(vec![container("loader", json!({})), gpu("trainer")]);
+    let mut p = opted_in(vec![container("loader", json!({})), gpu("trainer")]);
+    p["spec"]["restartPolicy"] = json!("Never");
     let (outcome, patched, target) = run(&inj, Scope::Pod, &p);
     assert_eq!(
         (outcome, target.as_deref()),
@@ -216,6 +227,116 @@ fn classic_sidecar_is_a_container_and_shares_the_process_namespace() {
     assert_eq!(patched["spec"]["shareProcessNamespace"], true);
     assert!(patched["spec"].get("initContainers").is_none());
     assert!(patched["spec"].get("volumes").is_none());
+}
+
+/// Classic mode follows the pod's restartPolicy: `Never` keeps the exit rule as rendered,
+/// `OnFailure` adds `GPU_SIDECAR_POD_RESTART_POLICY=OnFailure` right after it, `Always` (and
+/// an absent policy, which the API server defaults to `Always`) leaves the rule and the shared
+/// process namespace out. The audit annotation and the reason say which.
+#[test]
+fn classic_sidecar_follows_the_pods_restart_policy() {
+    let inj = injector(classic());
+    let env_names = |patched: &Value| -> Vec<String> {
+        let sidecar = patched["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == SIDECAR)
+            .unwrap()
+            .clone();
+        sidecar["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let base = [
+        "K8S_POD_NAME",
+        "K8S_CONTAINER_NAME",
+        "GPU_SIDECAR_DEVICES",
+        "GPU_SIDECAR_EXIT_WITH_CONTAINERS",
+        "GPU_SIDECAR_LOG_LEVEL",
+    ];
+    for (policy, env, share, exit) in [
+        (Some("Never"), base.to_vec(), Some(true), "with_trainer"),
+        (
+            Some("OnFailure"),
+            vec![
+                "K8S_POD_NAME",
+                "K8S_CONTAINER_NAME",
+                "GPU_SIDECAR_DEVICES",
+                "GPU_SIDECAR_EXIT_WITH_CONTAINERS",
+                "GPU_SIDECAR_POD_RESTART_POLICY",
+                "GPU_SIDECAR_LOG_LEVEL",
+            ],
+            Some(true),
+            "after_restarts",
+        ),
+        (
+            Some("Always"),
+            vec![
+                "K8S_POD_NAME",
+                "K8S_CONTAINER_NAME",
+                "GPU_SIDECAR_DEVICES",
+                "GPU_SIDECAR_LOG_LEVEL",
+            ],
+            None,
+            "none",
+        ),
+        (
+            None,
+            vec![
+                "K8S_POD_NAME",
+                "K8S_CONTAINER_NAME",
+                "GPU_SIDECAR_DEVICES",
+                "GPU_SIDECAR_LOG_LEVEL",
+            ],
+            None,
+            "none",
+        ),
+    ] {
+        let mut p = opted_in(vec![gpu("trainer")]);
+        if let Some(policy) = policy {
+            p["spec"]["restartPolicy"] = json!(policy);
+        }
+        let (outcome, patched, _) = run(&inj, Scope::Pod, &p);
+        assert_eq!(outcome, Outcome::Injected, "{policy:?}");
+        assert_eq!(env_names(&patched), env, "{policy:?}");
+        assert_eq!(
+            patched["spec"]
+                .get("shareProcessNamespace")
+                .and_then(Value::as_bool),
+            share,
+            "{policy:?}"
+        );
+        if policy == Some("OnFailure") {
+            let sidecar = &patched["spec"]["containers"][1];
+            assert_eq!(
+                env_value(sidecar, "GPU_SIDECAR_POD_RESTART_POLICY").as_deref(),
+                Some("OnFailure")
+            );
+        }
+        let typed = serde_json::from_value(p.clone()).unwrap();
+        let a = inj.admit(Scope::Pod, &typed, &p["spec"]);
+        assert_eq!(a.exit.map(|e| e.as_str()), Some(exit));
+        assert!(a.reason.contains("restartPolicy"), "{}", a.reason);
+        let r = response(
+            &answer(
+                &inj,
+                Scope::Pod,
+                &serde_json::to_vec(&review(p, "CREATE")).unwrap(),
+            )
+            .body,
+        );
+        assert_eq!(r["auditAnnotations"]["classic-exit"], exit, "{r}");
+    }
+    // Native mode: the kubelet stops a native sidecar itself; nothing depends on the policy.
+    let native = injector(native());
+    let mut p = opted_in(vec![gpu("trainer")]);
+    p["spec"]["restartPolicy"] = json!("Always");
+    let typed = serde_json::from_value(p.clone()).unwrap();
+    assert_eq!(native.admit(Scope::Pod, &typed, &p["spec"]).exit, None);
 }
 
 #[test]

@@ -493,6 +493,30 @@ def test_injection_into_another_chart(helm, parent_chart, mode, visibility):
         "the example Job must not be rendered when disabled"
 
 
+@pytest.mark.parametrize("policy", ["Never", "OnFailure", "Always"])
+def test_classic_templates_follow_the_pods_restart_policy(helm, parent_chart, policy):
+    """classic.restartPolicy: Never gets the exit rule, OnFailure the rule and
+    GPU_SIDECAR_POD_RESTART_POLICY, Always neither, nor the shared process namespace."""
+    r = render(helm, "gpu-otel-sidecar.mode=classic", f"gpu-otel-sidecar.classic.restartPolicy={policy}",
+               chart=parent_chart, release="exp1")
+    spec = r.job["spec"]["template"]["spec"]
+    _, sc = sidecar_of(spec, SIDECAR)
+    env = env_map(sc)
+    assert env.get("GPU_SIDECAR_EXIT_WITH_CONTAINERS") == (None if policy == "Always" else "true")
+    assert env.get("GPU_SIDECAR_POD_RESTART_POLICY") == ("OnFailure" if policy == "OnFailure" else None)
+    assert spec.get("shareProcessNamespace", False) is (policy != "Always")
+
+
+def test_classic_restart_policy_values_are_checked(helm):
+    proc = helm_template(helm, "--set", "mode=classic", "--set", "classic.restartPolicy=Sometimes", check=False)
+    assert proc.returncode != 0 and "classic.restartPolicy" in proc.stderr
+    # The example is a Job: its pods cannot be Always.
+    proc = helm_template(helm, "--set", "mode=classic", "--set", "classic.restartPolicy=Always", check=False)
+    assert proc.returncode != 0 and "the example is a Job" in proc.stderr
+    job = render(helm, "mode=classic", "classic.restartPolicy=OnFailure").job
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+
+
 def test_lint_strict_for_the_parent_chart(helm, parent_chart):
     proc = subprocess.run([helm, "lint", "--strict", str(parent_chart)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -52,6 +52,8 @@ UUIDS = "gpuVisibility.uuids={GPU-8f6c2a7e-0c1d-4f7b-9a2b-1234567890ab}"
 VARIANTS = {
     "native-pod-resources": ([], ["1.29", "1.33"]),
     "classic-pod-resources": (["mode=classic"], ["1.29", "1.33"]),
+    # The example Job with restartPolicy OnFailure: the webhook adapts its Never rendering.
+    "classic-pod-resources-on-failure": (["mode=classic", "classic.restartPolicy=OnFailure"], ["1.29", "1.33"]),
     "native-dra": (["gpuVisibility.mode=dra"], ["1.33"]),
     "classic-dra": (["mode=classic", "gpuVisibility.mode=dra"], ["1.33"]),
     "native-uuids": (["gpuVisibility.mode=uuids", UUIDS], ["1.29", "1.33"]),
@@ -191,7 +193,7 @@ def test_by_default_the_webhook_keeps_its_certificate_and_may_do_only_that(helm)
     name = mwc["metadata"]["name"]
     [role] = r.of_kind("Role")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{name}-tls"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [f"{name}-tls"], "verbs": ["get", "update"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     ]
     [cluster_role] = r.of_kind("ClusterRole")
@@ -413,13 +415,29 @@ def test_injected_pod_equals_what_the_named_templates_render(helm, binary, tmp_p
         expected = r.pod_spec
         # Annotated pod, anywhere.
         response, pod = webhook.admit("pod", review_of(user_pod(r, {"gpu-otel-sidecar.io/inject": "true"})))
-        assert response["auditAnnotations"] == {"outcome": "injected"}
+        classic = "mode=classic" in sets
+        exit_rule = {"classic-exit": "after_restarts" if "classic.restartPolicy=OnFailure" in sets else "with_trainer"}
+        assert response["auditAnnotations"] == {"outcome": "injected", **(exit_rule if classic else {})}
         assert pod["spec"] == expected, json.dumps({"webhook": pod["spec"], "templates": expected}, indent=1)
         assert pod["metadata"]["annotations"] == {"gpu-otel-sidecar.io/inject": "true", "gpu-otel-sidecar.io/status": "injected"}
         validate_pod(pod, versions)
         # A pod of a labelled namespace, without the annotation.
         _, pod = webhook.admit("namespace", review_of(user_pod(r, None)))
         assert pod["spec"] == expected
+        if classic:
+            # A restartPolicy Always pod (a Deployment's): the same sidecar without the exit
+            # rule, and no shared process namespace.
+            always = user_pod(r, {"gpu-otel-sidecar.io/inject": "true"})
+            always["spec"]["restartPolicy"] = "Always"
+            response, pod = webhook.admit("pod", review_of(always))
+            assert response["auditAnnotations"] == {"outcome": "injected", "classic-exit": "none"}
+            want = copy.deepcopy(expected)
+            want["restartPolicy"] = "Always"
+            want.pop("shareProcessNamespace")
+            for c in want["containers"]:
+                c["env"] = [e for e in c.get("env", []) if not e["name"].startswith(("GPU_SIDECAR_EXIT_WITH_", "GPU_SIDECAR_POD_RESTART_POLICY"))]
+            assert pod["spec"] == want, json.dumps({"webhook": pod["spec"], "expected": want}, indent=1)
+            validate_pod(pod, versions)
         # The rendered pod itself is already injected: left as it is.
         rendered_pod = user_pod(r, {"gpu-otel-sidecar.io/inject": "true"})
         rendered_pod["spec"] = copy.deepcopy(expected)
@@ -464,7 +482,11 @@ def test_fixture_pods_are_valid_after_the_patch(helm, binary, tmp_path):
                     # dra mode and device-plugin GPUs (no claim to share), or pod-resources
                     # mode and DRA GPUs (not listed by the kubelet's pod-resources API)
                     outcome = "visibility_mismatch"
-                assert response["auditAnnotations"] == {"outcome": outcome}, (variant, name, response)
+                expected = {"outcome": outcome}
+                if outcome == "injected" and variant.startswith("classic"):
+                    policy = review["request"]["object"]["spec"].get("restartPolicy", "Always")
+                    expected["classic-exit"] = {"Never": "with_trainer", "OnFailure": "after_restarts"}.get(policy, "none")
+                assert response["auditAnnotations"] == expected, (variant, name, response)
                 validate_pod(pod, versions)
         finally:
             assert webhook.stop() == 0, webhook.output()

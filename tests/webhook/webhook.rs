@@ -170,7 +170,18 @@ fn https(
 
 /// Posts a review file; returns the response review's `response` and the pod as patched.
 fn admit(client: &Arc<rustls::ClientConfig>, addr: &str, path: &str, file: &str) -> (Value, Value) {
-    let review = read_json(&fixture(file));
+    admit_review(client, addr, path, read_json(&fixture(file)), file)
+}
+
+/// Posts `review` (`file`: what to call it in messages); returns the response review's
+/// `response` and the pod as patched.
+fn admit_review(
+    client: &Arc<rustls::ClientConfig>,
+    addr: &str,
+    path: &str,
+    review: Value,
+    file: &str,
+) -> (Value, Value) {
     let (r, _) = https(
         client,
         addr,
@@ -697,7 +708,7 @@ fn settings_are_in_the_settings_doc_and_the_command_in_help() {
         .iter()
         .filter(|s| s.component == Component::Webhook)
         .collect();
-    assert_eq!(webhook.len(), 11);
+    assert_eq!(webhook.len(), 13);
     for s in &webhook {
         let default = match s.unset {
             gpu_otel_sidecar::config::settings::Unset::Default(d) => format!("`{d}`"),
@@ -787,11 +798,16 @@ fn sidecar_of(pod: &Value) -> Value {
 }
 
 fn injected(sidecar_file: &str, review: &str) -> Value {
-    let pki = Pki::new(&format!("inject-{}", review.len()));
+    injected_review(sidecar_file, read_json(&fixture(review)), review).0
+}
+
+/// `review` (called `name`) through the webhook: the pod as patched, and the response.
+fn injected_review(sidecar_file: &str, review: Value, name: &str) -> (Value, Value) {
+    let pki = Pki::new(&format!("inject-{}", name.len()));
     pki.install("webhook");
     let mut agent = webhook(&pki, sidecar_file).spawn();
     let addr = address(&agent);
-    let (response, pod) = admit(&pki.client(), &addr, "/mutate", review);
+    let (response, pod) = admit_review(&pki.client(), &addr, "/mutate", review, name);
     assert_eq!(
         response["auditAnnotations"]["outcome"], "injected",
         "{response}"
@@ -799,7 +815,7 @@ fn injected(sidecar_file: &str, review: &str) -> Value {
     agent.sigterm();
     assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
     std::fs::remove_dir_all(&pki.dir).unwrap();
-    pod
+    (pod, response)
 }
 
 /// A training job's pods get their job on the resource: the webhook injects a PyTorchJob
@@ -1143,15 +1159,143 @@ fn classic_sidecar_ends_with_the_trainer_whatever_its_launcher() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Classic mode follows the pod's restartPolicy. A TFJob worker with `restartPolicy` set to
+/// `Always` (a Deployment's, a LeaderWorkerSet's pod) and to `OnFailure`, injected by the
+/// webhook, next to a trainer that ends and is restarted twice (by the test, as the kubelet
+/// would, a second later), in a pod's process namespace with trainer and sidecar in cgroups of
+/// their own: the sidecar runs through both restarts. After the trainer's last end, the
+/// `OnFailure` sidecar ends once the wait for a restart is over (`GPU_SIDECAR_RESTART_WAIT`
+/// set to 4 s here: by default the kubelet's back-off, 30 s and more), the `Always` one does
+/// not end by itself (it has no exit rule: the webhook says so); a `Never` pod's sidecar ends
+/// within seconds of the trainer, as before. Before, every classic pod got the exit rule:
+/// the sidecar ended a second after the trainer's first end.
+#[test]
+fn classic_sidecar_follows_the_pods_restart_policy() {
+    let bin = env!("CARGO_BIN_EXE_gpu-otel-sidecar");
+    let dir = common::temp_path("classic-restarts");
+    std::fs::create_dir_all(&dir).unwrap();
+    let trainer = ["python3", "-c", "import time; time.sleep(1.5)"];
+    for policy in ["Always", "OnFailure", "Never"] {
+        let mut review = read_json(&fixture("review-tfjob-worker.json"));
+        review["request"]["object"]["spec"]["restartPolicy"] = json!(policy);
+        let (pod, response) = injected_review("sidecar-classic-pod-resources.json", review, policy);
+        let exit = match policy {
+            "Always" => "none",
+            "OnFailure" => "after_restarts",
+            _ => "with_trainer",
+        };
+        assert_eq!(
+            response["auditAnnotations"]["classic-exit"], exit,
+            "{response}"
+        );
+        assert_eq!(
+            pod["spec"]
+                .get("shareProcessNamespace")
+                .and_then(Value::as_bool),
+            (policy != "Always").then_some(true),
+            "{policy}"
+        );
+        let env = kubelet_env(&sidecar_of(&pod), "restarts", &pod["metadata"]["labels"]);
+        let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+        assert_eq!(
+            var("GPU_SIDECAR_EXIT_WITH_CONTAINERS"),
+            (policy != "Always").then_some("true"),
+            "{policy}"
+        );
+        assert_eq!(
+            var("GPU_SIDECAR_POD_RESTART_POLICY"),
+            (policy == "OnFailure").then_some("OnFailure"),
+            "{policy}"
+        );
+        let p = common::pod::Pod::new(&policy.to_lowercase());
+        let mut running = p.start("trainer", &trainer);
+        let (program, args) = p.exec("gpu-otel-sidecar", &[bin]);
+        let mut agent = Agent::builder()
+            .program(program)
+            .args(args)
+            .envs(env.clone())
+            .env("GPU_SIDECAR_RESTART_WAIT", "4s")
+            .env(
+                "GPU_SIDECAR_POD_RESOURCES_SOCKET",
+                dir.join("no-kubelet.sock"),
+            )
+            .env_mock("h200-under-load.json")
+            .spawn();
+        assert!(
+            agent.wait_for_stderr("pod-resources", WAIT),
+            "{policy}: {}",
+            agent.dump()
+        );
+        if policy == "Never" {
+            assert!(running.wait().unwrap().success());
+            let ended = std::time::Instant::now();
+            let status = agent.wait_exit(WAIT);
+            assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", agent.dump());
+            assert!(
+                ended.elapsed() < Duration::from_secs(5),
+                "{:?}",
+                ended.elapsed()
+            );
+            continue;
+        }
+        for restart in 1..=2 {
+            assert!(running.wait().unwrap().success());
+            std::thread::sleep(Duration::from_secs(1));
+            assert!(
+                agent.is_running(),
+                "{policy}: the sidecar ended before restart {restart}: {}",
+                agent.dump()
+            );
+            running = p.start("trainer", &trainer);
+        }
+        assert!(running.wait().unwrap().success());
+        let ended = std::time::Instant::now();
+        if policy == "OnFailure" {
+            let status = agent.wait_exit(WAIT);
+            assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", agent.dump());
+            let after = ended.elapsed();
+            assert!(
+                (Duration::from_secs(3)..Duration::from_secs(10)).contains(&after),
+                "ended {after:?} after the trainer's last end"
+            );
+            let dump = agent.dump();
+            assert_eq!(
+                dump.matches("the pod's other containers are back").count(),
+                2,
+                "{dump}"
+            );
+            assert!(
+                dump.contains("not restarted within the kubelet's restart back-off"),
+                "{dump}"
+            );
+        } else {
+            std::thread::sleep(Duration::from_secs(6));
+            assert!(agent.is_running(), "{policy}: {}", agent.dump());
+            assert!(
+                !agent.dump().contains("watching the pod's other containers"),
+                "no exit rule: {}",
+                agent.dump()
+            );
+            // (`nsenter`, which stands for the container runtime here, does not pass SIGTERM on.)
+            agent.kill();
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // A certificate the webhook keeps itself (GPU_SIDECAR_WEBHOOK_TLS_SECRET), against a fake API
 // server: the Secret and the MutatingWebhookConfiguration as objects, JSON patches applied.
 
-/// The API server's part: objects by path, every call recorded.
+/// The API server's part: objects by path with a `resourceVersion` each (a `PUT` of another
+/// version is refused `409 Conflict`, as the API server does), every call recorded, and each
+/// `caBundle` the configuration held, with when.
 #[derive(Default)]
 struct FakeApi {
     objects: std::sync::Mutex<std::collections::BTreeMap<String, Value>>,
     calls: std::sync::Mutex<Vec<String>>,
+    version: std::sync::atomic::AtomicU64,
+    bundles: std::sync::Mutex<Vec<(std::time::Instant, Option<Vec<String>>)>>,
 }
 
 const TOKEN: &str = "service-account-token";
@@ -1165,8 +1309,25 @@ impl FakeApi {
         self.objects.lock().unwrap().get(path).cloned()
     }
 
-    fn put(&self, path: &str, v: Value) {
-        self.objects.lock().unwrap().insert(path.to_string(), v);
+    /// Stores `v` at `path` with a new `resourceVersion`.
+    fn put(&self, path: &str, mut v: Value) -> Value {
+        let rv = self
+            .version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        v["metadata"]["resourceVersion"] = json!(rv.to_string());
+        self.objects
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), v.clone());
+        if path == MWC_PATH {
+            let bundle = self.ca_bundle();
+            self.bundles
+                .lock()
+                .unwrap()
+                .push((std::time::Instant::now(), bundle));
+        }
+        v
     }
 
     fn calls(&self, prefix: &str) -> usize {
@@ -1199,6 +1360,16 @@ impl FakeApi {
             .map(|w| w["clientConfig"]["caBundle"].as_str().map(str::to_string))
             .collect()
     }
+
+    /// The `caBundle` both entries held `ago` before now (an API server that takes it that
+    /// much later), if they held the same one.
+    fn bundle_as_of(&self, ago: Duration) -> Option<String> {
+        let at = std::time::Instant::now().checked_sub(ago)?;
+        let bundles = self.bundles.lock().unwrap();
+        let (_, all) = bundles.iter().rev().find(|(t, _)| *t <= at)?;
+        let all = all.as_ref()?;
+        (all.len() == 2 && all[0] == all[1]).then(|| all[0].clone())
+    }
 }
 
 async fn fake_api(
@@ -1222,6 +1393,9 @@ async fn fake_api(
     {
         return status(401, "Unauthorized");
     }
+    // One writer at a time, as etcd's compare-and-swap.
+    static WRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _write = WRITE.lock().unwrap_or_else(|p| p.into_inner());
     match method.as_str() {
         "GET" => match api.get(&path) {
             Some(v) => (StatusCode::OK, v.to_string()),
@@ -1233,8 +1407,22 @@ async fn fake_api(
             if api.get(&at).is_some() {
                 return status(409, "already exists");
             }
-            api.put(&at, v.clone());
+            let v = api.put(&at, v);
             (StatusCode::CREATED, v.to_string())
+        }
+        "PUT" => {
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            let Some(current) = api.get(&path) else {
+                return status(404, "not found");
+            };
+            if v["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"] {
+                return status(
+                    409,
+                    "the object has been modified; please apply your changes to the latest version and try again",
+                );
+            }
+            let v = api.put(&path, v);
+            (StatusCode::OK, v.to_string())
         }
         "PATCH" => {
             assert_eq!(
@@ -1248,7 +1436,7 @@ async fn fake_api(
             if json_patch::patch(&mut v, &patch).is_err() {
                 return status(422, "the patch does not apply");
             }
-            api.put(&path, v.clone());
+            let v = api.put(&path, v);
             (StatusCode::OK, v.to_string())
         }
         _ => status(405, "method not allowed"),
@@ -1362,6 +1550,8 @@ fn webhook_keeps_its_own_certificate_and_the_configurations_ca_bundle() {
             )
             .env("GPU_SIDECAR_WEBHOOK_SERVICE_ACCOUNT_DIR", &sa)
             .env("GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL", "300ms")
+            .env("GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL", "300ms")
+            .env("GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP", "1s")
             .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
             .env("KUBERNETES_SERVICE_PORT", port.to_string())
             .env(
@@ -1450,4 +1640,456 @@ fn webhook_keeps_its_own_certificate_and_the_configurations_ca_bundle() {
     assert!(first
         .dump()
         .contains("made the webhook's CA and serving certificate"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The certificate over a cluster's lifetime: rotations with two and three replicas, renewal
+// before expiry, an expired pair found at start.
+
+/// A fake API server holding the rendered configuration, and the service account files the
+/// webhook's replicas read.
+struct Cluster {
+    _rt: tokio::runtime::Runtime,
+    api: Arc<FakeApi>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn new() -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let api = Arc::new(FakeApi::default());
+        api.put(MWC_PATH, FakeApi::rendered_configuration());
+        let (port, api_ca) = serve_fake_api(api.clone(), &rt);
+        let dir = tempfile::tempdir().unwrap();
+        let sa = dir.path().join("serviceaccount");
+        std::fs::create_dir(&sa).unwrap();
+        std::fs::write(sa.join("token"), format!("{TOKEN}\n")).unwrap();
+        std::fs::write(sa.join("ca.crt"), &api_ca).unwrap();
+        std::fs::write(sa.join("namespace"), "gpu-otel-sidecar").unwrap();
+        Self {
+            _rt: rt,
+            api,
+            port,
+            dir,
+        }
+    }
+
+    /// A replica of the webhook keeping its certificate in the Secret, with `settings`.
+    fn replica(&self, settings: &[(&str, &str)]) -> common::AgentBuilder {
+        let mut b = Agent::builder()
+            .arg("webhook")
+            .env("GPU_SIDECAR_WEBHOOK_ADDR", "127.0.0.1:0")
+            .env(
+                "GPU_SIDECAR_WEBHOOK_TLS_SECRET",
+                "gpu-otel-sidecar-webhook-tls",
+            )
+            .env(
+                "GPU_SIDECAR_WEBHOOK_CONFIGURATION",
+                "gpu-otel-sidecar-webhook",
+            )
+            .env(
+                "GPU_SIDECAR_WEBHOOK_SERVICE_ACCOUNT_DIR",
+                self.dir.path().join("serviceaccount"),
+            )
+            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", self.port.to_string())
+            .env(
+                "GPU_SIDECAR_WEBHOOK_SIDECAR",
+                fixture("sidecar-native-pod-resources.json"),
+            )
+            .env("GPU_SIDECAR_WEBHOOK_SHUTDOWN_DELAY", "100ms")
+            .env("OTEL_METRICS_EXPORTER", "none")
+            .env("GPU_SIDECAR_LOG_FORMAT", "json");
+        for (k, v) in settings {
+            b = b.env(k, v);
+        }
+        b
+    }
+
+    /// The `caBundle` both entries hold now.
+    fn bundle(&self) -> Option<String> {
+        self.api.bundle_as_of(Duration::ZERO)
+    }
+}
+
+/// The number of CAs in a `caBundle` (base64 PEM).
+fn cas_in(bundle: &str) -> usize {
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(bundle)
+        .unwrap();
+    String::from_utf8(pem)
+        .unwrap()
+        .matches("BEGIN CERTIFICATE")
+        .count()
+}
+
+/// The certificate a TLS handshake with `client`'s trust is served at `addr` (DER), or why
+/// the handshake failed.
+fn served_by(client: &Arc<rustls::ClientConfig>, addr: &str) -> Result<Vec<u8>, String> {
+    let mut tcp = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(5)));
+    let name = ServerName::try_from("gpu-otel-sidecar-webhook.gpu-otel-sidecar.svc").unwrap();
+    let mut conn = rustls::ClientConnection::new(client.clone(), name).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).map_err(|e| e.to_string())?;
+    }
+    Ok(conn.peer_certificates().unwrap()[0].to_vec())
+}
+
+/// `notAfter` of a DER certificate.
+fn not_after(der: &[u8]) -> std::time::SystemTime {
+    gpu_otel_sidecar::webhook::certs::Validity::of_chain([der])
+        .unwrap()
+        .not_after
+}
+
+/// What a sampler saw: handshakes made, failures (when, which replica, which trust, why),
+/// and each distinct certificate served.
+#[derive(Default)]
+struct Samples {
+    handshakes: usize,
+    failures: Vec<String>,
+    served: Vec<Vec<u8>>,
+    most_cas: usize,
+}
+
+/// Every 100 ms until `stop`, a handshake with each replica by a client that trusts the
+/// configuration's `caBundle` as it is now, and by one that trusts it as it was `lag` ago (an
+/// API server that takes a new `caBundle` that much later).
+fn sample(
+    api: Arc<FakeApi>,
+    addrs: Vec<String>,
+    lag: Duration,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Samples> {
+    std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        let mut out = Samples::default();
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            for (view, ago) in [("current", Duration::ZERO), ("lagging", lag)] {
+                let Some(bundle) = api.bundle_as_of(ago) else {
+                    continue;
+                };
+                out.most_cas = out.most_cas.max(cas_in(&bundle));
+                let client = trusting(&bundle);
+                for a in &addrs {
+                    out.handshakes += 1;
+                    match served_by(&client, a) {
+                        Ok(der) => {
+                            if !out.served.contains(&der) {
+                                out.served.push(der);
+                            }
+                        }
+                        Err(e) => out.failures.push(format!(
+                            "{:?} {a} ({view} caBundle of {} CAs): {e}",
+                            t0.elapsed(),
+                            cas_in(&bundle)
+                        )),
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        out
+    })
+}
+
+/// Deletes the Secret (the documented renewal) under `replicas` replicas while a client that
+/// trusts the `caBundle` (now, and as a lagging API server had it 1 s before) handshakes with
+/// every replica every 100 ms, for the whole rotation and two resyncs after it: not one
+/// handshake fails. The `caBundle` carries both CAs meanwhile, then the new one alone, which
+/// every replica serves. Before the overlap, the replica that made the new Secret switched
+/// the `caBundle` at once while the others served the old certificate until their next
+/// resync.
+fn rotation_without_a_failed_handshake(replicas: usize) {
+    let cluster = Cluster::new();
+    let settings = [
+        ("GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL", "200ms"),
+        ("GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP", "1500ms"),
+        ("GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL", "3s"),
+    ];
+    let mut agents: Vec<Agent> = (0..replicas)
+        .map(|_| cluster.replica(&settings).spawn())
+        .collect();
+    let addrs: Vec<String> = agents.iter().map(address).collect();
+    assert!(
+        common::wait_until(WAIT, || cluster.bundle().is_some_and(|b| {
+            let client = trusting(&b);
+            addrs.iter().all(|a| handshakes(&client, a))
+        })),
+        "{}",
+        agents[0].dump()
+    );
+    let original = cluster.bundle().unwrap();
+    assert_eq!(cas_in(&original), 1);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample(
+        cluster.api.clone(),
+        addrs.clone(),
+        Duration::from_secs(1),
+        stop.clone(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.api.objects.lock().unwrap().remove(SECRET_PATH);
+    let rotated = std::time::Instant::now();
+    assert!(
+        common::wait_until(Duration::from_secs(30), || cluster
+            .bundle()
+            .is_some_and(|b| b != original && cas_in(&b) == 1)),
+        "{}",
+        agents[0].dump()
+    );
+    eprintln!(
+        "{replicas} replicas: the rotation took {:?}",
+        rotated.elapsed()
+    );
+    // Two resyncs more.
+    std::thread::sleep(Duration::from_secs(6));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let samples = sampler.join().unwrap();
+    let dumps: String = agents.iter().map(Agent::dump).collect();
+    assert!(
+        samples.failures.is_empty(),
+        "{} of {} handshakes failed:\n{}\n{dumps}",
+        samples.failures.len(),
+        samples.handshakes,
+        samples.failures.join("\n")
+    );
+    assert!(
+        samples.handshakes >= 80 * replicas,
+        "{}",
+        samples.handshakes
+    );
+    assert_eq!(
+        samples.most_cas, 2,
+        "both CAs in the caBundle during the rotation"
+    );
+    assert_eq!(
+        samples.served.len(),
+        2,
+        "the old certificate, then the new one"
+    );
+    // Every replica serves the new certificate, which the new CA alone is trusted for.
+    let new_only = trusting(&cluster.bundle().unwrap());
+    for a in &addrs {
+        assert_eq!(served_by(&new_only, a).unwrap(), samples.served[1], "{a}");
+    }
+    // One new Secret, however many replicas tried.
+    let secret = cluster.api.get(SECRET_PATH).unwrap();
+    assert!(secret["data"].get("previous-ca.crt").is_none(), "{secret}");
+    for mut agent in agents.drain(..) {
+        agent.sigterm();
+        assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+    }
+    assert!(
+        dumps.contains("the previous CA stays in the caBundle"),
+        "{dumps}"
+    );
+    assert!(
+        dumps.contains("the previous CA leaves the caBundle"),
+        "{dumps}"
+    );
+}
+
+#[test]
+fn rotation_with_two_replicas_fails_no_handshake() {
+    rotation_without_a_failed_handshake(2);
+}
+
+#[test]
+fn rotation_with_three_replicas_fails_no_handshake() {
+    rotation_without_a_failed_handshake(3);
+}
+
+/// A Secret whose CA and certificate expired a minute ago, as a webhook finds it at start
+/// (its pods were down while it expired; `percona/percona-xtradb-cluster-operator#2548`).
+fn expired_secret() -> (Value, Vec<u8>) {
+    use gpu_otel_sidecar::webhook::managed::{Pair, Stored};
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let now = std::time::SystemTime::now();
+    let period = |p: &mut CertificateParams| {
+        p.not_before = (now - Duration::from_secs(7200)).into();
+        p.not_after = (now - Duration::from_secs(60)).into();
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "expired CA");
+    period(&mut ca_params);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let mut params = CertificateParams::new(vec![
+        "gpu-otel-sidecar-webhook.gpu-otel-sidecar.svc".to_string()
+    ])
+    .unwrap();
+    period(&mut params);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let stored = Stored::new(Pair {
+        ca: ca.pem(),
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    });
+    (
+        stored.to_secret("gpu-otel-sidecar", "gpu-otel-sidecar-webhook-tls"),
+        cert.der().to_vec(),
+    )
+}
+
+/// A certificate valid for 6 s: the Secret found expired at start is replaced before
+/// anything is served (a client that accepts any certificate never gets the expired one);
+/// then every certificate is renewed at two thirds of its validity, with the overlap, by one
+/// replica of two: sampled every 100 ms for 15 s, no handshake of a client trusting the
+/// `caBundle` fails and no certificate is served expired. The gauges say when the served
+/// certificate expires and is renewed.
+#[test]
+fn short_lived_certificates_are_renewed_before_expiry_and_an_expired_pair_is_replaced() {
+    let cluster = Cluster::new();
+    let (secret, expired_der) = expired_secret();
+    cluster.api.put(SECRET_PATH, secret);
+    let rx = Receiver::start(common::Protocol::Grpc);
+    let settings = [
+        ("GPU_SIDECAR_WEBHOOK_CERT_VALIDITY", "6s"),
+        ("GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP", "1s"),
+        ("GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL", "200ms"),
+        ("GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL", "2s"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "500"),
+    ];
+    // A client that takes any certificate, and records it.
+    let any = Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate))
+        .with_no_client_auth(),
+    );
+    let mut first = cluster
+        .replica(&settings)
+        .otlp(&rx)
+        .env("OTEL_METRICS_EXPORTER", "otlp")
+        .spawn();
+    let addr = address(&first);
+    let mut presented: Vec<Vec<u8>> = Vec::new();
+    assert!(
+        common::wait_until(WAIT, || {
+            if let Ok(der) = served_by(&any, &addr) {
+                presented.push(der);
+            }
+            !presented.is_empty()
+        }),
+        "{}",
+        first.dump()
+    );
+    assert!(
+        !presented.contains(&expired_der),
+        "the expired certificate was served"
+    );
+    assert!(first.dump().contains("expired at"), "{}", first.dump());
+    let mut second = cluster.replica(&settings).spawn();
+    let addrs = vec![addr.clone(), address(&second)];
+    assert!(common::wait_until(WAIT, || cluster.bundle().is_some_and(
+        |b| addrs.iter().all(|a| handshakes(&trusting(&b), a))
+    )));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample(
+        cluster.api.clone(),
+        addrs.clone(),
+        Duration::ZERO,
+        stop.clone(),
+    );
+    std::thread::sleep(Duration::from_secs(15));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let samples = sampler.join().unwrap();
+    let dumps = format!("{}{}", first.dump(), second.dump());
+    assert!(
+        samples.failures.is_empty(),
+        "{} of {} handshakes failed:\n{}\n{dumps}",
+        samples.failures.len(),
+        samples.handshakes,
+        samples.failures.join("\n")
+    );
+    // A renewal every 3.8 s or so: at least three in 15 s, each served before it expired
+    // (a client that verifies would have failed on an expired one; counted above).
+    assert!(
+        samples.served.len() >= 4,
+        "{} certificates served in 15 s",
+        samples.served.len()
+    );
+    assert!(dumps.contains("renewing the webhook's certificate (two thirds of its validity passed"));
+    // The gauges of the first replica: the expiry of a certificate it served, the renewal
+    // two thirds of the way to it.
+    assert!(
+        rx.wait_for_metric("gpu_sidecar.webhook.certificate.expiry", WAIT),
+        "{:?}",
+        rx.metric_names()
+    );
+    let expiry = rx.last_points("gpu_sidecar.webhook.certificate.expiry");
+    let renewal = rx.last_points("gpu_sidecar.webhook.certificate.renewal");
+    assert_eq!((expiry.len(), renewal.len()), (1, 1));
+    let secs = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as f64
+    };
+    let served_expiries: Vec<f64> = samples.served.iter().map(|d| secs(not_after(d))).collect();
+    assert!(
+        served_expiries.contains(&expiry[0].value),
+        "{} not among {served_expiries:?}",
+        expiry[0].value
+    );
+    // Validity 6 s from 0.6 s before it was made: renewal 2.2 s before expiry.
+    let before = expiry[0].value - renewal[0].value;
+    assert!((1.0..=3.5).contains(&before), "{before}");
+    for agent in [&mut first, &mut second] {
+        agent.sigterm();
+        assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+    }
+}
+
+/// Takes any server certificate (the test looks at which it was).
+#[derive(Debug)]
+struct AnyCertificate;
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        rustls::crypto::ring::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }

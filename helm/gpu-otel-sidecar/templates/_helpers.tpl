@@ -64,6 +64,8 @@ this chart's values, for pods on the pod network and (key hostNetwork) for hostN
 {{- range $hostNetwork := list false true }}
 {{- $values := deepCopy $.Values }}
 {{- $_ := set $values "hostNetwork" $hostNetwork }}
+{{- /* Rendered for restartPolicy Never: the webhook adapts it to each pod's policy. */}}
+{{- $_ := set $values.classic "restartPolicy" "Never" }}
 {{- $args := dict "root" $ "values" $values }}
 {{- $placement := dict }}
 {{- $_ := set $placement "podSpec" (include "gpu-otel-sidecar.podSpec" $args | fromYaml) }}

@@ -66,6 +66,9 @@ them may be empty and the list has nothing else (initContainers in classic mode)
 {{- define "gpu-otel-sidecar.validate" -}}
 {{- $root := .root }}
 {{- $v := .values }}
+{{- if not (has ($v.classic.restartPolicy | default "Never") (list "Never" "OnFailure" "Always")) }}
+{{- fail (printf "gpu-otel-sidecar: classic.restartPolicy %q: expected Never, OnFailure or Always (the pod's restartPolicy)" (toString $v.classic.restartPolicy)) }}
+{{- end }}
 {{- if not (has $v.mode (list "native" "classic")) }}
 {{- fail (printf "gpu-otel-sidecar: mode %q: expected native or classic" (toString $v.mode)) }}
 {{- end }}
@@ -267,7 +270,8 @@ in capitals, `_` for every other character (the agent's `label_variable`). */}}
 - name: GPU_SIDECAR_DEVICES
   value: "all"
 {{- end }}
-{{- if eq $v.mode "classic" }}
+{{- $restartPolicy := $v.classic.restartPolicy | default "Never" }}
+{{- if and (eq $v.mode "classic") (ne $restartPolicy "Always") }}
 {{- if $v.classic.exitWithProcess }}
 # Classic sidecar: exit 0 once the training process, seen once, is gone (or the pod's other
 # containers have ended), so the Job completes.
@@ -278,6 +282,12 @@ in capitals, `_` for every other character (the agent's `label_variable`). */}}
 # trainer runs (python3, torchrun, a shell script), so the Job completes.
 - name: GPU_SIDECAR_EXIT_WITH_CONTAINERS
   value: "true"
+{{- end }}
+{{- if eq $restartPolicy "OnFailure" }}
+# restartPolicy OnFailure: the sidecar ends only once the trainer has not been restarted within
+# the kubelet's restart back-off.
+- name: GPU_SIDECAR_POD_RESTART_POLICY
+  value: "OnFailure"
 {{- end }}
 {{- end }}
 {{- with $v.extraEnv }}
@@ -389,8 +399,9 @@ terminationMessagePolicy: FallbackToLogsOnError
 {{/* Pod-level fields: shareProcessNamespace in classic mode; else nothing. */}}
 {{- define "gpu-otel-sidecar.podSpec" -}}
 {{- $v := include "gpu-otel-sidecar.values" . | fromYaml }}
-{{- if eq $v.mode "classic" -}}
-# Classic sidecar: it watches the trainer's process to exit with it.
+{{- if and (eq $v.mode "classic") (ne ($v.classic.restartPolicy | default "Never") "Always") -}}
+# Classic sidecar: it watches the trainer's process to exit with it (not in restartPolicy
+# Always pods, where it runs as long as the pod).
 shareProcessNamespace: true
 {{- end }}
 {{- end }}

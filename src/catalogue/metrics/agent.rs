@@ -91,8 +91,35 @@ pub static ADMISSIONS: AgentMetricDef = AgentMetricDef {
     source: "the `webhook` command (`src/webhook/`), one per `POST /mutate` or `/mutate/namespace` answered",
 };
 
+/// `gpu_sidecar.webhook.certificate.expiry`: when the webhook's serving certificate expires.
+pub static CERTIFICATE_EXPIRY: AgentMetricDef = AgentMetricDef {
+    name: "gpu_sidecar.webhook.certificate.expiry",
+    instrument: AgentInstrument::Gauge,
+    unit: "s",
+    description: "Unix time (seconds) at which the certificate the admission webhook serves expires (the earliest `notAfter` of its chain); absent while it serves none. One series per replica (exported by the `webhook` command's own process). An alert compares it with `time()`: the shipped rules `GPUSidecarWebhookCertificateExpiring` and `GPUSidecarWebhookCertificateExpired`.",
+    attributes: "none",
+    source: "the served certificate's `notAfter` (x509-cert), read when it is loaded: its files (`GPU_SIDECAR_WEBHOOK_TLS_CERT`) or its Secret (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`)",
+};
+
+/// `gpu_sidecar.webhook.certificate.renewal`: when the webhook renews the certificate it keeps.
+pub static CERTIFICATE_RENEWAL: AgentMetricDef = AgentMetricDef {
+    name: "gpu_sidecar.webhook.certificate.renewal",
+    instrument: AgentInstrument::Gauge,
+    unit: "s",
+    description: "Unix time (seconds) at which the certificate the admission webhook serves is due for renewal: two thirds of the way from its `notBefore` to its `notAfter`. Only for a certificate the webhook keeps itself (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`), which it renews then; absent for certificate files, renewed by whoever writes them. A replica still serving a certificate past this time has not taken the renewed one: the shipped rule `GPUSidecarWebhookCertificateNotRenewed`.",
+    attributes: "none",
+    source: "the served certificate's `notBefore` and `notAfter` (x509-cert), read when it is loaded from the Secret",
+};
+
 /// Every recorded metric, in documentation order.
-pub static RECORDED: &[&AgentMetricDef] = &[&XID_ERRORS, &SAMPLE_DURATION, &ALERTS, &ADMISSIONS];
+pub static RECORDED: &[&AgentMetricDef] = &[
+    &XID_ERRORS,
+    &SAMPLE_DURATION,
+    &ALERTS,
+    &ADMISSIONS,
+    &CERTIFICATE_EXPIRY,
+    &CERTIFICATE_RENEWAL,
+];
 
 /// `gpu_sidecar.nvml.errors`: errors NVML answered, by call and code.
 pub static NVML_ERRORS: AgentMetricDef = AgentMetricDef {

@@ -1,6 +1,7 @@
 //! The metrics recorded as things happen ([`RECORDED`](crate::catalogue::metrics::RECORDED): XIDs,
-//! alerts, sample durations): cumulative counts and histograms by attribute set, kept in
-//! memory until each export reads them ([`Recorded::collect`]).
+//! alerts, sample durations, the webhook's certificate): cumulative counts and histograms by
+//! attribute set, and gauges' last values, kept in memory until each export reads them
+//! ([`Recorded::collect`], [`Recorded::gauges`]).
 //!
 //! A series is born with its first increment (nothing is exported for what never
 //! happened), counting from the agent's start: the encoder gives it the agent's start as
@@ -53,10 +54,22 @@ pub struct HistogramValue {
     pub max: f64,
 }
 
+/// One gauge series: its attributes and last value.
+#[derive(Debug, Clone)]
+pub struct GaugeValue {
+    /// The metric.
+    pub def: &'static AgentMetricDef,
+    /// Its attributes.
+    pub attributes: Vec<KeyValue>,
+    /// The value last set.
+    pub value: f64,
+}
+
 #[derive(Debug, Default)]
 struct State {
     counters: BTreeMap<String, CounterValue>,
     histograms: BTreeMap<String, HistogramValue>,
+    gauges: BTreeMap<String, GaugeValue>,
     /// Metrics whose series limit was hit (warned once).
     full: Vec<&'static str>,
 }
@@ -92,6 +105,19 @@ impl Recorded {
             bounds,
             store: self.clone(),
         }
+    }
+
+    /// A gauge handle for `def`.
+    pub fn gauge(self: &Arc<Self>, def: &'static AgentMetricDef) -> Gauge {
+        Gauge {
+            def,
+            store: self.clone(),
+        }
+    }
+
+    /// Every gauge series, as last set.
+    pub fn gauges(&self) -> Vec<GaugeValue> {
+        self.lock().gauges.values().cloned().collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -152,6 +178,43 @@ impl Counter {
                 },
             );
         }
+    }
+}
+
+/// A gauge: the last value set, exported at each export until it is cleared.
+#[derive(Debug, Clone)]
+pub struct Gauge {
+    def: &'static AgentMetricDef,
+    store: Arc<Recorded>,
+}
+
+impl Gauge {
+    /// Sets the series of `attributes` to `value` (creating it).
+    pub fn set(&self, value: f64, attributes: &[KeyValue]) {
+        let key = series_key(self.def.name, attributes);
+        let mut s = self.store.lock();
+        let State { gauges, full, .. } = &mut *s;
+        if let Some(g) = gauges.get_mut(&key) {
+            g.value = value;
+        } else if room(gauges, full, self.def) {
+            gauges.insert(
+                key,
+                GaugeValue {
+                    def: self.def,
+                    attributes: attributes.to_vec(),
+                    value,
+                },
+            );
+        }
+    }
+
+    /// Removes every series of the metric: it is absent from the next export on (a value
+    /// no longer known is not exported).
+    pub fn clear(&self) {
+        self.store
+            .lock()
+            .gauges
+            .retain(|_, g| !std::ptr::eq(g.def, self.def));
     }
 }
 
@@ -231,6 +294,20 @@ mod tests {
         assert_eq!(hs[0].bucket_counts, vec![2, 1, 1]);
         assert_eq!((hs[0].count, hs[0].min, hs[0].max), (4, 0.0005, 0.5));
         assert!((hs[0].sum - 0.5065).abs() < 1e-12);
+    }
+
+    #[test]
+    fn gauges_keep_the_last_value_until_cleared() {
+        use crate::catalogue::metrics::CERTIFICATE_EXPIRY;
+        let r = Recorded::new();
+        let g = r.gauge(&CERTIFICATE_EXPIRY);
+        assert!(r.gauges().is_empty(), "absent until set");
+        g.set(1.0, &[]);
+        g.set(2.0, &[]);
+        assert_eq!(r.gauges().len(), 1);
+        assert_eq!(r.gauges()[0].value, 2.0);
+        g.clear();
+        assert!(r.gauges().is_empty());
     }
 
     #[test]
