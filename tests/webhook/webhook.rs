@@ -1421,6 +1421,17 @@ async fn fake_api(
                     "the object has been modified; please apply your changes to the latest version and try again",
                 );
             }
+            // A Secret's type cannot change (an unset one is `Opaque`).
+            let kind = |s: &Value| s["type"].as_str().unwrap_or("Opaque").to_string();
+            if path.contains("/secrets/") && kind(&v) != kind(&current) {
+                return status(
+                    422,
+                    &format!(
+                        "Secret is invalid: type: Invalid value: {:?}: field is immutable",
+                        kind(&v)
+                    ),
+                );
+            }
             let v = api.put(&path, v);
             (StatusCode::OK, v.to_string())
         }
@@ -1906,39 +1917,51 @@ fn rotation_with_three_replicas_fails_no_handshake() {
     rotation_without_a_failed_handshake(3);
 }
 
-/// A Secret whose CA and certificate expired a minute ago, as a webhook finds it at start
-/// (its pods were down while it expired; `percona/percona-xtradb-cluster-operator#2548`).
-fn expired_secret() -> (Value, Vec<u8>) {
-    use gpu_otel_sidecar::webhook::managed::{Pair, Stored};
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-    let now = std::time::SystemTime::now();
-    let period = |p: &mut CertificateParams| {
-        p.not_before = (now - Duration::from_secs(7200)).into();
-        p.not_after = (now - Duration::from_secs(60)).into();
-    };
+/// A CA and a certificate it signs for the webhook's Service, made by hand (or by another
+/// tool): the certificate valid from `not_before` to `not_after`, the CA to `ca_not_after`.
+/// Returns the pair and the certificate (DER).
+fn pair_made_by_hand(
+    not_before: std::time::SystemTime,
+    ca_not_after: std::time::SystemTime,
+    not_after: std::time::SystemTime,
+) -> (gpu_otel_sidecar::webhook::managed::Pair, Vec<u8>) {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca_params
         .distinguished_name
-        .push(DnType::CommonName, "expired CA");
-    period(&mut ca_params);
+        .push(DnType::CommonName, "hand-made CA");
+    ca_params.not_before = not_before.into();
+    ca_params.not_after = ca_not_after.into();
     let ca_key = KeyPair::generate().unwrap();
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let mut params = CertificateParams::new(vec![
         "gpu-otel-sidecar-webhook.gpu-otel-sidecar.svc".to_string()
     ])
     .unwrap();
-    period(&mut params);
+    params.not_before = not_before.into();
+    params.not_after = not_after.into();
     let key = KeyPair::generate().unwrap();
     let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-    let stored = Stored::new(Pair {
-        ca: ca.pem(),
-        cert: cert.pem(),
-        key: key.serialize_pem(),
-    });
     (
-        stored.to_secret("gpu-otel-sidecar", "gpu-otel-sidecar-webhook-tls"),
+        gpu_otel_sidecar::webhook::managed::Pair {
+            ca: ca.pem(),
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        },
         cert.der().to_vec(),
+    )
+}
+
+/// A Secret whose CA and certificate expired a minute ago, as a webhook finds it at start
+/// (its pods were down while it expired; `percona/percona-xtradb-cluster-operator#2548`).
+fn expired_secret() -> (Value, Vec<u8>) {
+    let now = std::time::SystemTime::now();
+    let expired = now - Duration::from_secs(60);
+    let (pair, der) = pair_made_by_hand(now - Duration::from_secs(7200), expired, expired);
+    (
+        gpu_otel_sidecar::webhook::managed::Stored::new(pair)
+            .to_secret("gpu-otel-sidecar", "gpu-otel-sidecar-webhook-tls"),
+        der,
     )
 }
 
@@ -2091,5 +2114,149 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
         rustls::crypto::ring::default_provider()
             .signature_verification_algorithms
             .supported_schemes()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replays: reports against webhooks that keep their own certificate, rebuilt against the fake
+// API server.
+
+/// The Secret the replicas keep, as the fake API server holds it now.
+fn secret_now(cluster: &Cluster) -> Value {
+    cluster.api.get(SECRET_PATH).unwrap_or(Value::Null)
+}
+
+/// `data[key]` of `secret`, decoded.
+fn secret_data(secret: &Value, key: &str) -> Option<String> {
+    let b64 = secret["data"][key].as_str()?;
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap(),
+    )
+    .ok()
+}
+
+/// kyverno/kyverno#6317: a Secret made as `Opaque` (by hand, `kubectl create secret generic`,
+/// or an older tool), with labels, annotations, an owner reference and a data key of someone
+/// else's, due for renewal. The renewal writes the new pair into it and keeps all that: its
+/// type (the API server refuses to change a Secret's type, so a write as `kubernetes.io/tls`
+/// failed at every poll and the pair was never renewed), and what others put on it; then the
+/// previous CA is dropped the same way.
+#[test]
+fn an_opaque_secret_made_by_hand_is_renewed_keeping_what_others_put_on_it() {
+    let cluster = Cluster::new();
+    let now = std::time::SystemTime::now();
+    // Two thirds of its validity passed, a minute left.
+    let until = now + Duration::from_secs(60);
+    let (pair, original_der) = pair_made_by_hand(now - Duration::from_secs(100), until, until);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let owner = json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "gpu-otel-sidecar-webhook",
+                        "uid": "4f1c2d9e-8a57-4d0b-9a57-2b0e5c1f7a10"}]);
+    cluster.api.put(
+        SECRET_PATH,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+               "metadata": {"name": "gpu-otel-sidecar-webhook-tls", "namespace": "gpu-otel-sidecar",
+                            "labels": {"team": "ml-platform"},
+                            "annotations": {"backup.example.com/include": "true"},
+                            "ownerReferences": owner},
+               "data": {"ca.crt": b64(&pair.ca), "tls.crt": b64(&pair.cert), "tls.key": b64(&pair.key),
+                        "README": b64("made by hand")}}),
+    );
+    let settings = [
+        ("GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL", "200ms"),
+        ("GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP", "1s"),
+        ("GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL", "2s"),
+    ];
+    let mut agent = cluster.replica(&settings).spawn();
+    let addr = address(&agent);
+    // Renewed, and the rotation over (the previous CA dropped).
+    assert!(
+        common::wait_until(WAIT, || {
+            let s = secret_now(&cluster);
+            secret_data(&s, "tls.crt").is_some_and(|c| c != pair.cert)
+                && s["data"].get("previous-ca.crt").is_none()
+                && cluster.bundle().is_some_and(|b| cas_in(&b) == 1)
+        }),
+        "{}\n{}",
+        secret_now(&cluster),
+        agent.dump()
+    );
+    let secret = secret_now(&cluster);
+    assert_eq!(secret["type"], "Opaque", "{secret}");
+    assert_eq!(
+        secret["metadata"]["labels"]["team"], "ml-platform",
+        "{secret}"
+    );
+    assert_eq!(
+        secret["metadata"]["annotations"]["backup.example.com/include"], "true",
+        "{secret}"
+    );
+    assert_eq!(secret["metadata"]["ownerReferences"], owner, "{secret}");
+    assert_eq!(
+        secret_data(&secret, "README").as_deref(),
+        Some("made by hand")
+    );
+    assert!(
+        secret["metadata"]["annotations"]
+            .get("gpu-otel-sidecar.io/serve-from")
+            .is_none(),
+        "{secret}"
+    );
+    // The renewed certificate is served, trusted by the caBundle.
+    let bundle = cluster.bundle().unwrap();
+    assert!(
+        common::wait_until(WAIT, || served_by(&trusting(&bundle), &addr)
+            .is_ok_and(|der| der != original_der)),
+        "{}",
+        agent.dump()
+    );
+    assert!(agent
+        .dump()
+        .contains("renewing the webhook's certificate (two thirds of its validity passed"));
+    agent.sigterm();
+    assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+}
+
+/// hashicorp/vault-helm#725, hashicorp/vault-k8s#388: the Secret exists but holds nothing (made
+/// beforehand as a placeholder, by a GitOps repository or a policy), and every replica failed
+/// on it ("failed to find any PEM data") until someone deleted it. The webhook fills it (an
+/// update carrying its `resourceVersion`, keeping its labels) and serves it.
+#[test]
+fn an_empty_secret_made_beforehand_is_filled() {
+    let cluster = Cluster::new();
+    cluster.api.put(
+        SECRET_PATH,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+               "metadata": {"name": "gpu-otel-sidecar-webhook-tls", "namespace": "gpu-otel-sidecar",
+                            "labels": {"team": "ml-platform"}}}),
+    );
+    let settings = [("GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL", "200ms")];
+    let mut agents: Vec<Agent> = (0..2).map(|_| cluster.replica(&settings).spawn()).collect();
+    let addrs: Vec<String> = agents.iter().map(address).collect();
+    assert!(
+        common::wait_until(WAIT, || cluster.bundle().is_some_and(|b| {
+            let client = trusting(&b);
+            addrs.iter().all(|a| handshakes(&client, a))
+        })),
+        "{}\n{}",
+        secret_now(&cluster),
+        agents[0].dump()
+    );
+    let secret = secret_now(&cluster);
+    assert_eq!(secret["type"], "Opaque", "{secret}");
+    assert_eq!(
+        secret["metadata"]["labels"]["team"], "ml-platform",
+        "{secret}"
+    );
+    assert!(secret_data(&secret, "ca.crt").is_some_and(|ca| ca.contains("BEGIN CERTIFICATE")));
+    assert_eq!(
+        cluster.api.calls("POST "),
+        0,
+        "it exists: filled, not created"
+    );
+    for mut agent in agents.drain(..) {
+        agent.sigterm();
+        assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
     }
 }
