@@ -1322,6 +1322,50 @@ mod tests {
         assert_eq!(serving.served(v.not_after), Some(new.validity().unwrap()));
     }
 
+    /// kyverno/kyverno#12049 and #9736: after a renewal the old CA stayed in the Secret (and an
+    /// expired one with it) for good. A Secret due for renewal whose `previous-ca.crt` still
+    /// holds an expired CA and a valid one (a rotation whose end was never written): the
+    /// renewal carries the current and the valid previous CA, not the expired one; at the
+    /// end of the overlap all of them leave, and the caBundle is the new CA alone.
+    #[test]
+    fn renewal_carries_no_expired_ca_and_the_previous_ones_leave() {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let now = SystemTime::now();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        p.not_before = (now - Duration::from_secs(7200)).into();
+        p.not_after = (now - Duration::from_secs(60)).into();
+        let expired = p.self_signed(&KeyPair::generate().unwrap()).unwrap().pem();
+        let valid = Pair::generate(&names(), Duration::from_secs(3600))
+            .unwrap()
+            .ca;
+        let current = Pair::generate(&names(), Duration::from_secs(3600)).unwrap();
+        let stored = Stored {
+            previous_ca: join_pem([expired.as_str(), valid.as_str()]),
+            previous_until: Some(now - Duration::from_secs(1)),
+            ..Stored::new(current.clone())
+        };
+        let v = current.validity().unwrap();
+        let due = at(&v, 0.7);
+        let step = plan(&stored, v, due);
+        assert_eq!(step, Step::Renew { expired: false });
+        let fresh = Pair::generate(&names(), Duration::from_secs(36_000)).unwrap();
+        let overlap = Duration::from_secs(30);
+        let renewed = apply(&stored, step, Some(fresh.clone()), overlap, due);
+        assert_eq!(
+            renewed.bundle(),
+            join_pem([fresh.ca.as_str(), current.ca.as_str(), valid.as_str()])
+        );
+        let later = due + overlap * 2;
+        let v2 = fresh.validity().unwrap();
+        assert_eq!(plan(&renewed, v2, later), Step::DropPrevious);
+        let dropped = apply(&renewed, Step::DropPrevious, None, overlap, later);
+        assert_eq!(dropped.bundle(), join_pem([fresh.ca.as_str()]));
+        let secret = dropped.to_secret("gpu", "hook-tls");
+        assert!(secret["data"].get(PREVIOUS_CA_KEY).is_none(), "{secret}");
+        assert_eq!(plan(&dropped, v2, later), Step::Keep);
+    }
+
     #[test]
     fn bundles_hold_each_ca_once_and_expired_cas_are_left_out() {
         let a = Pair::generate(&names(), Duration::from_secs(3600)).unwrap();
