@@ -679,14 +679,22 @@ fn refused(what: &str, status: u16, body: &Value) -> String {
     format!("{what}: HTTP {status} {message}")
 }
 
+/// Whether `secret` holds none of `ca.crt`, `tls.crt`, `tls.key` (absent or empty: a
+/// `kubernetes.io/tls` placeholder must have the last two, and may leave them empty).
+fn holds_no_pair(secret: &Value) -> bool {
+    ["ca.crt", "tls.crt", "tls.key"]
+        .iter()
+        .all(|k| secret["data"][k].as_str().is_none_or(str::is_empty))
+}
+
 /// The Secret as a read found it.
 enum Found {
     /// Holding a pair.
     Pair(Stored),
     /// It does not exist.
     Absent,
-    /// It exists but holds none of `ca.crt`, `tls.crt`, `tls.key` (made beforehand, empty):
-    /// filled as if it did not exist, keeping the rest of it.
+    /// It exists but holds none of `ca.crt`, `tls.crt`, `tls.key` ([`holds_no_pair`]: made
+    /// beforehand, empty): filled as if it did not exist, keeping the rest of it.
     Empty(Value),
 }
 
@@ -819,12 +827,7 @@ impl Keeper {
             .call(reqwest::Method::GET, &self.secret_path(), None)
             .await?;
         match status {
-            200 if ["ca.crt", "tls.crt", "tls.key"]
-                .iter()
-                .all(|k| body["data"].get(k).is_none()) =>
-            {
-                Ok(Found::Empty(body))
-            }
+            200 if holds_no_pair(&body) => Ok(Found::Empty(body)),
             200 => Stored::from_secret(&body).map(Found::Pair).map_err(|e| {
                 format!("{what} cannot be served: {e} (delete it and the webhook makes a new one)")
             }),
@@ -1364,6 +1367,27 @@ mod tests {
         let secret = dropped.to_secret("gpu", "hook-tls");
         assert!(secret["data"].get(PREVIOUS_CA_KEY).is_none(), "{secret}");
         assert_eq!(plan(&dropped, v2, later), Step::Keep);
+    }
+
+    /// A placeholder Secret is filled: one without data, an `Opaque` one with other keys
+    /// only, a `kubernetes.io/tls` one with its two keys empty. One holding any part of a
+    /// pair is not (it is someone's, or half written: refused by name).
+    #[test]
+    fn placeholders_hold_no_pair() {
+        for empty in [
+            json!({"type": "Opaque"}),
+            json!({"type": "Opaque", "data": {"README": "aGk="}}),
+            json!({"type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}}),
+        ] {
+            assert!(holds_no_pair(&empty), "{empty}");
+        }
+        let pair = Stored::new(Pair::generate(&names(), Duration::from_secs(3600)).unwrap())
+            .to_secret("gpu", "hook-tls");
+        let mut half = json!({"type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}});
+        half["data"]["tls.crt"] = pair["data"]["tls.crt"].clone();
+        for partial in [pair, half] {
+            assert!(!holds_no_pair(&partial), "{partial}");
+        }
     }
 
     #[test]
