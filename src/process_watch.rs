@@ -24,8 +24,9 @@
 //! The pod's `restartPolicy` ([`RestartPolicy`], `GPU_SIDECAR_POD_RESTART_POLICY`) decides what
 //! "ended" means. `Never` (a Job's pod): the end above, at once. `OnFailure`: the kubelet
 //! restarts a trainer that failed, in the same pod, after its crash-loop back-off; the end
-//! counts only once the trainer has stayed gone longer than that ([`RestartWait`]), and a
-//! trainer that comes back resets it (the sidecar runs through every restart). `Always`: the
+//! counts only once the trainer has stayed gone longer than that ([`RestartWait`]; from the
+//! containers' end when a followed process ended before its container), and a trainer that
+//! comes back resets it (the sidecar runs through every restart). `Always`: the
 //! kubelet would restart the sidecar too, which would end again at once (a crash loop), so
 //! the exit rules are refused with it (the webhook does not inject them into such pods).
 //!
@@ -316,6 +317,13 @@ impl Watch {
                 );
                 wait.is_zero().then_some(End::NotRestarted)
             }
+            // Only the named process had gone, and now its container has ended too: the
+            // kubelet's back-off starts from this end, and so does the wait.
+            (Some(_), Some(_)) if in_pod && !r.containers_gone && s.others == 0 => {
+                r.gone_since = Some(now);
+                r.containers_gone = true;
+                r.wait.after(r.count).is_zero().then_some(End::NotRestarted)
+            }
             (Some(_), Some(since)) => (now.saturating_duration_since(since)
                 >= r.wait.after(r.count))
             .then_some(End::NotRestarted),
@@ -592,6 +600,59 @@ mod tests {
             "python gone, container alive: waiting"
         );
         assert_eq!(w.observe_at(launcher, s(10)), Some(End::NotRestarted));
+    }
+
+    /// `OnFailure` with a process name, whose container goes on a little after it (`python
+    /// train.py; upload.sh`, a launcher's cleanup): the kubelet's back-off starts when the
+    /// container ends, so the wait starts again then. Before, it counted from the process's
+    /// end only, and a container restarted within the wait after its own end, but not after
+    /// the process's, lost its sidecar just before. (A container that goes on longer than the
+    /// wait after its process ended ends the sidecar, as before: the process has not come
+    /// back.)
+    #[test]
+    fn on_failure_counts_the_wait_from_the_containers_end() {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let running = Scan {
+            others: 3,
+            named: 1,
+        };
+        let uploading = Scan {
+            others: 1,
+            named: 0,
+        };
+        let wait = RestartWait::Fixed(Duration::from_secs(5));
+        let mut w = Watch::new(Follow::Process("python".into()), true).on_failure(wait);
+        assert_eq!(w.observe_at(running, s(0)), None);
+        for at in 1..=3 {
+            assert_eq!(
+                w.observe_at(uploading, s(at)),
+                None,
+                "python failed at 1 s, the container still uploads at {at} s"
+            );
+        }
+        for at in 4..=8 {
+            assert_eq!(
+                w.observe_at(Scan::default(), s(at)),
+                None,
+                "the container ended at 4 s; at {at} s"
+            );
+        }
+        assert_eq!(w.observe_at(uploading, s(9)), None, "restarted");
+        assert_eq!(w.observe_at(running, s(11)), None, "python again");
+        // Its last end: python at 20, the container at 21, and 5 s after that.
+        assert_eq!(w.observe_at(uploading, s(20)), None);
+        assert_eq!(w.observe_at(Scan::default(), s(21)), None);
+        assert_eq!(w.observe_at(Scan::default(), s(25)), None);
+        assert_eq!(
+            w.observe_at(Scan::default(), s(26)),
+            Some(End::NotRestarted)
+        );
+        // A container that outlives the wait after its process: ended, as before.
+        let mut w = Watch::new(Follow::Process("python".into()), true).on_failure(wait);
+        assert_eq!(w.observe_at(running, s(0)), None);
+        assert_eq!(w.observe_at(uploading, s(1)), None);
+        assert_eq!(w.observe_at(uploading, s(6)), Some(End::NotRestarted));
     }
 
     #[test]

@@ -335,7 +335,7 @@ pub const WEBHOOK_CERT_VALIDITY: Setting = webhook(
     "GPU_SIDECAR_WEBHOOK_CERT_VALIDITY",
     Unset::Default("3650d"),
     DURATION,
-    "validity of the CA and serving certificate the webhook makes (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`); it renews them at two thirds of it, with the overlap of `GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP` (at least three times that)",
+    "validity of the CA and serving certificate the webhook makes (`GPU_SIDECAR_WEBHOOK_TLS_SECRET`); it renews them at two thirds of it, with the overlap of `GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP` (at least three times that, and ending before the year 10000)",
 );
 /// `GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL`: how often the Secret and the configuration are read.
 pub const WEBHOOK_RESYNC_INTERVAL: Setting = webhook(

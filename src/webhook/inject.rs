@@ -14,7 +14,8 @@
 //!   `resourceClaims` are left as they are.
 //!
 //! - in classic mode, the exit rule follows the pod's `restartPolicy` ([`ClassicExit`]): `Never`
-//!   keeps it as rendered; `OnFailure` adds `GPU_SIDECAR_POD_RESTART_POLICY=OnFailure` after
+//!   keeps it as rendered (without a `GPU_SIDECAR_POD_RESTART_POLICY` the rendering may carry
+//!   from `extraEnv`); `OnFailure` adds `GPU_SIDECAR_POD_RESTART_POLICY=OnFailure` after
 //!   it (the sidecar then waits out the kubelet's restarts of the trainer); `Always` (also
 //!   the API server's default) leaves it out, and `shareProcessNamespace` with it: such a
 //!   sidecar runs as long as the pod (ending by itself would only make the kubelet restart it).
@@ -464,7 +465,11 @@ impl Injector {
                     Some(ClassicExit::None) => {
                         env.retain(|e| !is_rule(e) && e["name"] != RESTART_POLICY_ENV);
                     }
-                    Some(ClassicExit::WithTrainer) | None => {}
+                    // The pod's policy, not one in the rendered environment (`extraEnv`).
+                    Some(ClassicExit::WithTrainer) => {
+                        env.retain(|e| e["name"] != RESTART_POLICY_ENV);
+                    }
+                    None => {}
                 }
             }
             if self.template.gpu_visibility == GpuVisibility::Dra {

@@ -3,8 +3,8 @@
 //! Flux, `helm template | kubectl apply`) renders the same objects: nothing a sync applies can
 //! make the API server trust a CA the webhook does not serve.
 //!
-//! **The Secret** (the webhook's namespace, type `kubernetes.io/tls`) holds the pair every
-//! replica serves and the CAs the configuration's `caBundle` must carry:
+//! **The Secret** (the webhook's namespace, type `kubernetes.io/tls` when the webhook makes it)
+//! holds the pair every replica serves and the CAs the configuration's `caBundle` must carry:
 //! - `tls.crt`, `tls.key`: the newest serving certificate (rcgen, ECDSA P-256, for the Service
 //!   the configuration names: `<service>`, `<service>.<namespace>`, `<service>.<namespace>.svc`);
 //! - `ca.crt`: the CA that signed it (the CA's key is not kept);
@@ -13,14 +13,17 @@
 //!   on serving it until then) and [`PREVIOUS_CA_UNTIL_ANNOTATION`] (when `previous-ca.crt` is
 //!   dropped), RFC 3339 times, during a rotation only.
 //!
-//! The configuration's `caBundle` is `ca.crt` followed by `previous-ca.crt`.
+//! The configuration's `caBundle` is `ca.crt` followed by `previous-ca.crt`. A write changes
+//! only these keys and annotations: the Secret's type and whatever others put on it (labels,
+//! annotations, owner references, other keys) stay as they are.
 //!
 //! **Each replica**, every `GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL` (2 s), `GET`s the Secret
 //! and takes the one step its state calls for ([`plan`]), whichever replica comes first (a
 //! write carries the `resourceVersion` it read: a replica that lost the race, `409 Conflict`,
 //! reads again and finds the step done):
 //! 1. Absent (first install, or deleted to renew): a new CA and certificate are made and the
-//!    Secret created (`POST`). The CAs the configuration's `caBundle` holds now (a replica may
+//!    Secret created (`POST`; one found holding none of the three keys, made beforehand, is
+//!    filled instead, `PUT`). The CAs the configuration's `caBundle` holds now (a replica may
 //!    serve a certificate of theirs) go into `previous-ca.crt`, with the two times below.
 //! 2. Its certificate (or CA) is expired: replaced at once, without overlap (an expired pair
 //!    is never served: no client accepts it).
@@ -324,8 +327,9 @@ impl Pair {
 }
 
 /// The Secret as read: the pair, the CAs trusted before, the rotation's times and the
-/// `resourceVersion` a write must carry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `resourceVersion` a write must carry. Two are equal when all of that is (whatever else
+/// the objects hold).
+#[derive(Debug, Clone)]
 pub struct Stored {
     /// `ca.crt`, `tls.crt`, `tls.key`.
     pub pair: Pair,
@@ -337,7 +341,32 @@ pub struct Stored {
     pub previous_until: Option<SystemTime>,
     /// `metadata.resourceVersion` (`None` for a Secret not written yet).
     pub resource_version: Option<String>,
+    /// The Secret as read (`None` for one not written yet): a write changes only the keys and
+    /// annotations above, and keeps the rest (its `type`, which the API server does not let
+    /// change; the labels, annotations, owner references, finalizers and data keys that others
+    /// put on it).
+    pub object: Option<Value>,
 }
+
+impl PartialEq for Stored {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.pair,
+            &self.previous_ca,
+            self.serve_from,
+            self.previous_until,
+            &self.resource_version,
+        ) == (
+            &other.pair,
+            &other.previous_ca,
+            other.serve_from,
+            other.previous_until,
+            &other.resource_version,
+        )
+    }
+}
+
+impl Eq for Stored {}
 
 impl Stored {
     /// A Secret holding `pair` alone.
@@ -348,6 +377,7 @@ impl Stored {
             serve_from: None,
             previous_until: None,
             resource_version: None,
+            object: None,
         }
     }
 
@@ -394,37 +424,66 @@ impl Stored {
             resource_version: secret["metadata"]["resourceVersion"]
                 .as_str()
                 .map(str::to_string),
+            object: Some(secret.clone()),
         })
     }
 
     /// The Secret `name` of `namespace` holding this (with its `resourceVersion`, if any: a
-    /// `PUT` then fails with `409 Conflict` if another writer came first).
+    /// `PUT` then fails with `409 Conflict` if another writer came first). A Secret read
+    /// before keeps everything but our keys and annotations ([`Stored::object`]); a new one is
+    /// of type `kubernetes.io/tls`.
     pub fn to_secret(&self, namespace: &str, name: &str) -> Value {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let mut data = json!({"ca.crt": b64(&self.pair.ca), "tls.crt": b64(&self.pair.cert), "tls.key": b64(&self.pair.key)});
-        if !self.previous_ca.is_empty() {
+        let mut secret = self.object.clone().unwrap_or_else(
+            || json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls"}),
+        );
+        let object = |v: &mut Value, key: &str| {
+            if !v[key].is_object() {
+                v[key] = json!({});
+            }
+        };
+        object(&mut secret, "data");
+        object(&mut secret, "metadata");
+        let data = &mut secret["data"];
+        data["ca.crt"] = json!(b64(&self.pair.ca));
+        data["tls.crt"] = json!(b64(&self.pair.cert));
+        data["tls.key"] = json!(b64(&self.pair.key));
+        if self.previous_ca.is_empty() {
+            data.as_object_mut().map(|d| d.remove(PREVIOUS_CA_KEY));
+        } else {
             data[PREVIOUS_CA_KEY] = json!(b64(&self.previous_ca));
         }
-        let mut metadata = json!({
-            "name": name,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpu-otel-sidecar-webhook"},
-        });
+        let metadata = &mut secret["metadata"];
+        // What the API server keeps by itself when a write leaves it out.
+        if let Some(m) = metadata.as_object_mut() {
+            m.remove("managedFields");
+            m.remove("resourceVersion");
+        }
+        metadata["name"] = json!(name);
+        metadata["namespace"] = json!(namespace);
+        object(metadata, "labels");
+        metadata["labels"]["app.kubernetes.io/managed-by"] = json!("gpu-otel-sidecar-webhook");
+        object(metadata, "annotations");
         let rfc3339 = |t: SystemTime| humantime::format_rfc3339_millis(t).to_string();
-        let mut annotations = serde_json::Map::new();
-        if let Some(t) = self.serve_from {
-            annotations.insert(SERVE_FROM_ANNOTATION.into(), json!(rfc3339(t)));
+        let annotations = metadata["annotations"]
+            .as_object_mut()
+            .expect("made an object above");
+        for (key, time) in [
+            (SERVE_FROM_ANNOTATION, self.serve_from),
+            (PREVIOUS_CA_UNTIL_ANNOTATION, self.previous_until),
+        ] {
+            match time {
+                Some(t) => annotations.insert(key.into(), json!(rfc3339(t))),
+                None => annotations.remove(key),
+            };
         }
-        if let Some(t) = self.previous_until {
-            annotations.insert(PREVIOUS_CA_UNTIL_ANNOTATION.into(), json!(rfc3339(t)));
-        }
-        if !annotations.is_empty() {
-            metadata["annotations"] = Value::Object(annotations);
+        if annotations.is_empty() {
+            metadata.as_object_mut().map(|m| m.remove("annotations"));
         }
         if let Some(rv) = &self.resource_version {
             metadata["resourceVersion"] = json!(rv);
         }
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "kubernetes.io/tls", "data": data})
+        secret
     }
 }
 
@@ -512,6 +571,7 @@ pub fn apply(
                 overlap,
                 now,
                 stored.resource_version.clone(),
+                stored.object.clone(),
             )
         }
         (Step::DropPrevious, _) => Stored {
@@ -526,13 +586,15 @@ pub fn apply(
 
 /// A Secret holding `pair`, with `previous` CAs trusted around the switch: served from
 /// `now + overlap`, the previous CAs dropped at `now + 2 × overlap`. Without previous CAs, no
-/// times: served at once.
+/// times: served at once. `resource_version` and `object`: of the Secret it is written over
+/// (`None`: a new one).
 fn rotation(
     pair: Pair,
     previous: String,
     overlap: Duration,
     now: SystemTime,
     resource_version: Option<String>,
+    object: Option<Value>,
 ) -> Stored {
     let rotating = !previous.is_empty();
     Stored {
@@ -541,6 +603,7 @@ fn rotation(
         previous_until: rotating.then(|| now + overlap * 2),
         previous_ca: previous,
         resource_version,
+        object,
     }
 }
 
@@ -614,6 +677,25 @@ impl Kube {
 fn refused(what: &str, status: u16, body: &Value) -> String {
     let message = body["message"].as_str().unwrap_or("");
     format!("{what}: HTTP {status} {message}")
+}
+
+/// Whether `secret` holds none of `ca.crt`, `tls.crt`, `tls.key` (absent or empty: a
+/// `kubernetes.io/tls` placeholder must have the last two, and may leave them empty).
+fn holds_no_pair(secret: &Value) -> bool {
+    ["ca.crt", "tls.crt", "tls.key"]
+        .iter()
+        .all(|k| secret["data"][k].as_str().is_none_or(str::is_empty))
+}
+
+/// The Secret as a read found it.
+enum Found {
+    /// Holding a pair.
+    Pair(Stored),
+    /// It does not exist.
+    Absent,
+    /// It exists but holds none of `ca.crt`, `tls.crt`, `tls.key` ([`holds_no_pair`]: made
+    /// beforehand, empty): filled as if it did not exist, keeping the rest of it.
+    Empty(Value),
 }
 
 /// What a sync did.
@@ -737,58 +819,81 @@ impl Keeper {
         Ok((names, join_pem(bundles.iter().flat_map(|b| pem_blocks(b)))))
     }
 
-    /// The Secret, `None` when it does not exist.
-    async fn read(&self) -> Result<Option<Stored>, String> {
+    /// The Secret ([`Found`]).
+    async fn read(&self) -> Result<Found, String> {
         let what = format!("Secret {}", self.secret_ref());
         let (status, body) = self
             .kube
             .call(reqwest::Method::GET, &self.secret_path(), None)
             .await?;
         match status {
-            200 => Stored::from_secret(&body).map(Some).map_err(|e| {
+            200 if holds_no_pair(&body) => Ok(Found::Empty(body)),
+            200 => Stored::from_secret(&body).map(Found::Pair).map_err(|e| {
                 format!("{what} cannot be served: {e} (delete it and the webhook makes a new one)")
             }),
-            404 => Ok(None),
+            404 => Ok(Found::Absent),
             _ => Err(refused(&format!("reading {what}"), status, &body)),
         }
     }
 
-    /// Step 1: the Secret made, with the CAs the `caBundle` carries now (and that of the
-    /// certificate this replica serves) trusted around the switch. `None`: another replica
-    /// made it first.
-    async fn create(&self, now: SystemTime) -> Result<Option<Stored>, String> {
+    /// Step 1: the Secret made (or `empty`, the one found without a pair, filled), with the
+    /// CAs the `caBundle` carries now (and that of the certificate this replica serves)
+    /// trusted around the switch. `None`: another replica made it first.
+    async fn create(
+        &self,
+        now: SystemTime,
+        empty: Option<Value>,
+    ) -> Result<Option<Stored>, String> {
         let (names, bundle) = self.service_and_bundle().await?;
         let pair = Pair::generate(&names, self.settings.validity)?;
         let mine = self.serving.current_ca().unwrap_or_default();
         let previous = unexpired_cas(&format!("{bundle}{mine}"), &pair.ca, now);
-        let stored = rotation(pair, previous, self.settings.overlap, now, None);
-        let create = format!("/api/v1/namespaces/{}/secrets", self.namespace);
-        let (status, body) = self
-            .kube
-            .call(
-                reqwest::Method::POST,
-                &create,
-                Some((
-                    "application/json",
-                    stored.to_secret(&self.namespace, &self.settings.secret),
-                )),
-            )
-            .await?;
+        let resource_version = empty
+            .as_ref()
+            .and_then(|e| e["metadata"]["resourceVersion"].as_str())
+            .map(str::to_string);
+        let filled = empty.is_some();
+        let stored = rotation(
+            pair,
+            previous,
+            self.settings.overlap,
+            now,
+            resource_version,
+            empty,
+        );
+        let secret = stored.to_secret(&self.namespace, &self.settings.secret);
+        let (status, body) = if filled {
+            let body = Some(("application/json", secret));
+            self.kube
+                .call(reqwest::Method::PUT, &self.secret_path(), body)
+                .await?
+        } else {
+            let create = format!("/api/v1/namespaces/{}/secrets", self.namespace);
+            let body = Some(("application/json", secret));
+            self.kube.call(reqwest::Method::POST, &create, body).await?
+        };
         match status {
             200 | 201 => {
                 tracing::info!(
                     secret = %self.secret_ref(),
                     dns_names = %names.join(", "),
-                    "made the webhook's CA and serving certificate and stored them in Secret {}{}",
+                    "made the webhook's CA and serving certificate and stored them in Secret {}{}{}",
                     self.secret_ref(),
+                    if filled { " (which held none)" } else { "" },
                     self.overlap_note(&stored)
                 );
                 Ok(Some(Stored::from_secret(&body).unwrap_or(stored)))
             }
-            // Another replica was first: read its Secret.
+            // Another replica was first (or the Secret to fill changed or went meanwhile):
+            // read it again.
             409 => Ok(None),
+            404 if filled => Ok(None),
             _ => Err(refused(
-                &format!("creating Secret {}", self.secret_ref()),
+                &format!(
+                    "{} Secret {}",
+                    if filled { "filling" } else { "creating" },
+                    self.secret_ref()
+                ),
                 status,
                 &body,
             )),
@@ -929,8 +1034,12 @@ impl Keeper {
     /// The first failure, in one line.
     pub async fn sync(&mut self, now: SystemTime) -> Result<Synced, String> {
         let mut stored = match self.read().await? {
-            Some(s) => s,
-            None => match self.create(now).await? {
+            Found::Pair(s) => s,
+            Found::Absent => match self.create(now, None).await? {
+                Some(s) => s,
+                None => return Ok(Synced::Again),
+            },
+            Found::Empty(empty) => match self.create(now, Some(empty)).await? {
                 Some(s) => s,
                 None => return Ok(Synced::Again),
             },
@@ -1214,6 +1323,71 @@ mod tests {
         serving.offer(held(&new), Some(from), false, false, now);
         let v = old.validity().unwrap();
         assert_eq!(serving.served(v.not_after), Some(new.validity().unwrap()));
+    }
+
+    /// kyverno/kyverno#12049 and #9736: after a renewal the old CA stayed in the Secret (and an
+    /// expired one with it) for good. A Secret due for renewal whose `previous-ca.crt` still
+    /// holds an expired CA and a valid one (a rotation whose end was never written): the
+    /// renewal carries the current and the valid previous CA, not the expired one; at the
+    /// end of the overlap all of them leave, and the caBundle is the new CA alone.
+    #[test]
+    fn renewal_carries_no_expired_ca_and_the_previous_ones_leave() {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let now = SystemTime::now();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        p.not_before = (now - Duration::from_secs(7200)).into();
+        p.not_after = (now - Duration::from_secs(60)).into();
+        let expired = p.self_signed(&KeyPair::generate().unwrap()).unwrap().pem();
+        let valid = Pair::generate(&names(), Duration::from_secs(3600))
+            .unwrap()
+            .ca;
+        let current = Pair::generate(&names(), Duration::from_secs(3600)).unwrap();
+        let stored = Stored {
+            previous_ca: join_pem([expired.as_str(), valid.as_str()]),
+            previous_until: Some(now - Duration::from_secs(1)),
+            ..Stored::new(current.clone())
+        };
+        let v = current.validity().unwrap();
+        let due = at(&v, 0.7);
+        let step = plan(&stored, v, due);
+        assert_eq!(step, Step::Renew { expired: false });
+        let fresh = Pair::generate(&names(), Duration::from_secs(36_000)).unwrap();
+        let overlap = Duration::from_secs(30);
+        let renewed = apply(&stored, step, Some(fresh.clone()), overlap, due);
+        assert_eq!(
+            renewed.bundle(),
+            join_pem([fresh.ca.as_str(), current.ca.as_str(), valid.as_str()])
+        );
+        let later = due + overlap * 2;
+        let v2 = fresh.validity().unwrap();
+        assert_eq!(plan(&renewed, v2, later), Step::DropPrevious);
+        let dropped = apply(&renewed, Step::DropPrevious, None, overlap, later);
+        assert_eq!(dropped.bundle(), join_pem([fresh.ca.as_str()]));
+        let secret = dropped.to_secret("gpu", "hook-tls");
+        assert!(secret["data"].get(PREVIOUS_CA_KEY).is_none(), "{secret}");
+        assert_eq!(plan(&dropped, v2, later), Step::Keep);
+    }
+
+    /// A placeholder Secret is filled: one without data, an `Opaque` one with other keys
+    /// only, a `kubernetes.io/tls` one with its two keys empty. One holding any part of a
+    /// pair is not (it is someone's, or half written: refused by name).
+    #[test]
+    fn placeholders_hold_no_pair() {
+        for empty in [
+            json!({"type": "Opaque"}),
+            json!({"type": "Opaque", "data": {"README": "aGk="}}),
+            json!({"type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}}),
+        ] {
+            assert!(holds_no_pair(&empty), "{empty}");
+        }
+        let pair = Stored::new(Pair::generate(&names(), Duration::from_secs(3600)).unwrap())
+            .to_secret("gpu", "hook-tls");
+        let mut half = json!({"type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}});
+        half["data"]["tls.crt"] = pair["data"]["tls.crt"].clone();
+        for partial in [pair, half] {
+            assert!(!holds_no_pair(&partial), "{partial}");
+        }
     }
 
     #[test]

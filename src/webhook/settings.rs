@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::inject::Reinvocation;
 pub use crate::config::settings::{
@@ -213,7 +213,7 @@ fn managed_settings<'a>(
             ROTATION_OVERLAP.accepts,
         )
     })?;
-    if overlap < poll * 2 {
+    if poll.checked_mul(2).is_none_or(|twice| overlap < twice) {
         return Err(ConfigError::new(
             ROTATION_OVERLAP.name,
             overlap_value,
@@ -224,8 +224,34 @@ fn managed_settings<'a>(
             ),
         ));
     }
-    if validity < overlap * 3 {
-        let value = get(&CERT_VALIDITY).unwrap_or_default();
+    let validity_value = get(&CERT_VALIDITY).unwrap_or_default();
+    // X.509 writes no time after 9999-12-31T23:59:59Z (rcgen cannot make such a certificate).
+    let last = SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_799);
+    if SystemTime::now()
+        .checked_add(validity)
+        .is_none_or(|end| end > last)
+    {
+        return Err(ConfigError::new(
+            CERT_VALIDITY.name,
+            validity_value,
+            format!(
+                "{} that ends before the year 10000 (the last time an X.509 certificate can hold)",
+                CERT_VALIDITY.accepts
+            ),
+        ));
+    }
+    let Some(thrice) = overlap.checked_mul(3) else {
+        return Err(ConfigError::new(
+            ROTATION_OVERLAP.name,
+            overlap_value,
+            format!(
+                "{}, and at most a third of {}",
+                ROTATION_OVERLAP.accepts, CERT_VALIDITY.name
+            ),
+        ));
+    };
+    if validity < thrice {
+        let value = validity_value;
         return Err(ConfigError::new(
             CERT_VALIDITY.name,
             value,
@@ -324,14 +350,26 @@ mod tests {
         assert_eq!(m.overlap, Duration::from_secs(30));
         // An overlap shorter than two polls, or a validity under three overlaps, is refused
         // by name.
-        for (var, value) in [
-            ("GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP", "3s"),
-            ("GPU_SIDECAR_WEBHOOK_CERT_VALIDITY", "89s"),
+        // Durations too long to compute with, or a validity past the last time X.509 can
+        // write (9999-12-31), are refused by name too, not a panic.
+        // (A poll interval that long leaves no overlap twice as long: the overlap is named.)
+        const OVERLAP: &str = "GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP";
+        const VALIDITY: &str = "GPU_SIDECAR_WEBHOOK_CERT_VALIDITY";
+        for (var, value, named) in [
+            (OVERLAP, "3s", OVERLAP),
+            (VALIDITY, "89s", VALIDITY),
+            (VALIDITY, "100000y", VALIDITY),
+            (OVERLAP, "300000000000y", OVERLAP),
+            (
+                "GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL",
+                "300000000000y",
+                OVERLAP,
+            ),
         ] {
             let mut v = vars(&base);
             v.insert(var.into(), value.into());
             let e = WebhookSettings::from_vars(&v).unwrap_err();
-            assert_eq!(e.var, var, "{e}");
+            assert_eq!(e.var, named, "{e}");
         }
         let mut v = vars(&base);
         v.insert("GPU_SIDECAR_WEBHOOK_CERT_VALIDITY".into(), "6s".into());

@@ -331,6 +331,34 @@ fn classic_sidecar_follows_the_pods_restart_policy() {
         );
         assert_eq!(r["auditAnnotations"]["classic-exit"], exit, "{r}");
     }
+    // A restart policy in the rendered environment (`extraEnv`) gives way to the pod's: a
+    // `Never` pod's sidecar does not wait out restarts that never come, an `OnFailure` one
+    // gets the variable once.
+    let mut t = classic();
+    t["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "GPU_SIDECAR_POD_RESTART_POLICY", "value": "OnFailure"}));
+    for t in [t.clone(), with_host_network(t)] {
+        let inj = injector(t);
+        for (policy, want) in [("Never", None), ("OnFailure", Some("OnFailure"))] {
+            let mut p = opted_in(vec![gpu("trainer")]);
+            p["spec"]["restartPolicy"] = json!(policy);
+            let (_, patched, _) = run(&inj, Scope::Pod, &p);
+            let names = env_names(&patched);
+            let n = names
+                .iter()
+                .filter(|n| *n == "GPU_SIDECAR_POD_RESTART_POLICY")
+                .count();
+            assert_eq!(n, usize::from(want.is_some()), "{policy}: {names:?}");
+            let sidecar = &patched["spec"]["containers"][1];
+            assert_eq!(
+                env_value(sidecar, "GPU_SIDECAR_POD_RESTART_POLICY").as_deref(),
+                want,
+                "{policy}"
+            );
+        }
+    }
     // Native mode: the kubelet stops a native sidecar itself; nothing depends on the policy.
     let native = injector(native());
     let mut p = opted_in(vec![gpu("trainer")]);

@@ -1,7 +1,8 @@
 //! A pod's shared process namespace on this machine (`shareProcessNamespace: true`), for the
 //! classic sidecar's tests: `unshare --pid --fork --mount-proc --net` makes a PID namespace
 //! whose PID 1 stands for the infra container's `pause`, and a network namespace of the pod's
-//! own (its ports are not this machine's); each "container" is a cgroup of its own (as every
+//! own (its ports are not this machine's; its loopback up, as the runtime's CNI sets it, so
+//! that an exec probe reaches `127.0.0.1`); each "container" is a cgroup of its own (as every
 //! container runtime gives), its processes entering the namespaces with `nsenter`. Needs
 //! root (cgroups, namespaces), as CI and these machines run.
 
@@ -50,7 +51,7 @@ impl Pod {
         let pause = Command::new("sh")
             .args([
                 "-c",
-                r#"echo $$ > "$1/cgroup.procs" && exec unshare --pid --fork --mount-proc --net sleep infinity"#,
+                r#"echo $$ > "$1/cgroup.procs" && exec unshare --pid --fork --mount-proc --net sh -c 'ip link set lo up 2>/dev/null; exec sleep infinity'"#,
                 "sh",
             ])
             .arg(&pause_cg)
@@ -112,6 +113,21 @@ impl Pod {
             .stdin(Stdio::null())
             .spawn()
             .unwrap()
+    }
+
+    /// Kills every process of container `container` with SIGKILL, as the kernel's OOM killer
+    /// or the runtime does (exit code 137).
+    pub fn kill(&self, container: &str) {
+        let procs = std::fs::read_to_string(self.cgroup(container).join("cgroup.procs"))
+            .unwrap_or_default();
+        for pid in procs
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
     }
 
     /// Whether a process of container `container` is still running.

@@ -1421,6 +1421,17 @@ async fn fake_api(
                     "the object has been modified; please apply your changes to the latest version and try again",
                 );
             }
+            // A Secret's type cannot change (an unset one is `Opaque`).
+            let kind = |s: &Value| s["type"].as_str().unwrap_or("Opaque").to_string();
+            if path.contains("/secrets/") && kind(&v) != kind(&current) {
+                return status(
+                    422,
+                    &format!(
+                        "Secret is invalid: type: Invalid value: {:?}: field is immutable",
+                        kind(&v)
+                    ),
+                );
+            }
             let v = api.put(&path, v);
             (StatusCode::OK, v.to_string())
         }
@@ -1906,39 +1917,51 @@ fn rotation_with_three_replicas_fails_no_handshake() {
     rotation_without_a_failed_handshake(3);
 }
 
-/// A Secret whose CA and certificate expired a minute ago, as a webhook finds it at start
-/// (its pods were down while it expired; `percona/percona-xtradb-cluster-operator#2548`).
-fn expired_secret() -> (Value, Vec<u8>) {
-    use gpu_otel_sidecar::webhook::managed::{Pair, Stored};
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-    let now = std::time::SystemTime::now();
-    let period = |p: &mut CertificateParams| {
-        p.not_before = (now - Duration::from_secs(7200)).into();
-        p.not_after = (now - Duration::from_secs(60)).into();
-    };
+/// A CA and a certificate it signs for the webhook's Service, made by hand (or by another
+/// tool): the certificate valid from `not_before` to `not_after`, the CA to `ca_not_after`.
+/// Returns the pair and the certificate (DER).
+fn pair_made_by_hand(
+    not_before: std::time::SystemTime,
+    ca_not_after: std::time::SystemTime,
+    not_after: std::time::SystemTime,
+) -> (gpu_otel_sidecar::webhook::managed::Pair, Vec<u8>) {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca_params
         .distinguished_name
-        .push(DnType::CommonName, "expired CA");
-    period(&mut ca_params);
+        .push(DnType::CommonName, "hand-made CA");
+    ca_params.not_before = not_before.into();
+    ca_params.not_after = ca_not_after.into();
     let ca_key = KeyPair::generate().unwrap();
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let mut params = CertificateParams::new(vec![
         "gpu-otel-sidecar-webhook.gpu-otel-sidecar.svc".to_string()
     ])
     .unwrap();
-    period(&mut params);
+    params.not_before = not_before.into();
+    params.not_after = not_after.into();
     let key = KeyPair::generate().unwrap();
     let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-    let stored = Stored::new(Pair {
-        ca: ca.pem(),
-        cert: cert.pem(),
-        key: key.serialize_pem(),
-    });
     (
-        stored.to_secret("gpu-otel-sidecar", "gpu-otel-sidecar-webhook-tls"),
+        gpu_otel_sidecar::webhook::managed::Pair {
+            ca: ca.pem(),
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        },
         cert.der().to_vec(),
+    )
+}
+
+/// A Secret whose CA and certificate expired a minute ago, as a webhook finds it at start
+/// (its pods were down while it expired; `percona/percona-xtradb-cluster-operator#2548`).
+fn expired_secret() -> (Value, Vec<u8>) {
+    let now = std::time::SystemTime::now();
+    let expired = now - Duration::from_secs(60);
+    let (pair, der) = pair_made_by_hand(now - Duration::from_secs(7200), expired, expired);
+    (
+        gpu_otel_sidecar::webhook::managed::Stored::new(pair)
+            .to_secret("gpu-otel-sidecar", "gpu-otel-sidecar-webhook-tls"),
+        der,
     )
 }
 
@@ -2092,4 +2115,422 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
             .signature_verification_algorithms
             .supported_schemes()
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replays: reports against webhooks that keep their own certificate, rebuilt against the fake
+// API server.
+
+/// The Secret the replicas keep, as the fake API server holds it now.
+fn secret_now(cluster: &Cluster) -> Value {
+    cluster.api.get(SECRET_PATH).unwrap_or(Value::Null)
+}
+
+/// `data[key]` of `secret`, decoded.
+fn secret_data(secret: &Value, key: &str) -> Option<String> {
+    let b64 = secret["data"][key].as_str()?;
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap(),
+    )
+    .ok()
+}
+
+/// kyverno/kyverno#6317: a Secret made as `Opaque` (by hand, `kubectl create secret generic`,
+/// or an older tool), with labels, annotations, an owner reference and a data key of someone
+/// else's, due for renewal. The renewal writes the new pair into it and keeps all that: its
+/// type (the API server refuses to change a Secret's type, so a write as `kubernetes.io/tls`
+/// failed at every poll and the pair was never renewed), and what others put on it; then the
+/// previous CA is dropped the same way.
+#[test]
+fn an_opaque_secret_made_by_hand_is_renewed_keeping_what_others_put_on_it() {
+    let cluster = Cluster::new();
+    let now = std::time::SystemTime::now();
+    // Two thirds of its validity passed, a minute left.
+    let until = now + Duration::from_secs(60);
+    let (pair, original_der) = pair_made_by_hand(now - Duration::from_secs(100), until, until);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let owner = json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "gpu-otel-sidecar-webhook",
+                        "uid": "4f1c2d9e-8a57-4d0b-9a57-2b0e5c1f7a10"}]);
+    cluster.api.put(
+        SECRET_PATH,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+               "metadata": {"name": "gpu-otel-sidecar-webhook-tls", "namespace": "gpu-otel-sidecar",
+                            "labels": {"team": "ml-platform"},
+                            "annotations": {"backup.example.com/include": "true"},
+                            "ownerReferences": owner},
+               "data": {"ca.crt": b64(&pair.ca), "tls.crt": b64(&pair.cert), "tls.key": b64(&pair.key),
+                        "README": b64("made by hand")}}),
+    );
+    let settings = [
+        ("GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL", "200ms"),
+        ("GPU_SIDECAR_WEBHOOK_ROTATION_OVERLAP", "1s"),
+        ("GPU_SIDECAR_WEBHOOK_RESYNC_INTERVAL", "2s"),
+    ];
+    let mut agent = cluster.replica(&settings).spawn();
+    let addr = address(&agent);
+    // Renewed, and the rotation over (the previous CA dropped).
+    assert!(
+        common::wait_until(WAIT, || {
+            let s = secret_now(&cluster);
+            secret_data(&s, "tls.crt").is_some_and(|c| c != pair.cert)
+                && s["data"].get("previous-ca.crt").is_none()
+                && cluster.bundle().is_some_and(|b| cas_in(&b) == 1)
+        }),
+        "{}\n{}",
+        secret_now(&cluster),
+        agent.dump()
+    );
+    let secret = secret_now(&cluster);
+    assert_eq!(secret["type"], "Opaque", "{secret}");
+    assert_eq!(
+        secret["metadata"]["labels"]["team"], "ml-platform",
+        "{secret}"
+    );
+    assert_eq!(
+        secret["metadata"]["annotations"]["backup.example.com/include"], "true",
+        "{secret}"
+    );
+    assert_eq!(secret["metadata"]["ownerReferences"], owner, "{secret}");
+    assert_eq!(
+        secret_data(&secret, "README").as_deref(),
+        Some("made by hand")
+    );
+    assert!(
+        secret["metadata"]["annotations"]
+            .get("gpu-otel-sidecar.io/serve-from")
+            .is_none(),
+        "{secret}"
+    );
+    // The renewed certificate is served, trusted by the caBundle.
+    let bundle = cluster.bundle().unwrap();
+    assert!(
+        common::wait_until(WAIT, || served_by(&trusting(&bundle), &addr)
+            .is_ok_and(|der| der != original_der)),
+        "{}",
+        agent.dump()
+    );
+    assert!(agent
+        .dump()
+        .contains("renewing the webhook's certificate (two thirds of its validity passed"));
+    agent.sigterm();
+    assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+}
+
+/// hashicorp/vault-helm#725, hashicorp/vault-k8s#388: the Secret exists but holds nothing (made
+/// beforehand as a placeholder, by a GitOps repository or a policy), and every replica failed
+/// on it ("failed to find any PEM data") until someone deleted it. The webhook fills it (an
+/// update carrying its `resourceVersion`, keeping its labels) and serves it.
+#[test]
+fn an_empty_secret_made_beforehand_is_filled() {
+    let cluster = Cluster::new();
+    cluster.api.put(
+        SECRET_PATH,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+               "metadata": {"name": "gpu-otel-sidecar-webhook-tls", "namespace": "gpu-otel-sidecar",
+                            "labels": {"team": "ml-platform"}}}),
+    );
+    let settings = [("GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL", "200ms")];
+    let mut agents: Vec<Agent> = (0..2).map(|_| cluster.replica(&settings).spawn()).collect();
+    let addrs: Vec<String> = agents.iter().map(address).collect();
+    assert!(
+        common::wait_until(WAIT, || cluster.bundle().is_some_and(|b| {
+            let client = trusting(&b);
+            addrs.iter().all(|a| handshakes(&client, a))
+        })),
+        "{}\n{}",
+        secret_now(&cluster),
+        agents[0].dump()
+    );
+    let secret = secret_now(&cluster);
+    assert_eq!(secret["type"], "Opaque", "{secret}");
+    assert_eq!(
+        secret["metadata"]["labels"]["team"], "ml-platform",
+        "{secret}"
+    );
+    assert!(secret_data(&secret, "ca.crt").is_some_and(|ca| ca.contains("BEGIN CERTIFICATE")));
+    assert_eq!(
+        cluster.api.calls("POST "),
+        0,
+        "it exists: filled, not created"
+    );
+    for mut agent in agents.drain(..) {
+        agent.sigterm();
+        assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+    }
+}
+
+/// A client that takes any certificate (to see which one a replica serves).
+fn any_certificate() -> Arc<rustls::ClientConfig> {
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate))
+        .with_no_client_auth(),
+    )
+}
+
+/// hashicorp/vault-k8s#124 (replicas that each made a certificate of their own, and patched
+/// the caBundle with theirs: intermittent "bad certificate") and
+/// aws/amazon-eks-pod-identity-webhook#35 (a restarted replica asked for a new certificate
+/// instead of reusing the stored one). Three replicas started at the same moment without a
+/// Secret: one Secret is made, every replica serves its certificate, the caBundle holds its CA
+/// alone. A replica restarted afterwards serves the same certificate and writes nothing.
+#[test]
+fn replicas_started_together_make_one_certificate_and_a_restart_reuses_it() {
+    let cluster = Cluster::new();
+    let settings = [("GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL", "200ms")];
+    let mut agents: Vec<Agent> = (0..3).map(|_| cluster.replica(&settings).spawn()).collect();
+    let addrs: Vec<String> = agents.iter().map(address).collect();
+    assert!(
+        common::wait_until(WAIT, || cluster.bundle().is_some_and(|b| {
+            let client = trusting(&b);
+            addrs.iter().all(|a| handshakes(&client, a))
+        })),
+        "{}",
+        agents[0].dump()
+    );
+    let bundle = cluster.bundle().unwrap();
+    assert_eq!(cas_in(&bundle), 1);
+    let served: Vec<Vec<u8>> = addrs
+        .iter()
+        .map(|a| served_by(&any_certificate(), a).unwrap())
+        .collect();
+    assert!(served.iter().all(|d| *d == served[0]), "one certificate");
+    let secret = secret_now(&cluster);
+    let rv = secret["metadata"]["resourceVersion"].clone();
+    let dumps: String = agents.iter().map(Agent::dump).collect();
+    assert_eq!(
+        dumps
+            .matches("made the webhook's CA and serving certificate")
+            .count(),
+        1,
+        "{dumps}"
+    );
+    // A restart: the replica reads the Secret and serves it; nothing is written.
+    let mut old = agents.remove(0);
+    old.sigterm();
+    assert!(old.wait_exit(WAIT).unwrap().success(), "{}", old.dump());
+    let writes = |api: &FakeApi| api.calls("POST ") + api.calls("PUT ") + api.calls("PATCH ");
+    let before = writes(&cluster.api);
+    let restarted = cluster.replica(&settings).spawn();
+    let addr = address(&restarted);
+    assert!(
+        common::wait_until(WAIT, || handshakes(&trusting(&bundle), &addr)),
+        "{}",
+        restarted.dump()
+    );
+    assert_eq!(served_by(&any_certificate(), &addr).unwrap(), served[0]);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(writes(&cluster.api), before, "the restart wrote nothing");
+    assert_eq!(secret_now(&cluster)["metadata"]["resourceVersion"], rv);
+    agents.push(restarted);
+    for mut agent in agents.drain(..) {
+        agent.sigterm();
+        assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+    }
+}
+
+/// kyverno/kyverno#13639 (and #10063): the CA expired while the certificate it signed was
+/// still valid, and nothing renewed it. A Secret whose CA expired a minute ago, its
+/// certificate valid for a year more: found at start, replaced at once; the certificate of
+/// the expired CA is never served, and the caBundle holds the new CA alone.
+#[test]
+fn a_ca_expired_before_its_certificate_is_replaced_at_start() {
+    let cluster = Cluster::new();
+    let now = std::time::SystemTime::now();
+    let (pair, leaf) = pair_made_by_hand(
+        now - Duration::from_secs(86_400),
+        now - Duration::from_secs(60),
+        now + Duration::from_secs(365 * 86_400),
+    );
+    cluster.api.put(
+        SECRET_PATH,
+        gpu_otel_sidecar::webhook::managed::Stored::new(pair)
+            .to_secret("gpu-otel-sidecar", "gpu-otel-sidecar-webhook-tls"),
+    );
+    let mut agent = cluster
+        .replica(&[("GPU_SIDECAR_WEBHOOK_SECRET_POLL_INTERVAL", "200ms")])
+        .spawn();
+    let addr = address(&agent);
+    let mut presented: Vec<Vec<u8>> = Vec::new();
+    assert!(
+        common::wait_until(WAIT, || {
+            if let Ok(der) = served_by(&any_certificate(), &addr) {
+                presented.push(der);
+            }
+            cluster
+                .bundle()
+                .is_some_and(|b| handshakes(&trusting(&b), &addr))
+        }),
+        "{}",
+        agent.dump()
+    );
+    assert!(
+        !presented.contains(&leaf),
+        "the expired CA's certificate was served"
+    );
+    assert_eq!(cas_in(&cluster.bundle().unwrap()), 1);
+    assert!(agent.dump().contains("expired at"), "{}", agent.dump());
+    agent.sigterm();
+    assert!(agent.wait_exit(WAIT).unwrap().success(), "{}", agent.dump());
+}
+
+/// linkerd/linkerd2#8033 (a sidecar left running after its Job's work, killed by its
+/// liveness probe: exit 137, the pod failed), openkruise/kruise#1285 (a sidecar that ends
+/// must end 0 or the Job counts a failure) and openkruise/kruise#1366 (in a `restartPolicy:
+/// OnFailure` Job the sidecar was itself restarted, exit 137, while the main container came
+/// and went). An injected `OnFailure` classic sidecar, its trainer ended: while it waits for
+/// the kubelet to restart the trainer, its liveness probe (run in its container, as the
+/// kubelet's exec would) says alive. Killed then (SIGKILL, as the OOM killer does) and
+/// started again (the kubelet restarts it, exit 137 being a failure), the new sidecar finds no
+/// trainer, waits, goes on when the trainer is restarted, and once the trainer has ended and
+/// not come back it exits 0.
+#[test]
+fn an_on_failure_sidecar_is_alive_while_it_waits_and_comes_back_from_its_own_restart() {
+    let bin = env!("CARGO_BIN_EXE_gpu-otel-sidecar");
+    let dir = common::temp_path("on-failure-sidecar-restart");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut review = read_json(&fixture("review-tfjob-worker.json"));
+    review["request"]["object"]["spec"]["restartPolicy"] = json!("OnFailure");
+    let (pod, _) = injected_review("sidecar-classic-pod-resources.json", review, "OnFailure");
+    let env = kubelet_env(&sidecar_of(&pod), "onfailure", &pod["metadata"]["labels"]);
+    let p = common::pod::Pod::new("onfailure-restart");
+    let sidecar = || {
+        let (program, args) = p.exec("gpu-otel-sidecar", &[bin]);
+        Agent::builder()
+            .program(program)
+            .args(args)
+            .envs(env.clone())
+            .env("GPU_SIDECAR_RESTART_WAIT", "4s")
+            .env(
+                "GPU_SIDECAR_POD_RESOURCES_SOCKET",
+                dir.join("no-kubelet.sock"),
+            )
+            .env_mock("h200-under-load.json")
+            .spawn()
+    };
+    let trainer = ["python3", "-c", "import time; time.sleep(1.5)"];
+    let mut running = p.start("trainer", &trainer);
+    let mut first = sidecar();
+    assert!(
+        first.wait_for_stderr("watching the pod's other containers", WAIT),
+        "{}",
+        first.dump()
+    );
+    assert!(running.wait().unwrap().success());
+    assert!(
+        first.wait_for_stderr("the agent waits", WAIT),
+        "{}",
+        first.dump()
+    );
+    // The kubelet's exec liveness probe, in the sidecar's container.
+    let mut probe: Vec<String> = vec!["env".into()];
+    probe.extend(
+        env.iter()
+            .filter(|(k, _)| k.starts_with("GPU_SIDECAR_HEALTH"))
+            .map(|(k, v)| format!("{k}={v}")),
+    );
+    probe.extend([bin.to_string(), "health".into(), "--liveness".into()]);
+    let probe: Vec<&str> = probe.iter().map(String::as_str).collect();
+    let out = p.run("gpu-otel-sidecar", &probe);
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && body.contains("\"status\":\"alive\""),
+        "{:?} {body} {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        first.dump()
+    );
+    assert!(first.is_running(), "{}", first.dump());
+    // OOM-killed while waiting; the kubelet starts it again.
+    p.kill("gpu-otel-sidecar");
+    let _ = first.wait_exit(WAIT);
+    let mut second = sidecar();
+    assert!(
+        second.wait_for_stderr("the agent waits", WAIT),
+        "the restarted sidecar finds no trainer and waits: {}",
+        second.dump()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    running = p.start("trainer", &trainer);
+    assert!(
+        second.wait_for_stderr("the pod's other containers are back", WAIT),
+        "{}",
+        second.dump()
+    );
+    assert!(running.wait().unwrap().success());
+    let ended = std::time::Instant::now();
+    let status = second.wait_exit(WAIT);
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", second.dump());
+    assert!(
+        (Duration::from_secs(3)..Duration::from_secs(10)).contains(&ended.elapsed()),
+        "ended {:?} after the trainer's last end",
+        ended.elapsed()
+    );
+    drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// argoproj/argo-workflows#1570: a workflow step's pod (`restartPolicy: Never`) holds the
+/// `main` container, Argo's `wait` container (it outlives `main`, saving its outputs) and a
+/// user's `sidecars:` entry, which Argo kills once `main` is done. The injected classic
+/// sidecar, next to all three in the pod's process namespace, goes on while any of them
+/// runs (the `wait` container still saving outputs after `main` ended and the user's
+/// sidecar was killed) and exits 0 within seconds of the last.
+#[test]
+fn classic_sidecar_in_an_argo_step_ends_after_the_last_container() {
+    let bin = env!("CARGO_BIN_EXE_gpu-otel-sidecar");
+    let dir = common::temp_path("argo-step");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut review = read_json(&fixture("review-tfjob-worker.json"));
+    review["request"]["object"]["spec"]["restartPolicy"] = json!("Never");
+    let (pod, _) = injected_review("sidecar-classic-pod-resources.json", review, "argo");
+    let env = kubelet_env(&sidecar_of(&pod), "argo", &pod["metadata"]["labels"]);
+    let p = common::pod::Pod::new("argo-step");
+    let mut main = p.start("main", &["python3", "-c", "import time; time.sleep(1.5)"]);
+    let mut wait = p.start("wait", &["sh", "-c", "sleep 3.5"]);
+    let mut postgres = p.start("postgres", &["sleep", "60"]);
+    let (program, args) = p.exec("gpu-otel-sidecar", &[bin]);
+    let mut agent = Agent::builder()
+        .program(program)
+        .args(args)
+        .envs(env)
+        .env(
+            "GPU_SIDECAR_POD_RESOURCES_SOCKET",
+            dir.join("no-kubelet.sock"),
+        )
+        .env_mock("h200-under-load.json")
+        .spawn();
+    assert!(
+        agent.wait_for_stderr("watching the pod's other containers", WAIT),
+        "{}",
+        agent.dump()
+    );
+    assert!(main.wait().unwrap().success());
+    // Argo kills the user's sidecar once main is done.
+    p.kill("postgres");
+    let _ = postgres.wait();
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(
+        agent.is_running(),
+        "ended while the wait container runs: {}",
+        agent.dump()
+    );
+    assert!(wait.wait().unwrap().success());
+    let ended = std::time::Instant::now();
+    let status = agent.wait_exit(WAIT);
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", agent.dump());
+    assert!(
+        ended.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        ended.elapsed()
+    );
+    drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
