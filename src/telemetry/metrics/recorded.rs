@@ -1,17 +1,22 @@
 //! The metrics recorded as things happen ([`RECORDED`](crate::catalogue::metrics::RECORDED): XIDs,
-//! alerts, sample durations): cumulative counts and histograms by attribute set, kept in
-//! memory until each export reads them ([`Recorded::collect`]).
+//! alerts, sample durations): cumulative counts, histograms and last-event times by attribute
+//! set, kept in memory until each export reads them ([`Recorded::collect`],
+//! [`Recorded::gauges`]).
 //!
 //! A series is born with its first increment (nothing is exported for what never
 //! happened), counting from the agent's start: the encoder gives it the agent's start as
 //! start time, so its first point (the first count, 1 for one event) says when the count
 //! began, and backends that take start times as created timestamps see the step from 0.
-//! The shipped Prometheus rules catch a series born non-zero as well (docs/events.md).
+//! Prometheus behind the collector's exporter sees no start time, so a count born at 1, or
+//! born at 1 again in a restarted agent, shows no increase there: a [`TimeGauge`] (the Unix
+//! time of the last event, `nvidia.gpu.xid.last_seen`) changes at every event, in every run,
+//! and is what the shipped `GPUXidError` rule reads (docs/events.md, First occurrences).
 //! Each metric keeps at most [`MAX_SERIES`] attribute sets; beyond that, new sets are
 //! dropped with one warning, so memory stays bounded.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
 
@@ -53,10 +58,22 @@ pub struct HistogramValue {
     pub max: f64,
 }
 
+/// One last-event-time series: its attributes and the time of its last event.
+#[derive(Debug, Clone)]
+pub struct GaugeValue {
+    /// The metric.
+    pub def: &'static AgentMetricDef,
+    /// Its attributes.
+    pub attributes: Vec<KeyValue>,
+    /// Unix time of the last event, seconds (sub-second precision).
+    pub value: f64,
+}
+
 #[derive(Debug, Default)]
 struct State {
     counters: BTreeMap<String, CounterValue>,
     histograms: BTreeMap<String, HistogramValue>,
+    gauges: BTreeMap<String, GaugeValue>,
     /// Metrics whose series limit was hit (warned once).
     full: Vec<&'static str>,
 }
@@ -98,7 +115,20 @@ impl Recorded {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Every series, as of now.
+    /// A last-event-time handle for `def` (a gauge in seconds, [`TimeGauge`]).
+    pub fn time_gauge(self: &Arc<Self>, def: &'static AgentMetricDef) -> TimeGauge {
+        TimeGauge {
+            def,
+            store: self.clone(),
+        }
+    }
+
+    /// Every last-event-time series, as of now.
+    pub fn gauges(&self) -> Vec<GaugeValue> {
+        self.lock().gauges.values().cloned().collect()
+    }
+
+    /// Every counter and histogram series, as of now.
     pub fn collect(&self) -> (Vec<CounterValue>, Vec<HistogramValue>) {
         let s = self.lock();
         (
@@ -155,6 +185,49 @@ impl Counter {
     }
 }
 
+/// The time of the last event of each attribute set, exported as a gauge whose value is a
+/// Unix time in seconds (as `gpu_sidecar.export.last_success`; Prometheus' own practice for
+/// "when did it last happen", e.g. cAdvisor's `container_last_seen`). Unlike a count, its
+/// value changes at every event, also at the first one and in a restarted agent, whatever
+/// the backend makes of start times.
+#[derive(Debug, Clone)]
+pub struct TimeGauge {
+    def: &'static AgentMetricDef,
+    store: Arc<Recorded>,
+}
+
+impl TimeGauge {
+    /// Sets the series of `attributes` to `at` (the event's time), creating it on its first
+    /// event. A later call replaces the value, even with an earlier time (the wall clock
+    /// stepped back): the last event's time is what it says.
+    pub fn set(&self, at: SystemTime, attributes: &[KeyValue]) {
+        let value = unix_seconds(at);
+        let key = series_key(self.def.name, attributes);
+        let mut s = self.store.lock();
+        let State { gauges, full, .. } = &mut *s;
+        if let Some(g) = gauges.get_mut(&key) {
+            g.value = value;
+        } else if room(gauges, full, self.def) {
+            gauges.insert(
+                key,
+                GaugeValue {
+                    def: self.def,
+                    attributes: attributes.to_vec(),
+                    value,
+                },
+            );
+        }
+    }
+}
+
+/// `t` as Unix seconds (negative before 1970, which no event time is).
+pub fn unix_seconds(t: SystemTime) -> f64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
 /// An explicit-bucket histogram recorded as things happen.
 #[derive(Debug, Clone)]
 pub struct Histogram {
@@ -202,7 +275,8 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalogue::metrics::{ALERTS, SAMPLE_DURATION};
+    use crate::catalogue::metrics::{ALERTS, SAMPLE_DURATION, XID_LAST_SEEN};
+    use std::time::Duration;
 
     #[test]
     fn counter_series_are_born_with_their_first_increment() {
@@ -218,6 +292,25 @@ mod tests {
             counters.iter().map(|c| c.count).collect::<Vec<_>>(),
             vec![1, 1]
         );
+    }
+
+    #[test]
+    fn a_time_gauge_holds_the_last_events_time() {
+        let r = Recorded::new();
+        let g = r.time_gauge(&XID_LAST_SEEN);
+        let a = [KeyValue::new("hw.id", "GPU-a")];
+        assert!(r.gauges().is_empty(), "nothing before the first event");
+        let t0 = UNIX_EPOCH + Duration::from_millis(1_800_000_000_250);
+        g.set(t0, &a);
+        assert_eq!(r.gauges()[0].value, 1_800_000_000.25);
+        g.set(t0 + Duration::from_secs(42), &a);
+        // A wall clock stepped back: the last event is still the one said.
+        g.set(
+            t0 - Duration::from_secs(1),
+            &[KeyValue::new("hw.id", "GPU-b")],
+        );
+        let values: Vec<f64> = r.gauges().iter().map(|g| g.value).collect();
+        assert_eq!(values, vec![1_800_000_042.25, 1_799_999_999.25]);
     }
 
     #[test]

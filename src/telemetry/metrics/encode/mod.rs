@@ -522,6 +522,27 @@ impl Encoder {
                 n,
             );
         }
+        // Last-event times: gauges, stamped with the export's time.
+        let mut by_def: Vec<(&'static AgentMetricDef, Vec<NumberDataPoint>)> = Vec::new();
+        for g in recorded.gauges() {
+            let dp = point(&g.attributes, None, now.wall, number(Number::F64, g.value));
+            match by_def.iter_mut().find(|(d, _)| std::ptr::eq(*d, g.def)) {
+                Some((_, v)) => v.push(dp),
+                None => by_def.push((g.def, vec![dp])),
+            }
+        }
+        for (def, points) in by_def {
+            let n = points.len();
+            out.push(
+                def.name,
+                def.unit,
+                def.description,
+                metric::Data::Gauge(Gauge {
+                    data_points: points,
+                }),
+                n,
+            );
+        }
         let hdelta = is_delta(self.temporality, Kind::Histogram);
         let mut pending = Vec::new();
         let mut by_def: Vec<(&'static AgentMetricDef, Vec<HistogramDataPoint>)> = Vec::new();
