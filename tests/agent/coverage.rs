@@ -771,7 +771,10 @@ fn xid_events_are_counted_and_emitted_and_pending_remap_degrades() {
     let secs = |e: &&common::LogRecordView| e.time_unix_nano as f64 / 1e9;
     let latest_13 = x13.iter().map(secs).fold(f64::MIN, f64::max);
     assert_eq!(last_seen.len(), 2, "{last_seen:?}");
-    assert!((last_seen["79"] - secs(&x79[0])).abs() < 1e-3, "{last_seen:?}");
+    assert!(
+        (last_seen["79"] - secs(&x79[0])).abs() < 1e-3,
+        "{last_seen:?}"
+    );
     assert!((last_seen["13"] - latest_13).abs() < 1e-3, "{last_seen:?}");
     let ecc = rx.log_events("nvidia.gpu.ecc");
     assert_eq!(ecc.len(), 1, "{ecc:#?}");
