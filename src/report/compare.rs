@@ -23,10 +23,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::completeness::{self, Reason, Tolerances};
-use super::figures::{Better, Change, Figure, FIGURES};
+use super::figures::{Better, Change, Figure, Unit, FIGURES};
 
 /// The default threshold, percent.
 pub const DEFAULT_MAX_REGRESSION_PERCENT: f64 = 10.0;
+
+/// A ratio (utilization, SM or tensor activity) must also move by this much, absolute, to be
+/// a regression: a job that does no tensor math reads tensor activity 0.0004 one run and
+/// 0.0003 the next, -25 % of nothing.
+pub const RATIO_FLOOR: f64 = 0.01;
 
 /// One compared figure.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -120,7 +125,10 @@ pub fn compare(
                 change_percent: change.filter(|c| c.is_finite()),
                 from_zero: change.is_some_and(f64::is_infinite),
                 worse,
-                regression: worse && change.is_some_and(|c| c.abs() > max_regression_percent),
+                regression: worse
+                    && change.is_some_and(|c| c.abs() > max_regression_percent)
+                    && (f.unit != Unit::Ratio
+                        || b.zip(n).is_some_and(|(b, n)| (n - b).abs() >= RATIO_FLOOR)),
                 figure: f,
                 change,
             }
@@ -135,13 +143,14 @@ pub fn compare(
         .iter()
         .fold(0, |code, r| code | r.exit_bit)
         .max(u8::from(!regressions.is_empty()));
+    let notes = notes(base, new, tolerances, energy_ok, &figures);
     Comparison {
         incomplete,
         exit_code,
         max_regression_percent,
         regressions,
         figures,
-        notes: notes(base, new, tolerances, energy_ok),
+        notes,
     }
 }
 
@@ -154,8 +163,26 @@ fn gpus(report: &Value) -> String {
     format!("{} GPU{s} ({})", gpus.len(), models.join(", "))
 }
 
-fn notes(base: &Value, new: &Value, tolerances: &Tolerances, energy_ok: bool) -> Vec<String> {
+fn notes(
+    base: &Value,
+    new: &Value,
+    tolerances: &Tolerances,
+    energy_ok: bool,
+    figures: &[Row],
+) -> Vec<String> {
     let mut notes = Vec::new();
+    // A figure BASE has and NEW lacks is not an improvement: said, not judged.
+    let lacking: Vec<&str> = figures
+        .iter()
+        .filter(|r| r.base.is_some() && r.new.is_none())
+        .map(|r| r.label)
+        .collect();
+    if !lacking.is_empty() {
+        notes.push(format!(
+            "NEW lacks figures BASE has, not judged: {}",
+            lacking.join(", ")
+        ));
+    }
     // BASE's own gaps (against itself: its GPU count and wall time are the reference).
     for r in completeness::judge(base, base, tolerances) {
         notes.push(format!(
@@ -440,6 +467,37 @@ mod tests {
         );
         assert!(c.table("a", "b").contains("not judged"));
         assert_eq!(c.exit_code, 0);
+    }
+
+    /// A job without tensor math: tensor activity 0.0004 then 0.0003 is -25 % of nothing, not
+    /// a regression (below RATIO_FLOOR); a drop of 2 points is. A figure NEW lacks is said.
+    #[test]
+    fn ratios_need_a_point_and_a_missing_figure_is_said() {
+        let mut b = base();
+        b["pod"]["tensor_activity_mean"]["any"] = json!(0.0004);
+        let mut n = base();
+        n["pod"]["tensor_activity_mean"]["any"] = json!(0.0003);
+        n["pod"]["sm_activity_mean"] = Value::Null;
+        let c = compare(&b, &n, 10.0, &Tolerances::default());
+        let tensor = c
+            .figures
+            .iter()
+            .find(|r| r.name == "tensor_activity_mean.any")
+            .unwrap();
+        assert!(tensor.worse && !tensor.regression, "{tensor:?}");
+        assert_eq!(c.exit_code, 0);
+        assert!(
+            c.notes.contains(
+                &"NEW lacks figures BASE has, not judged: SM activity (mean)".to_string()
+            ),
+            "{:?}",
+            c.notes
+        );
+        n["pod"]["utilization_mean"] = json!(0.97);
+        n["pod"]["sm_activity_mean"] = json!(0.80);
+        let c = compare(&b, &n, 10.0, &Tolerances::default());
+        assert_eq!(c.regressions, ["sm_activity_mean"]);
+        assert_eq!(c.exit_code, 1);
     }
 
     #[test]

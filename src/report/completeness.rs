@@ -169,7 +169,11 @@ pub fn judge(base: &Value, new: &Value, t: &Tolerances) -> Vec<Reason> {
     }
     let (nb, nn) = (gpus(base).len(), gpus(new).len());
     if nn < nb {
-        lost.push(format!("NEW has {nn} GPUs, BASE {nb}"));
+        lost.push(format!(
+            "NEW has {}, BASE {}",
+            plural(nn as u64, "GPU"),
+            plural(nb as u64, "GPU")
+        ));
     }
     if !lost.is_empty() {
         push(Gap::Gpus, lost.join("; "));
@@ -339,7 +343,7 @@ mod tests {
         let r = judge(&two, &bad, &Tolerances::default());
         let gaps: Vec<Gap> = r.iter().map(|r| r.gap).collect();
         assert_eq!(gaps, [Gap::Gpus, Gap::Errors, Gap::Events, Gap::Short]);
-        assert_eq!(r[0].text, "NEW has 1 GPUs, BASE 2");
+        assert_eq!(r[0].text, "NEW has 1 GPU, BASE 2 GPUs");
         assert_eq!(
             r[1].text,
             "the driver reported errors during the run: GPU 0 (GPU-a, NVIDIA H200): XID 79 x1; GPU 0 (GPU-a, NVIDIA H200): 2 uncorrected ECC errors"
@@ -368,6 +372,14 @@ mod tests {
         };
         let gaps: Vec<Gap> = judge(&base, &one, &strict).iter().map(|r| r.gap).collect();
         assert_eq!(gaps, [Gap::Samples, Gap::Short]);
+        // A run that never sampled a GPU (NVML never answered): not "no regression".
+        let none = report(json!([]), pod(0, 0, 100.0));
+        let r = judge(&base, &none, &Tolerances::default());
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(
+            (r[0].gap, r[0].text.as_str()),
+            (Gap::Gpus, "NEW has 0 GPUs, BASE 1 GPU")
+        );
         // A report of an agent that wrote none of the new fields: no gap claimed.
         let old = json!({"event.name": "gpu.run.report", "gpus": [{"index": 0, "uuid": "GPU-a"}],
                          "pod": {"samples_taken": 100, "samples_missed": 0, "wall_time_s": 100.0}});
