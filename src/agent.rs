@@ -400,6 +400,7 @@ impl Flow {
         }
         steps.done(StopSteps::DEVICE_EVENTS);
         (report.events, report.events_dropped) = timeline.take();
+        report.events_undelivered = events.dropped();
         report.publish(&events, config.report_file.as_ref());
         if let Some(path) = &config.report_html {
             crate::report::page::write_report(path, &report, curves.as_ref());

@@ -51,9 +51,15 @@ Usage: gpu-otel-sidecar           run the agent until SIGTERM or SIGINT
                                   bad setting. Loads no NVML, connects nowhere.
        gpu-otel-sidecar report REPORT.json [--samples SAMPLE_LOG]... --html OUT.html
                                   the run report as one self-contained HTML page
-       gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--json]
-                                  the figures of two runs side by side; exit 1 when one
-                                  got worse by more than PCT (default 10), 2 for bad input
+       gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--max-missed PCT]
+                                  [--min-wall-time PCT] [--json]
+                                  first whether NEW is a whole run, then the figures of two
+                                  runs side by side; exit 1 when one got worse by more than
+                                  PCT (default 10), 2 for bad input; when NEW is not whole,
+                                  the sum of: 4 a GPU lost or fewer GPUs, 8 samples missed
+                                  (over --max-missed, default 1 %), 16 XIDs or uncorrected
+                                  ECC errors, 32 events dropped, 64 shorter than
+                                  --min-wall-time (default 50 %) of BASE
        gpu-otel-sidecar merge REPORT.json...
                                   add up the run reports of a job's pods: one job report
                                   (gpu.job.report) per job, one JSON line each

@@ -3,14 +3,17 @@
 //!
 //! ```text
 //! gpu-otel-sidecar report REPORT.json [--samples SAMPLE_LOG]... --html OUT.html
-//! gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--json]
+//! gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--max-missed PCT] [--min-wall-time PCT] [--json]
 //! gpu-otel-sidecar merge REPORT.json...
 //! ```
 //!
 //! `report`: 0 when the page was written, 1 when it could not be written, 2 for bad input.
-//! `compare`: 0 when no figure got worse past the threshold, 1 when one did, 2 for bad
-//! input. `merge`: one job report per job on stdout ([`super::job::merge`]), 0; 2 for bad
-//! input (a report of no job among them).
+//! `compare`: 0 when NEW is a whole run and no figure got worse past the threshold, 1 when
+//! one did, 2 for bad input; when NEW is not a whole run, the sum of the bits of what it
+//! lacks ([`super::completeness::Gap::exit_bit`]: 4 a GPU lost or fewer GPUs, 8 samples
+//! missed, 16 XIDs or uncorrected ECC errors, 32 events dropped, 64 much shorter than BASE)
+//! and its figures are not judged. `merge`: one job report per job on stdout
+//! ([`super::job::merge`]), 0; 2 for bad input (a report of no job among them).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -19,6 +22,7 @@ use std::process::ExitCode;
 use lexopt::prelude::*;
 
 use super::compare::{compare, DEFAULT_MAX_REGRESSION_PERCENT};
+use super::completeness::Tolerances;
 use super::page::{self, curves::MAX_BUCKETS, input::read_samples, Curves, CurvesSource};
 use super::read::{load_report, time, InputError};
 
@@ -27,7 +31,7 @@ pub const REPORT_USAGE: &str =
     "gpu-otel-sidecar report REPORT.json [--samples SAMPLE_LOG]... --html OUT.html";
 /// Usage of `compare`.
 pub const COMPARE_USAGE: &str =
-    "gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--json]";
+    "gpu-otel-sidecar compare BASE.json NEW.json [--max-regression PCT] [--max-missed PCT] [--min-wall-time PCT] [--json]";
 
 /// Usage of `merge`.
 pub const MERGE_USAGE: &str = "gpu-otel-sidecar merge REPORT.json...";
@@ -163,40 +167,50 @@ fn name(p: &Path) -> String {
 /// `gpu-otel-sidecar compare …` with the arguments after `compare`.
 pub fn compare_command(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     match compare_run(args) {
-        Ok((text, worse)) => {
+        Ok((text, code)) => {
             print!("{text}");
-            if worse {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
+            ExitCode::from(code)
         }
         Err(e) => fail("compare", COMPARE_USAGE, &e),
     }
 }
 
-fn compare_run(args: impl IntoIterator<Item = OsString>) -> Result<(String, bool), CliError> {
+/// A percentage option's value (`10`, `2.5`, `10%`), from 0 (and at most 100 with `cap`).
+fn percentage(flag: &str, v: &str, cap: bool) -> Result<f64, CliError> {
+    v.trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|m| m.is_finite() && *m >= 0.0 && (!cap || *m <= 100.0))
+        .ok_or_else(|| {
+            let range = if cap { "from 0 to 100" } else { "from 0" };
+            CliError::Args(format!(
+                "{flag} {v:?}: expected a percentage {range}, e.g. 10 or 2.5"
+            ))
+        })
+}
+
+fn compare_run(args: impl IntoIterator<Item = OsString>) -> Result<(String, u8), CliError> {
     let mut parser = lexopt::Parser::from_args(args);
     let (mut files, mut max, mut json) = (Vec::new(), DEFAULT_MAX_REGRESSION_PERCENT, false);
+    let mut tolerances = Tolerances::default();
     while let Some(arg) = parser.next()? {
         match arg {
             Long("max-regression") => {
                 let v = parser.value()?.string()?;
-                max = v
-                    .trim()
-                    .trim_end_matches('%')
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|m| m.is_finite() && *m >= 0.0)
-                    .ok_or_else(|| {
-                        CliError::Args(format!(
-                            "--max-regression {v:?}: expected a percentage from 0, e.g. 10 or 2.5"
-                        ))
-                    })?;
+                max = percentage("--max-regression", &v, false)?;
+            }
+            Long("max-missed") => {
+                let v = parser.value()?.string()?;
+                tolerances.max_missed_percent = percentage("--max-missed", &v, true)?;
+            }
+            Long("min-wall-time") => {
+                let v = parser.value()?.string()?;
+                tolerances.min_wall_time_percent = percentage("--min-wall-time", &v, true)?;
             }
             Long("json") => json = true,
-            Short('h') | Long("help") => return Ok((format!("{COMPARE_USAGE}\n"), false)),
+            Short('h') | Long("help") => return Ok((format!("{COMPARE_USAGE}\n"), 0)),
             Value(v) if files.len() < 2 => files.push(PathBuf::from(v)),
             _ => return Err(arg.unexpected().into()),
         }
@@ -205,14 +219,13 @@ fn compare_run(args: impl IntoIterator<Item = OsString>) -> Result<(String, bool
         .map_err(|_| CliError::Args("expected two reports, BASE.json and NEW.json".into()))?;
     let base = load_report(&base_path)?;
     let new = load_report(&new_path)?;
-    let c = compare(&base, &new, max);
-    let worse = !c.regressions.is_empty();
+    let c = compare(&base, &new, max, &tolerances);
     let text = if json {
         format!("{}\n", serde_json::to_string(&c).unwrap_or_default())
     } else {
         c.table(&name(&base_path), &name(&new_path))
     };
-    Ok((text, worse))
+    Ok((text, c.exit_code))
 }
 
 /// `gpu-otel-sidecar merge …` with the arguments after `merge`: the run reports of a job's

@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::figures::round;
 use super::histogram::Histogram;
 use crate::rules::holds_memory;
 use crate::rules::memory::theil_sen;
@@ -137,7 +136,7 @@ impl FieldAcc {
     }
 
     fn mean(&self) -> Option<f64> {
-        (self.weight > 0.0).then(|| round(ratio_from_percent(self.sum / self.weight), 4))
+        (self.weight > 0.0).then(|| ratio_from_percent(self.sum / self.weight))
     }
 
     fn p95(&self) -> Option<f64> {
@@ -351,11 +350,9 @@ impl EfficiencyAcc {
     pub(super) fn summary(&self, wall_s: f64, price: Option<f64>, physical: bool) -> Efficiency {
         let mut e = profile(&[self]);
         let idle_h = self.idle_known.then(|| self.idle_s / 3600.0);
-        e.idle_memory_held_gpu_h = idle_h.map(|h| round(h, 6));
-        e.cost = price
-            .filter(|_| physical)
-            .map(|p| round(p * wall_s / 3600.0, 4));
-        e.idle_cost = price.zip(idle_h).map(|(p, h)| round(p * h, 4));
+        e.idle_memory_held_gpu_h = idle_h;
+        e.cost = price.filter(|_| physical).map(|p| p * wall_s / 3600.0);
+        e.idle_cost = price.zip(idle_h).map(|(p, h)| p * h);
         e
     }
 }
@@ -388,7 +385,7 @@ fn profile(accs: &[&EfficiencyAcc]) -> Efficiency {
             .map(|b| b.round() as u64)
     };
     Efficiency {
-        gpm_window_s: (window_s > 0.0).then(|| round(window_s, 3)),
+        gpm_window_s: (window_s > 0.0).then_some(window_s),
         sm_activity_mean: fields[SM].mean(),
         sm_activity_p95: fields[SM].p95(),
         sm_occupancy_mean: fields[OCCUPANCY].mean(),
@@ -397,8 +394,7 @@ fn profile(accs: &[&EfficiencyAcc]) -> Efficiency {
         tensor_activity_p95: tensor(FieldAcc::p95),
         dram_activity_mean: fields[DRAM].mean(),
         dram_activity_p95: fields[DRAM].p95(),
-        tensor_active_share_of_busy: (tensor_busy.1 > 0.0)
-            .then(|| round(tensor_busy.0 / tensor_busy.1, 4)),
+        tensor_active_share_of_busy: (tensor_busy.1 > 0.0).then(|| tensor_busy.0 / tensor_busy.1),
         pcie_transmit_bytes: io(0),
         pcie_receive_bytes: io(1),
         nvlink_transmit_bytes: io(2),
@@ -439,9 +435,9 @@ pub(super) fn pod(gpus: &[(&EfficiencyAcc, &Efficiency, bool)], price: Option<f6
         .filter(|g| g.0.idle_known)
         .map(|g| g.0.idle_s / 3600.0)
         .fold(None, |s: Option<f64>, v| Some(s.unwrap_or(0.0) + v));
-    e.idle_memory_held_gpu_h = idle_h.map(|h| round(h, 6));
-    e.cost = sum(|x| x.cost).map(|c| round(c, 4));
-    e.idle_cost = price.zip(idle_h).map(|(p, h)| round(p * h, 4));
+    e.idle_memory_held_gpu_h = idle_h;
+    e.cost = sum(|x| x.cost);
+    e.idle_cost = price.zip(idle_h).map(|(p, h)| p * h);
     e
 }
 
@@ -457,6 +453,14 @@ mod tests {
     use crate::sampling::{DeviceInfo, ProcessSample, Snapshot};
 
     const GIB: u64 = 1 << 30;
+
+    /// `a` is `b` to the last few bits (figures are written at full precision).
+    fn close(a: Option<f64>, b: f64) {
+        assert!(
+            a.is_some_and(|a| (a - b).abs() <= 1e-12 * b.abs().max(1.0)),
+            "{a:?} vs {b}"
+        );
+    }
 
     fn info(index: u32, uuid: &str) -> Arc<DeviceInfo> {
         Arc::new(DeviceInfo {
@@ -542,19 +546,16 @@ mod tests {
         assert_eq!(a, b, "carried or not, the same windows");
         let e = &a.gpus[0].summary.efficiency;
         // Integrals computed by hand: (90x10 + 30x2 + 50x18) / 30 = 62 %.
-        assert_eq!(e.sm_activity_mean, Some(0.62));
-        assert_eq!(e.sm_occupancy_mean, Some(0.31));
-        assert_eq!(
+        close(e.sm_activity_mean, 0.62);
+        close(e.sm_occupancy_mean, 0.31);
+        close(
             e.dram_activity_mean,
-            Some(round(
-                (20.0 * 10.0 + 60.0 * 2.0 + 10.0 * 18.0) / 30.0 / 100.0,
-                4
-            ))
+            (20.0 * 10.0 + 60.0 * 2.0 + 10.0 * 18.0) / 30.0 / 100.0,
         );
         let tensor = e.tensor_activity_mean.as_ref().unwrap();
-        assert_eq!(
-            tensor["any"],
-            round((80.0 * 2.0 + 40.0 * 18.0) / 30.0 / 100.0, 4)
+        close(
+            Some(tensor["any"]),
+            (80.0 * 2.0 + 40.0 * 18.0) / 30.0 / 100.0,
         );
         assert_eq!(
             tensor.keys().copied().collect::<Vec<_>>(),
@@ -566,10 +567,7 @@ mod tests {
         assert_eq!(e.dram_activity_p95, Some(0.6));
         // Busy: the first window's 11 samples (0..10 s) at 100 %, then 50 %.
         // Tensor-active / busy = (0x10 + 80x2 + 40x18) / (100x10 + 50x2 + 50x18).
-        assert_eq!(
-            e.tensor_active_share_of_busy,
-            Some(round(880.0 / 2000.0, 4))
-        );
+        close(e.tensor_active_share_of_busy, 880.0 / 2000.0);
     }
 
     #[test]
@@ -618,18 +616,18 @@ mod tests {
             .collect();
         let r = run(Some(3.6), ticks);
         let e = &r.gpus[0].summary.efficiency;
-        assert_eq!(e.idle_memory_held_gpu_h, Some(round(15.0 / 3600.0, 6)));
+        close(e.idle_memory_held_gpu_h, 15.0 / 3600.0);
         // 3.6 per GPU-hour: 0.001 per GPU-second.
-        assert_eq!(e.cost, Some(0.03));
-        assert_eq!(e.idle_cost, Some(0.015));
+        close(e.cost, 0.03);
+        close(e.idle_cost, 0.015);
         // The MIG device: no utilization, no idle time, no cost of its own.
         let mig = &r.gpus[1].summary.efficiency;
         assert_eq!(
             (mig.idle_memory_held_gpu_h, mig.cost, mig.idle_cost),
             (None, None, None)
         );
-        assert_eq!(r.pod.efficiency.cost, Some(0.03));
-        assert_eq!(r.pod.efficiency.idle_cost, Some(0.015));
+        close(r.pod.efficiency.cost, 0.03);
+        close(r.pod.efficiency.idle_cost, 0.015);
         assert_eq!(r.price_per_gpu_hour, Some(3.6));
     }
 

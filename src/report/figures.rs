@@ -6,16 +6,10 @@
 //!
 //! Figures are read from the report's JSON ([`serde_json::Value`]), so a report written by
 //! an older or newer agent (a field missing or added) still reads: a missing figure is
-//! absent, like a `null` one.
+//! absent, like a `null` one. The report writes them as computed (full precision); they are
+//! rounded only here, when shown ([`format_number`]).
 
 use serde_json::Value;
-
-/// `x` rounded to `decimals` decimal places: how the report writes its figures (presentation
-/// only; sums of figures already rounded so stay free of float noise when rounded again).
-pub fn round(x: f64, decimals: i32) -> f64 {
-    let f = 10f64.powi(decimals);
-    (x * f).round() / f
-}
 
 /// A figure's unit, which decides how it is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +112,11 @@ pub const FIGURES: &[Figure] = &[
     ),
     judged(fig("energy_j", "energy", Unit::Joules), Lower, Relative),
     fig("energy_source", "energy from", Unit::Text),
+    fig(
+        "energy_power_integral_j",
+        "energy by power (cross-check)",
+        Unit::Joules,
+    ),
     judged(fig("cost", "cost", Unit::Money), Lower, Relative),
     fig(
         "idle_cost",
@@ -197,12 +196,23 @@ pub const FIGURES: &[Figure] = &[
         ShareOfWallTime,
     ),
     fig("xid_count", "XID errors", Unit::Text),
+    fig(
+        "ecc_uncorrected_errors",
+        "uncorrected ECC errors",
+        Unit::Count,
+    ),
+    fig("ecc_corrected_errors", "corrected ECC errors", Unit::Count),
     fig("pcie_transmit_bytes", "PCIe sent", Unit::Bytes),
     fig("pcie_receive_bytes", "PCIe received", Unit::Bytes),
     fig("nvlink_transmit_bytes", "NVLink sent", Unit::Bytes),
     fig("nvlink_receive_bytes", "NVLink received", Unit::Bytes),
     fig("samples_taken", "samples taken", Unit::Count),
     fig("samples_missed", "samples missed", Unit::Count),
+    fig(
+        "samples_lost",
+        "samples lost (GPU off the bus)",
+        Unit::Count,
+    ),
 ];
 
 /// The figure named `name`.
@@ -256,8 +266,12 @@ pub fn format_number(unit: Unit, x: f64) -> String {
     match unit {
         Unit::Seconds => duration(x),
         Unit::GpuHours => format!("{} GPU-h ({})", significant(x, 3), duration(x * 3600.0)),
-        Unit::Joules => format!("{x} J ({} kWh)", significant(x / 3.6e6, 3)),
-        Unit::Money => format!("{x:.4}"),
+        // To the millijoule, the energy counter's resolution.
+        Unit::Joules => format!("{} J ({} kWh)", decimals(x, 3), significant(x / 3.6e6, 3)),
+        // Cents from 1 up; below, three significant digits (a short run costs fractions
+        // of a cent, and two of them should not read alike when they differ).
+        Unit::Money if x.abs() >= 1.0 => format!("{x:.2}"),
+        Unit::Money => significant(x, 3),
         Unit::Ratio => format!("{:.1} %", x * 100.0),
         Unit::Bytes => bytes(x),
         Unit::Watts => format!("{x:.1} W"),
@@ -284,6 +298,16 @@ pub fn bytes(b: f64) -> String {
         format!("{:.1} MiB", b / MIB)
     } else {
         format!("{:.2} GiB", b / (1024.0 * MIB))
+    }
+}
+
+/// `x` to at most `places` decimal places, without trailing zeros (`6911.11`, `13000`).
+pub fn decimals(x: f64, places: usize) -> String {
+    let s = format!("{x:.places$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
     }
 }
 
@@ -335,6 +359,12 @@ mod tests {
             f("sm_activity_mean").format(f("sm_activity_mean").value(&s)),
             "—"
         );
+        assert_eq!(format_number(Unit::Money, 0.00974999), "0.00975");
+        assert_eq!(
+            format_number(Unit::Joules, 13000.000000000002),
+            "13000 J (0.00361 kWh)"
+        );
+        assert_eq!(format_number(Unit::Money, 1234.5678), "1234.57");
         assert_eq!(duration(3725.0), "1 h 02 min");
         assert_eq!(duration(3.0 * 86_400.0 + 7200.0), "3 d 02 h");
         assert_eq!(duration(725.0), "12 min 05 s");

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use super::figures::round;
 use crate::catalogue::resource::{K8S_JOB_NAME, K8S_NAMESPACE_NAME, K8S_POD_NAME};
 
 /// Resource attributes that name a pod's job, highest precedence first.
@@ -54,16 +53,15 @@ pub fn job_identity(resource: &BTreeMap<String, String>) -> Option<JobIdentity> 
     })
 }
 
-/// The pod figures (`pod.<field>`) a job's report adds up, with the decimals the run report
-/// gives each (the sum is rounded to them): GPU-seconds busy, energy (J, kWh), cost, idle
-/// cost and idle GPU-hours holding memory.
-const SUMMED: &[(&str, i32)] = &[
-    ("busy_gpu_s", 3),
-    ("energy_j", 3),
-    ("energy_kwh", 9),
-    ("cost", 4),
-    ("idle_cost", 4),
-    ("idle_memory_held_gpu_h", 6),
+/// The pod figures (`pod.<field>`) a job's report adds up: GPU-seconds busy, energy (J,
+/// kWh), cost, idle cost and idle GPU-hours holding memory.
+const SUMMED: &[&str] = &[
+    "busy_gpu_s",
+    "energy_j",
+    "energy_kwh",
+    "cost",
+    "idle_cost",
+    "idle_memory_held_gpu_h",
 ];
 
 /// The job reports of `reports` (run reports as JSON, [`super::read::load_report`]), one per
@@ -79,9 +77,9 @@ const SUMMED: &[(&str, i32)] = &[
 ///  "notes": […]}
 /// ```
 ///
-/// Sums are of the pods' figures (`pod` of each report), rounded as the run report rounds
-/// them; one absent in any report makes the sum absent (`null`, with a note), never a partial
-/// total. `utilization_mean` is the pods' means weighted by their samples taken (4 decimals);
+/// Sums are of the pods' figures (`pod` of each report), at full precision as the run report
+/// writes them; one absent in any report makes the sum absent (`null`, with a note), never a
+/// partial total. `utilization_mean` is the pods' means weighted by their samples taken;
 /// `utilization_spread` the highest pod mean minus the lowest. `workers` are ordered from the least busy: a straggler comes first. `started_at` is
 /// the earliest pod's first sample, `ended_at` the latest's last.
 ///
@@ -174,7 +172,7 @@ fn job_report(job: &JobIdentity, pods: &[&Value], mut notes: Vec<String>) -> Val
     let ended = pods.iter().filter_map(|r| r["ended_at"].as_str()).max();
     out.insert("started_at".into(), json!(started));
     out.insert("ended_at".into(), json!(ended));
-    for (key, decimals) in SUMMED {
+    for key in SUMMED {
         let values: Vec<Option<f64>> = pods.iter().map(|r| r["pod"][key].as_f64()).collect();
         let missing = values.iter().filter(|v| v.is_none()).count();
         if missing > 0 {
@@ -183,7 +181,7 @@ fn job_report(job: &JobIdentity, pods: &[&Value], mut notes: Vec<String>) -> Val
                 pods.len()
             ));
         }
-        let sum = (missing == 0).then(|| round(values.iter().flatten().sum::<f64>(), *decimals));
+        let sum = (missing == 0).then(|| values.iter().flatten().sum::<f64>());
         out.insert((*key).into(), json!(sum));
     }
     let means: Vec<(f64, f64)> = pods
@@ -195,7 +193,7 @@ fn job_report(job: &JobIdentity, pods: &[&Value], mut notes: Vec<String>) -> Val
         .collect();
     let weight: f64 = means.iter().map(|(_, n)| n).sum();
     let mean = (means.len() == pods.len() && weight > 0.0)
-        .then(|| round(means.iter().map(|(m, n)| m * n).sum::<f64>() / weight, 4));
+        .then(|| means.iter().map(|(m, n)| m * n).sum::<f64>() / weight);
     if mean.is_none() {
         notes.push("utilization_mean: absent in a pod report".into());
     }
@@ -203,7 +201,7 @@ fn job_report(job: &JobIdentity, pods: &[&Value], mut notes: Vec<String>) -> Val
     let spread = (means.len() == pods.len()).then(|| {
         let hi = means.iter().map(|(m, _)| *m).fold(f64::MIN, f64::max);
         let lo = means.iter().map(|(m, _)| *m).fold(f64::MAX, f64::min);
-        round(hi - lo, 4)
+        hi - lo
     });
     out.insert("utilization_spread".into(), json!(spread));
     let mut workers: Vec<Value> = pods

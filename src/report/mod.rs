@@ -19,7 +19,8 @@
 //! - [`page`]: the report as one self-contained HTML page, with curves from the agent's own
 //!   samples (`GPU_SIDECAR_REPORT_HTML`) or from a sample log (the `report` command).
 //! - [`compare`]: two reports' figures side by side, and whether one got worse past a
-//!   threshold (the `compare` command).
+//!   threshold (the `compare` command), after [`completeness`] judged whether the new run is
+//!   whole.
 //! - [`job`]: the training job a report belongs to (its `job`), and a job's report added up
 //!   from its pods' reports (the `merge` command). [`figures`] names, labels and formats the figures
 //!   for both; [`read`] reads a report back; [`cli`] parses the two commands' arguments.
@@ -30,6 +31,7 @@
 
 pub mod cli;
 pub mod compare;
+pub mod completeness;
 pub mod efficiency;
 pub mod figures;
 mod histogram;

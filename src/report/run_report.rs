@@ -12,6 +12,9 @@
 //! - **Samples.** A GPU's sample is *taken* when NVML answered at least one reading for it
 //!   at that tick; it is *missed* when NVML answered nothing for it (every call failed, or
 //!   the GPU was lost), and for every tick the subscription queue dropped.
+//! - **Notes** say what the figures cannot: why a GPU has no GPM figures (not supported, lost
+//!   before its first GPM window, the run shorter than one), a lost GPU, an energy counter
+//!   that disagrees with power; each once.
 //! - **Time-weighted values** (busy time, time held back, integrated power): each sample's
 //!   value holds until the GPU's next tick, at most until it is stale (two sample intervals,
 //!   at least 1 s: [`Timing::max_sample_age`]; a longer gap, e.g. NVML
@@ -22,7 +25,19 @@
 //! - **Energy** is the difference of `nvmlDeviceGetTotalEnergyConsumption` (the sum of its
 //!   non-negative steps: a counter reset, e.g. a driver reload, is skipped, not subtracted).
 //!   Only when the counter gave fewer than two readings is power integrated over time
-//!   instead; `energy_source` says which.
+//!   instead; `energy_source` says which. **Cross-check**: the power readings integrated over
+//!   the span the counter covered (`energy_power_integral_j`) must agree with the counter
+//!   within [`ENERGY_CHECK_TOLERANCE`] (or one sample interval's energy, when larger: the
+//!   integral's own resolution); when they do not (a counter that froze while the GPU drew
+//!   650 W), `energy_counter_agrees` is false and a note says so. Not checked when the counter
+//!   was reset, or when power covered less than 90 % of that span.
+//! - **ECC errors** (`ecc_uncorrected_errors`, `ecc_corrected_errors`): the increase of
+//!   NVML's volatile totals during the run, counted as energy is (a reset skipped).
+//! - **Lost**: `samples_lost` counts the ticks a GPU answered `GPU_IS_LOST` or
+//!   `RESET_REQUIRED` (also in `samples_missed`); `lost_at_s`, the seconds from the run's first
+//!   sample to the first of them.
+//! - **Precision**: figures are written as computed (f64), not rounded: `compare` judges them
+//!   at full precision; the page and `compare`'s table round for people.
 //! - **Held back** comes from the clock-event reason bits
 //!   ([`CLOCKS_EVENT_REASONS`]): `power_capped_s` = `sw_power_cap`; `thermal_slowdown_s` =
 //!   `sw_thermal_slowdown` or `hw_thermal_slowdown`; `hw_slowdown_s` = `hw_slowdown` or
@@ -43,16 +58,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::efficiency::{self, Efficiency, EfficiencyAcc};
-use super::figures::round;
+use super::figures::duration;
 use super::histogram::Histogram;
 use super::page::curves::{Curves, Point};
 use super::summary::{EnergySource, GpuSummary, RunReport, Summary, EVENT_NAME};
 use crate::catalogue::clocks_event_reasons::{self, CLOCKS_EVENT_REASONS};
 use crate::rules::preallocation::PoolParams;
 use crate::sampling::snapshot::{joules_from_millijoules, watts_from_milliwatts};
-use crate::sampling::{DeviceInfo, DeviceSample, Sharing, Snapshot, Timing};
+use crate::sampling::{DeviceInfo, DeviceSample, DeviceState, Sharing, Snapshot, Timing};
 
 const JOULES_PER_KWH: f64 = 3.6e6;
+
+/// How far the energy counter may be from the power readings integrated over the same span,
+/// as a share of the integral, before the report says they disagree: sampled power held
+/// between ticks misses the load's swings within a tick (a few percent under training), a
+/// counter that froze or jumped is off by far more.
+pub const ENERGY_CHECK_TOLERANCE: f64 = 0.25;
 
 /// Sum, count and maximum of a series.
 #[derive(Debug, Clone, Copy, Default)]
@@ -83,27 +104,42 @@ struct Held {
     power_mw: Option<u32>,
 }
 
-/// Energy counter: sum of non-negative steps between consecutive readings.
+/// A total NVML keeps since the driver loaded (energy in mJ, ECC errors): the sum of its
+/// non-negative steps between consecutive readings (a reset is skipped, not subtracted).
 #[derive(Debug, Clone, Copy, Default)]
-struct EnergyCounter {
-    last_mj: Option<u64>,
+struct TotalCounter {
+    last: Option<u64>,
     readings: u64,
-    sum_mj: u64,
+    sum: u64,
     resets: u64,
 }
 
-impl EnergyCounter {
-    fn add(&mut self, mj: u64) {
-        if let Some(prev) = self.last_mj {
-            if mj >= prev {
-                self.sum_mj += mj - prev;
+impl TotalCounter {
+    fn add(&mut self, v: u64) {
+        if let Some(prev) = self.last {
+            if v >= prev {
+                self.sum += v - prev;
             } else {
                 self.resets += 1;
             }
         }
-        self.last_mj = Some(mj);
+        self.last = Some(v);
         self.readings += 1;
     }
+
+    /// The increase during the run; `None` when never read.
+    fn increase(&self) -> Option<u64> {
+        (self.readings > 0).then_some(self.sum)
+    }
+}
+
+/// The power integral at the energy counter's first and latest readings: (mJ, seconds
+/// covered, when), so that the counter is checked against power over the same span.
+#[derive(Debug, Clone, Copy)]
+struct PowerAt {
+    mj: f64,
+    covered_s: f64,
+    at: Instant,
 }
 
 #[derive(Debug)]
@@ -120,7 +156,14 @@ struct GpuAcc {
     memory_used: Stats,
     memory_total: Option<u64>,
     memory_peak_ratio: Option<f64>,
-    energy: EnergyCounter,
+    energy: TotalCounter,
+    /// The power integral at the counter's first and latest readings.
+    energy_span: Option<(PowerAt, PowerAt)>,
+    /// Uncorrected and corrected ECC errors.
+    ecc: [TotalCounter; 2],
+    /// Ticks the GPU was lost, and when it was first.
+    lost: u64,
+    lost_at: Option<Instant>,
     power: Stats,
     power_integrated_mj: f64,
     power_integrated_s: f64,
@@ -191,7 +234,11 @@ impl GpuAcc {
             memory_used: Stats::default(),
             memory_total: None,
             memory_peak_ratio: None,
-            energy: EnergyCounter::default(),
+            energy: TotalCounter::default(),
+            energy_span: None,
+            ecc: [TotalCounter::default(); 2],
+            lost: 0,
+            lost_at: None,
             power: Stats::default(),
             power_integrated_mj: 0.0,
             power_integrated_s: 0.0,
@@ -240,11 +287,15 @@ impl GpuAcc {
         if s.sharing.is_some() {
             self.sharing = s.sharing;
         }
+        if s.state == DeviceState::Lost {
+            self.lost += 1;
+            self.lost_at.get_or_insert(at);
+        }
         if s.answered_nothing() {
             self.missed += 1;
             // The energy counter may still have been read at this tick (its own cadence).
             if let Some(mj) = s.energy_millijoules {
-                self.energy.add(mj);
+                self.add_energy(mj, at);
             }
             return;
         }
@@ -268,7 +319,16 @@ impl GpuAcc {
             self.memory_used.add(used);
         }
         if let Some(mj) = s.energy_millijoules {
-            self.energy.add(mj);
+            self.add_energy(mj, at);
+        }
+        for (c, v) in self
+            .ecc
+            .iter_mut()
+            .zip([s.ecc_uncorrected_total, s.ecc_corrected_total])
+        {
+            if let Some(v) = v {
+                c.add(v);
+            }
         }
         if let Some(p) = s.power_milliwatts {
             self.power.add(u64::from(p));
@@ -278,11 +338,47 @@ impl GpuAcc {
             max_opt(self.temperature_memory_max, s.temperature_memory_celsius);
     }
 
+    /// One energy counter reading at `at` (after this tick's hold was closed, so the power
+    /// integral runs to `at`).
+    fn add_energy(&mut self, mj: u64, at: Instant) {
+        self.energy.add(mj);
+        let now = PowerAt {
+            mj: self.power_integrated_mj,
+            covered_s: self.power_integrated_s,
+            at,
+        };
+        self.energy_span = Some(
+            self.energy_span
+                .map_or((now, now), |(first, _)| (first, now)),
+        );
+    }
+
+    /// The power readings integrated over the span the energy counter covered (joules), and
+    /// whether the counter agrees with it ([`ENERGY_CHECK_TOLERANCE`], or the energy of one
+    /// `interval` at the span's mean power when larger); `None` when not checked (energy
+    /// from power itself, a counter reset, power covering less than 90 % of the span).
+    fn energy_check(&self, interval: Duration) -> Option<(f64, bool)> {
+        let (first, last) = self.energy_span?;
+        if self.energy.readings < 2 || self.energy.resets > 0 {
+            return None;
+        }
+        let span = last.at.saturating_duration_since(first.at).as_secs_f64();
+        let covered = last.covered_s - first.covered_s;
+        if span <= 0.0 || covered < 0.9 * span {
+            return None;
+        }
+        let integral = joules_from_millijoules(last.mj - first.mj);
+        let counter = joules_from_millijoules(self.energy.sum as f64);
+        let resolution = integral / covered * interval.as_secs_f64();
+        let allowed = (ENERGY_CHECK_TOLERANCE * integral).max(resolution);
+        Some((integral, (counter - integral).abs() <= allowed))
+    }
+
     /// Joules and where they come from.
     fn energy_j(&self) -> Option<(f64, EnergySource)> {
         if self.energy.readings >= 2 {
             Some((
-                joules_from_millijoules(self.energy.sum_mj as f64),
+                joules_from_millijoules(self.energy.sum as f64),
                 EnergySource::Counter,
             ))
         } else if self.power_integrated_s > 0.0 {
@@ -300,33 +396,50 @@ impl GpuAcc {
         self.reasons_known_s > 0.0 || self.held.and_then(|h| h.reasons).is_some()
     }
 
-    fn summary(&self, xids: Option<&BTreeMap<u64, u64>>, price: Option<f64>) -> Summary {
+    /// The GPU's summary; `run_start` is the run's first sample, `interval` the sample
+    /// interval.
+    fn summary(
+        &self,
+        xids: Option<&BTreeMap<u64, u64>>,
+        price: Option<f64>,
+        run_start: Option<Instant>,
+        interval: Duration,
+    ) -> Summary {
         let wall = match (self.first, self.last) {
             (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
             _ => 0.0,
         };
         let energy = self.energy_j();
+        let check = self
+            .energy_check(interval)
+            .filter(|_| energy.is_some_and(|(_, s)| s == EnergySource::Counter));
         let known = self.reasons_known();
-        let held = |i: usize| known.then(|| round(self.held_back_s[i], 3));
+        let held = |i: usize| known.then_some(self.held_back_s[i]);
         Summary {
-            wall_time_s: round(wall, 3),
+            wall_time_s: wall,
             samples_taken: self.taken,
             samples_missed: self.missed,
-            busy_gpu_s: (self.utilization.count() > 0).then(|| round(self.busy_s, 3)),
-            utilization_mean: self.utilization.mean().map(|m| round(m, 4)),
+            samples_lost: self.lost,
+            lost_at_s: self
+                .lost_at
+                .zip(run_start.or(self.first))
+                .map(|(l, s)| l.saturating_duration_since(s).as_secs_f64()),
+            busy_gpu_s: (self.utilization.count() > 0).then_some(self.busy_s),
+            utilization_mean: self.utilization.mean(),
             utilization_p95: self.utilization.percentile(0.95),
             memory_used_peak_bytes: self.memory_used.max,
             memory_used_mean_bytes: self.memory_used.mean().map(|m| m.round() as u64),
             memory_total_bytes: self.memory_total,
-            memory_used_peak_ratio: self.memory_peak_ratio.map(|r| round(r, 4)),
-            energy_j: energy.map(|(j, _)| round(j, 3)),
-            energy_kwh: energy.map(|(j, _)| round(j / JOULES_PER_KWH, 9)),
+            memory_used_peak_ratio: self.memory_peak_ratio,
+            energy_j: energy.map(|(j, _)| j),
+            energy_kwh: energy.map(|(j, _)| j / JOULES_PER_KWH),
             energy_source: energy.map(|(_, s)| s),
             energy_counter_resets: self.energy.resets,
-            power_mean_w: self
-                .power
-                .mean()
-                .map(|mw| round(watts_from_milliwatts(mw), 3)),
+            energy_power_integral_j: check.map(|(j, _)| j),
+            energy_counter_agrees: check.map(|(_, ok)| ok),
+            ecc_uncorrected_errors: self.ecc[0].increase(),
+            ecc_corrected_errors: self.ecc[1].increase(),
+            power_mean_w: self.power.mean().map(watts_from_milliwatts),
             power_peak_w: self.power.max.map(|mw| watts_from_milliwatts(mw as f64)),
             temperature_gpu_peak_c: self.temperature_gpu_max,
             temperature_memory_peak_c: self.temperature_memory_max,
@@ -337,7 +450,7 @@ impl GpuAcc {
                 .iter()
                 .zip(self.reason_s.iter())
                 .filter(|(_, s)| **s > 0.0)
-                .map(|(r, s)| (r.value, round(*s, 3)))
+                .map(|(r, s)| (r.value, *s))
                 .collect(),
             xid_count: xid_strings(xids),
             efficiency: self.efficiency.summary(wall, price, !is_mig(&self.info)),
@@ -359,6 +472,9 @@ fn xid_strings(xids: Option<&BTreeMap<u64, u64>>) -> BTreeMap<String, u64> {
 #[derive(Debug)]
 pub struct RunAccumulator {
     sample_interval: Duration,
+    /// Export and GPM intervals: the first GPM window ends one GPM interval after the first
+    /// export tick, at an export tick.
+    first_gpm_window: Duration,
     /// The longest time one sample's value is held: until it is stale
     /// ([`Timing::max_sample_age`]).
     hold_cap: Duration,
@@ -383,6 +499,7 @@ impl RunAccumulator {
     pub fn new(timing: &Timing) -> Self {
         Self {
             sample_interval: timing.sample_interval,
+            first_gpm_window: timing.slow_intervals.gpm + timing.export_interval,
             hold_cap: timing.max_sample_age,
             price_per_gpu_hour: None,
             pools: PoolParams::default(),
@@ -497,6 +614,7 @@ impl RunAccumulator {
     /// The report so far, with `resource` as its resource attributes.
     pub fn report(&self, resource: BTreeMap<String, String>) -> RunReport {
         let price = self.price_per_gpu_hour;
+        let run_start = self.first.map(|(_, i)| i);
         let gpus: Vec<GpuSummary> = self
             .gpus
             .iter()
@@ -508,10 +626,15 @@ impl RunAccumulator {
                 sharing: g.sharing.map(Sharing::as_str),
                 memory_pattern: g.efficiency.pattern(),
                 memory_pool_bytes: g.efficiency.pool_level(),
-                summary: g.summary(self.xids.get(&g.info.uuid), price),
+                summary: g.summary(
+                    self.xids.get(&g.info.uuid),
+                    price,
+                    run_start,
+                    self.sample_interval,
+                ),
             })
             .collect();
-        let mut pod = self.pod_summary();
+        let mut pod = self.pod_summary(&gpus);
         pod.efficiency = efficiency::pod(
             &self
                 .gpus
@@ -521,17 +644,14 @@ impl RunAccumulator {
                 .collect::<Vec<_>>(),
             price,
         );
-        let notes = self
-            .gpus
-            .iter()
-            .filter(|g| !g.efficiency.has_gpm())
-            .map(|g| {
-                format!(
-                    "{} gave no GPM reading (GPM needs Hopper or newer, nvmlGpmQueryDeviceSupport): its profiling figures (sm_activity, tensor_activity, dram_activity, tensor_active_share_of_busy, ...) are null",
-                    crate::rules::rule::device_label(&g.info)
-                )
-            })
-            .collect();
+        let mut notes: Vec<String> = Vec::new();
+        for (g, s) in self.gpus.iter().zip(&gpus) {
+            for note in self.notes(g, &s.summary) {
+                if !notes.contains(&note) {
+                    notes.push(note);
+                }
+            }
+        }
         RunReport {
             event_name: EVENT_NAME,
             started_at: self.first.map(|(t, _)| rfc3339(t)),
@@ -547,10 +667,61 @@ impl RunAccumulator {
             gpus,
             events: Vec::new(),
             events_dropped: 0,
+            events_undelivered: 0,
         }
     }
 
-    fn pod_summary(&self) -> Summary {
+    /// What the figures of GPU `g` (its summary `s`) cannot say, in words: a lost GPU, why it
+    /// has no GPM figures (what happened, not a guess), an energy counter that disagrees with
+    /// the power readings.
+    fn notes(&self, g: &GpuAcc, s: &Summary) -> Vec<String> {
+        let label = crate::rules::rule::device_label(&g.info);
+        let mut notes = Vec::new();
+        if let Some(at) = s.lost_at_s {
+            notes.push(format!(
+                "{label} was lost (NVML_ERROR_GPU_IS_LOST or RESET_REQUIRED) {} into the run: {} samples not answered; its figures cover the time before",
+                duration(at),
+                s.samples_lost
+            ));
+        }
+        if !g.efficiency.has_gpm() {
+            let answered = match (g.first, g.lost_at.or(g.last)) {
+                (Some(a), Some(b)) => b.saturating_duration_since(a),
+                _ => Duration::ZERO,
+            };
+            let why = match (g.info.gpm_supported, s.lost_at_s) {
+                (Some(false), _) => "GPM is not supported on it (nvmlGpmQueryDeviceSupport: Hopper and newer; on a MIG device, NVML must also name its GPU instance)".to_string(),
+                (_, Some(at)) => format!(
+                    "it was lost {} into the run, before its first GPM window ended",
+                    duration(at)
+                ),
+                (Some(true), _) if answered < self.first_gpm_window => format!(
+                    "the run ended {} after its first sample, before its first GPM window (GPU_SIDECAR_GPM_INTERVAL after the first export) ended",
+                    duration(answered.as_secs_f64())
+                ),
+                (Some(true), _) => "GPM answered no reading during the run (the agent's log names the failing nvmlGpm call)".to_string(),
+                (None, _) => "whether it supports GPM was not asked (GPM needs Hopper or newer)".to_string(),
+            };
+            notes.push(format!(
+                "{label} gave no GPM reading: {why}; its profiling figures (sm_activity, tensor_activity, dram_activity, tensor_active_share_of_busy, ...) are null"
+            ));
+        }
+        if let (Some(false), Some(integral), Some(counter)) = (
+            s.energy_counter_agrees,
+            s.energy_power_integral_j,
+            s.energy_j,
+        ) {
+            notes.push(format!(
+                "{label}: its energy counter (nvmlDeviceGetTotalEnergyConsumption) counted {counter:.0} J while its power readings (nvmlDeviceGetPowerUsage) add up to {integral:.0} J over the same span: they disagree by more than {:.0} %, so energy_j (from the counter) is doubtful",
+                ENERGY_CHECK_TOLERANCE * 100.0
+            ));
+        }
+        notes
+    }
+
+    /// The pod's summary, from the accumulators and the GPUs' summaries (`gpus`, in the same
+    /// order).
+    fn pod_summary(&self, gpus: &[GpuSummary]) -> Summary {
         let wall = match (self.first, self.last) {
             (Some((_, a)), Some((_, b))) => b.saturating_duration_since(a).as_secs_f64(),
             _ => 0.0,
@@ -591,10 +762,24 @@ impl RunAccumulator {
             .map(|g| g.memory_total)
             .try_fold(0u64, |a, t| t.map(|t| a + t))
             .filter(|_| !memory_units.is_empty());
-        let held = |i: usize| {
-            sum_known(&|g: &GpuAcc| g.reasons_known().then_some(g.held_back_s[i]))
-                .map(|s| round(s, 3))
+        let held =
+            |i: usize| sum_known(&|g: &GpuAcc| g.reasons_known().then_some(g.held_back_s[i]));
+        // Physical GPUs' summaries (energy and ECC belong to them).
+        let physical_summaries: Vec<&Summary> = gpus
+            .iter()
+            .filter(|g| !g.uuid.starts_with("MIG-"))
+            .map(|g| &g.summary)
+            .collect();
+        let sum_u64 = |f: fn(&Summary) -> Option<u64>| {
+            physical_summaries
+                .iter()
+                .filter_map(|s| f(s))
+                .fold(None, |a: Option<u64>, v| Some(a.unwrap_or(0) + v))
         };
+        let checks: Vec<bool> = physical_summaries
+            .iter()
+            .filter_map(|s| s.energy_counter_agrees)
+            .collect();
         let mut clocks_event_s: BTreeMap<&'static str, f64> = BTreeMap::new();
         for g in &self.gpus {
             for (name, s) in CLOCKS_EVENT_REASONS
@@ -614,12 +799,16 @@ impl RunAccumulator {
             }
         }
         Summary {
-            wall_time_s: round(wall, 3),
+            wall_time_s: wall,
             samples_taken: self.gpus.iter().map(|g| g.taken).sum(),
             samples_missed: self.gpus.iter().map(|g| g.missed).sum(),
-            busy_gpu_s: sum_known(&|g: &GpuAcc| (g.utilization.count() > 0).then_some(g.busy_s))
-                .map(|s| round(s, 3)),
-            utilization_mean: utilization.mean().map(|m| round(m, 4)),
+            samples_lost: self.gpus.iter().map(|g| g.lost).sum(),
+            lost_at_s: gpus
+                .iter()
+                .filter_map(|g| g.summary.lost_at_s)
+                .reduce(f64::min),
+            busy_gpu_s: sum_known(&|g: &GpuAcc| (g.utilization.count() > 0).then_some(g.busy_s)),
+            utilization_mean: utilization.mean(),
             utilization_p95: utilization.percentile(0.95),
             memory_used_peak_bytes: self.pod_memory_used.max,
             memory_used_mean_bytes: self.pod_memory_used.mean().map(|m| m.round() as u64),
@@ -628,15 +817,19 @@ impl RunAccumulator {
                 .pod_memory_used
                 .max
                 .zip(memory_total.filter(|t| *t > 0))
-                .map(|(u, t)| round(u as f64 / t as f64, 4)),
-            energy_j: energy.map(|(j, _)| round(j, 3)),
-            energy_kwh: energy.map(|(j, _)| round(j / JOULES_PER_KWH, 9)),
+                .map(|(u, t)| u as f64 / t as f64),
+            energy_j: energy.map(|(j, _)| j),
+            energy_kwh: energy.map(|(j, _)| j / JOULES_PER_KWH),
             energy_source: energy.map(|(_, s)| s),
             energy_counter_resets: physical.iter().map(|g| g.energy.resets).sum(),
-            power_mean_w: self
-                .pod_power
-                .mean()
-                .map(|mw| round(watts_from_milliwatts(mw), 3)),
+            energy_power_integral_j: physical_summaries
+                .iter()
+                .filter_map(|s| s.energy_power_integral_j)
+                .reduce(|a, b| a + b),
+            energy_counter_agrees: (!checks.is_empty()).then(|| checks.iter().all(|ok| *ok)),
+            ecc_uncorrected_errors: sum_u64(|s| s.ecc_uncorrected_errors),
+            ecc_corrected_errors: sum_u64(|s| s.ecc_corrected_errors),
+            power_mean_w: self.pod_power.mean().map(watts_from_milliwatts),
             power_peak_w: self
                 .pod_power
                 .max
@@ -652,10 +845,7 @@ impl RunAccumulator {
             power_capped_s: held(0),
             thermal_slowdown_s: held(1),
             hw_slowdown_s: held(2),
-            clocks_event_s: clocks_event_s
-                .into_iter()
-                .map(|(k, v)| (k, round(v, 3)))
-                .collect(),
+            clocks_event_s,
             xid_count: xid_strings(Some(&xids)),
             efficiency: Efficiency::default(),
         }

@@ -428,6 +428,7 @@ mod tests {
             vbios_version: None,
             driver_version: None,
             mig: None,
+            gpm_supported: None,
         })
     }
 

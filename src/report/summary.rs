@@ -44,6 +44,12 @@ pub struct Summary {
     /// Ticks where NVML answered nothing for the GPU (errors, lost) plus ticks the queue
     /// dropped.
     pub samples_missed: u64,
+    /// Ticks where NVML answered `NVML_ERROR_GPU_IS_LOST` or `NVML_ERROR_RESET_REQUIRED` for
+    /// the GPU (fallen off the bus); also counted in `samples_missed`. Pod: summed.
+    pub samples_lost: u64,
+    /// Seconds from the run's first sample to the first tick the GPU was lost; `None` (JSON
+    /// `null`): never lost. Pod: the earliest.
+    pub lost_at_s: Option<f64>,
     /// GPU-seconds with utilization above 0 (`nvmlDeviceGetUtilizationRates.gpu`).
     pub busy_gpu_s: Option<f64>,
     /// Mean GPU utilization over samples, ratio 0..1.
@@ -67,6 +73,20 @@ pub struct Summary {
     pub energy_source: Option<EnergySource>,
     /// Counter decreases skipped (driver reload); 0 normally.
     pub energy_counter_resets: u64,
+    /// Power readings (`nvmlDeviceGetPowerUsage`) integrated over the span the energy counter
+    /// covered, joules: the cross-check of `energy_j` when it comes from the counter; `None`
+    /// when not checked (see [`super::run_report`]). Pod: summed over the GPUs checked.
+    pub energy_power_integral_j: Option<f64>,
+    /// Whether the counter's energy is within
+    /// [`ENERGY_CHECK_TOLERANCE`](super::run_report::ENERGY_CHECK_TOLERANCE) of that integral;
+    /// `None` when not checked. Pod: false when any GPU's is.
+    pub energy_counter_agrees: Option<bool>,
+    /// Uncorrected ECC errors during the run (increase of
+    /// `nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)`); `None` where NVML never answered
+    /// (ECC off or unsupported). Pod: summed over the physical GPUs that answered.
+    pub ecc_uncorrected_errors: Option<u64>,
+    /// Corrected ECC errors during the run (the same call, `CORRECTED`).
+    pub ecc_corrected_errors: Option<u64>,
     /// Mean power over samples, watts (pod: mean of the per-tick sum).
     pub power_mean_w: Option<f64>,
     /// Peak power, watts (pod: peak of the per-tick sum).
@@ -152,6 +172,10 @@ pub struct RunReport {
     pub events: Vec<RunEvent>,
     /// Events emitted past that bound (counted, not kept).
     pub events_dropped: u64,
+    /// Events (alerts, XIDs, ECC errors) the agent dropped before the collector took them, up
+    /// to the report (`gpu_sidecar.events.dropped` then: the queue full during a collector
+    /// outage, or refused for good); those still queued at the report are not known yet.
+    pub events_undelivered: u64,
 }
 
 impl RunReport {

@@ -504,18 +504,42 @@ pub fn markdown() -> String {
          event. The `nvidia.gpu.alerts` series of a rule, state and GPU appears with that rule's \
          first transition on that GPU, and the `nvidia.gpu.xid.errors` series of an XID code and GPU \
          with the first report of that code, each at 1 and with the agent's start as start time (so \
-         a backend that reads start times sees the step from 0). A series born non-zero has no earlier \
-         point, so `increase()` alone misses it; the shipped Prometheus rules \
-         (`docker/prometheus-rules.yaml`) add the series that did not exist before: \
-         `increase(x[5m]) > 0 or (x unless last_over_time(x[5m] offset 5m))` (`last_over_time` \
-         rather than an instant `x offset 5m`, which a stale scrape 5 minutes back would empty; a \
-         Prometheus that starts with no history sees every existing series as new for 5 minutes). \
-         So `GPUXidError` \
-         (on `nvidia_gpu_xid_errors_total`, one alert per GPU and code) fires on an XID in the \
-         agent's first export interval and on the first report of a code never seen before, as on \
-         any later one, and holds for 5 minutes after the last. The events themselves \
-         (`nvidia.gpu.xid`, `nvidia.gpu.alert.*`) go out at once and are held while the collector is \
-         down ([operations.md](operations.md#what-is-kept-during-a-collector-outage)).\n\n\
+         a backend that reads start times sees the step from 0). With each XID the agent also sets \
+         `nvidia.gpu.xid.last_seen` of that GPU and code: the Unix time of the report, in seconds \
+         (one series per GPU and code seen, as the count: a GPU without XIDs has neither).\n\n\
+         **Why the XID alert survives restarts.** What Prometheus sees through the collector's \
+         Prometheus exporter is not what the agent sends: the exporter drops start times (and \
+         Prometheus 2.x reads no created timestamps), so a count born at 1 has no earlier point and \
+         `increase()` reads 0; a sidecar restarted under the same identity (a container restart, a \
+         StatefulSet's, LeaderWorkerSet's or fixed-name Job's pod recreated) counts its XID from 1 \
+         again, and Prometheus sees 1 then 1, not a reset; a restarted collector answers its first \
+         scrape empty, so every series is stale for one scrape; while the collector is down no \
+         sample comes at all; and the series of a stopped sidecar stay exposed with their last \
+         values until the exporter's `metric_expiration` (5 minutes), then vanish. A count cannot \
+         carry an XID through that, nor can a per-GPU count born at 0 at each start (it would cost \
+         one series per GPU, and an XID in a run's first export interval, the case of a pod that \
+         crash-loops on a bad GPU, would still reach Prometheus as 1 then 1 whenever it scrapes \
+         less often than the agent exports). A time does: `nvidia.gpu.xid.last_seen` changes at \
+         every XID, in every run, and says itself how old the XID is. So `GPUXidError` \
+         (`docker/prometheus-rules.yaml`, one alert per GPU and code) is \
+         `time() - last_over_time(nvidia_gpu_xid_last_seen_seconds[5m]) < 300`: it fires at the \
+         first scrape that sees the XID (in the agent's first export interval too, and for a code \
+         never seen before), holds until the XID is 5 minutes old through empty scrapes and \
+         collector outages shorter than that (the gauge alerts read their last value over 1 minute \
+         only), and resolves then; it joins the pod's labels over 5 minutes \
+         (`gpu_sidecar:reported_5m`), so a sidecar that stopped after the XID (a job that crashed \
+         on it) keeps its alert for those 5 minutes, and through the newest `target_info`, so a pod \
+         recreated on another node is named on its new node. Its value is the XID's age in seconds; \
+         it assumes the node's clock and Prometheus' agree to within a minute or so (as the \
+         reporting freshness check does). `GPUUncorrectedErrors` reads `hw.errors`, which counts \
+         from 0 at the agent's first reading in every run (a restarted sidecar's 0 is a counter \
+         reset to Prometheus), through `increase(...[5m])`: it holds across the same restarts and \
+         outages; it misses only an error in a run's first export interval that reaches a \
+         Prometheus scraping less often than the agent exports (the run's 0 never scraped), which \
+         the `nvidia.gpu.ecc` event and the XID the driver reports with it still say. The promtool \
+         tests (`tests/packaging/prometheus-rules-agent.test.yaml`) feed these shapes. The events \
+         themselves (`nvidia.gpu.xid`, `nvidia.gpu.alert.*`) go out at once and are held while the \
+         collector is down ([operations.md](operations.md#what-is-kept-during-a-collector-outage)).\n\n\
          ## Rules\n\n\
          Settings are `GPU_SIDECAR_RULE_<NAME>_ENABLED` (`true`/`false`, default `true`) and, \
          where the rule has them, `_THRESHOLD` (and a second threshold, named in the table), \

@@ -28,6 +28,7 @@ pub(super) fn info(index: u32) -> Arc<DeviceInfo> {
         vbios_version: None,
         driver_version: None,
         mig: None,
+        gpm_supported: None,
     })
 }
 
@@ -595,6 +596,7 @@ fn h200_recording_fires_only_the_power_cap() {
         vbios_version: None,
         driver_version: None,
         mig: None,
+        gpm_supported: None,
     });
     let period = 30.153;
     let mut engine = Engine::new(&config(&[]));

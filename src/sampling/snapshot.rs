@@ -61,6 +61,11 @@ pub struct DeviceInfo {
     pub driver_version: Option<String>,
     /// For a MIG device: where it sits. `None` for a GPU.
     pub mig: Option<MigPlacement>,
+    /// Whether GPM profiling is read for the device: `nvmlGpmQueryDeviceSupport` answered yes
+    /// (Hopper and newer) and, for a MIG device, NVML gave its GPU instance id. `None`: not
+    /// asked (a device known only from an event or a kubelet listing). The run report says
+    /// with it why a device has no GPM figures.
+    pub gpm_supported: Option<bool>,
 }
 
 /// Where a MIG device sits on its GPU (`nvmlDeviceGetMigDeviceHandleByIndex`).

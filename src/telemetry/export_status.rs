@@ -38,12 +38,16 @@ struct ExportState {
     unlogged_failures: u64,
     /// The current run of failures was logged (so its end is too).
     run_logged: bool,
+    /// What the last logged failure said happened to the data.
+    logged_fate: Option<String>,
 }
 
 /// Failure lines are at most one per this period, whatever the collector does (down for
 /// hours, or flapping every few seconds): the first failure is logged, then the next one
 /// due after this period, with the count of those in between. The end of a logged run of
-/// failures is logged once ("works again").
+/// failures is logged once ("works again"). A failure whose data meets another fate than the
+/// last one logged (held and sent again, then refused for good and dropped) is logged at
+/// once: the log never leaves the last word to a fate that no longer holds.
 pub const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(60);
 
 impl ExportStatus {
@@ -86,8 +90,22 @@ impl ExportStatus {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records one export's outcome and logs at a bounded rate (see [`FAILURE_LOG_PERIOD`]).
+    /// Records one export's outcome and logs at a bounded rate (see [`FAILURE_LOG_PERIOD`]);
+    /// a failure's line says the signal's fate for its data (given at [`ExportStatus::new`]).
     pub fn record<E: std::fmt::Display>(&self, result: &Result<(), E>, target: &str) {
+        self.record_with(result, target, self.on_failure, None);
+    }
+
+    /// As [`ExportStatus::record`], for a failure whose data met `fate` instead (one
+    /// sentence: what happened to it), `dropped` items of it dropped. Logged at once when
+    /// `fate` is not what the last failure line said; at the bounded rate otherwise.
+    pub fn record_with<E: std::fmt::Display>(
+        &self,
+        result: &Result<(), E>,
+        target: &str,
+        fate: &str,
+        dropped: Option<usize>,
+    ) {
         let mut s = self.lock();
         s.total_exports += 1;
         let now = Instant::now();
@@ -112,20 +130,31 @@ impl ExportStatus {
                 s.last_failure = Some(now);
                 let due = s
                     .last_logged_failure
-                    .is_none_or(|t| now.duration_since(t) >= FAILURE_LOG_PERIOD);
+                    .is_none_or(|t| now.duration_since(t) >= FAILURE_LOG_PERIOD)
+                    || s.logged_fate.as_deref() != Some(fate);
                 if due {
                     let not_logged = std::mem::take(&mut s.unlogged_failures);
                     s.last_logged_failure = Some(now);
                     s.run_logged = true;
-                    tracing::warn!(
-                        target_endpoint = target,
-                        failed_in_a_row = s.consecutive_failures,
-                        failed_since_last_report = not_logged,
-                        "{} export failed: {e}; {}; next report of this in {}s at most",
-                        self.signal,
-                        self.on_failure,
-                        FAILURE_LOG_PERIOD.as_secs()
-                    );
+                    s.logged_fate = Some(fate.to_string());
+                    let period = FAILURE_LOG_PERIOD.as_secs();
+                    match dropped {
+                        None => tracing::warn!(
+                            target_endpoint = target,
+                            failed_in_a_row = s.consecutive_failures,
+                            failed_since_last_report = not_logged,
+                            "{} export failed: {e}; {fate}; next report of this in {period}s at most",
+                            self.signal,
+                        ),
+                        Some(n) => tracing::error!(
+                            target_endpoint = target,
+                            failed_in_a_row = s.consecutive_failures,
+                            failed_since_last_report = not_logged,
+                            dropped = n,
+                            "{} export failed: {e}; {fate}; next report of this in {period}s at most",
+                            self.signal,
+                        ),
+                    }
                 } else {
                     s.unlogged_failures += 1;
                 }

@@ -762,6 +762,20 @@ fn xid_events_are_counted_and_emitted_and_pending_remap_degrades() {
     assert!(x13
         .iter()
         .all(|e| e.severity_text == "WARN" && e.body.contains("XID 13")));
+    // nvidia.gpu.xid.last_seen: per code, the time of its last report (the later XID 13's).
+    let last_seen: BTreeMap<String, f64> = rx
+        .last_points("nvidia.gpu.xid.last_seen")
+        .iter()
+        .map(|p| (p.attr("nvidia.gpu.xid.code").unwrap().to_string(), p.value))
+        .collect();
+    let secs = |e: &&common::LogRecordView| e.time_unix_nano as f64 / 1e9;
+    let latest_13 = x13.iter().map(secs).fold(f64::MIN, f64::max);
+    assert_eq!(last_seen.len(), 2, "{last_seen:?}");
+    assert!(
+        (last_seen["79"] - secs(&x79[0])).abs() < 1e-3,
+        "{last_seen:?}"
+    );
+    assert!((last_seen["13"] - latest_13).abs() < 1e-3, "{last_seen:?}");
     let ecc = rx.log_events("nvidia.gpu.ecc");
     assert_eq!(ecc.len(), 1, "{ecc:#?}");
     assert_eq!(ecc[0].attr("error.type"), Some("uncorrected"));

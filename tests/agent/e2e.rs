@@ -967,6 +967,7 @@ fn h200_default_export_stays_within_the_series_budget() {
     for counter in [
         "nvidia.gpu.alerts",
         "nvidia.gpu.xid.errors",
+        "nvidia.gpu.xid.last_seen",
         "gpu_sidecar.export.failures",
     ] {
         assert!(names(&all, counter).is_empty(), "{counter}");

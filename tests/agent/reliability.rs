@@ -935,6 +935,98 @@ fn failed_exports_over_http_name_their_cause_and_events_say_so_once() {
     );
 }
 
+/// A collector without a logs pipeline refuses every events export for good (gRPC
+/// `UNIMPLEMENTED`): the log tells one story per batch, "refused for good, dropped", never
+/// "held and sent again" for the same events (before, the first two lines said both). A
+/// collector that first fails for now (`UNAVAILABLE`: held, sent again) and then refuses for
+/// good gets that second fate said at once, within the minute the failure lines are limited
+/// to, so the last word is the fate that holds.
+#[test]
+fn events_refused_for_good_tell_one_story() {
+    let scen = h200_with_xids("refused-events", &[(0.3, 79), (2.0, 13)]);
+    let rx = Receiver::start(Protocol::Grpc);
+    rx.set_mode(Mode::Fail {
+        grpc: tonic::Code::Unimplemented,
+        http: 404,
+    });
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock_path(&scen)
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "200ms")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+        .env("OTEL_BLRP_SCHEDULE_DELAY", "100")
+        .spawn();
+    assert!(
+        agent.wait_for_stderr("events export failed", WAIT),
+        "{}",
+        agent.dump()
+    );
+    stop_ok(&mut agent);
+    let events: Vec<String> = agent
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("events export failed") || l.contains("refused"))
+        .collect();
+    assert_eq!(events.len(), 1, "one line, the rest counted: {events:#?}");
+    assert!(
+        events[0].contains("refused these events for good")
+            && events[0].contains("dropped")
+            && events[0].contains("gRPC status 12")
+            && !events[0].contains("held"),
+        "{}",
+        events[0]
+    );
+
+    // Held first, then refused: both fates said, in that order, the second at once.
+    let rx = Receiver::start(Protocol::Grpc);
+    rx.set_mode(Mode::Unavailable { retry_after: None });
+    let mut agent = Agent::builder()
+        .otlp(&rx)
+        .env_mock_path(&scen)
+        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "200ms")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "500")
+        .env("OTEL_BLRP_SCHEDULE_DELAY", "100")
+        .spawn();
+    assert!(
+        agent.wait_for_stderr("are held (up to OTEL_BLRP_MAX_QUEUE_SIZE", WAIT),
+        "{}",
+        agent.dump()
+    );
+    let held_at = Instant::now();
+    rx.set_mode(Mode::Fail {
+        grpc: tonic::Code::Unimplemented,
+        http: 404,
+    });
+    assert!(
+        agent.wait_for_stderr("refused these events for good", WAIT),
+        "{}",
+        agent.dump()
+    );
+    assert!(
+        held_at.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        held_at.elapsed()
+    );
+    stop_ok(&mut agent);
+    let lines: Vec<String> = agent
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("events export failed"))
+        .collect();
+    let fates: Vec<&str> = lines
+        .iter()
+        .map(|l| {
+            if l.contains("for good") {
+                "refused"
+            } else {
+                "held"
+            }
+        })
+        .collect();
+    assert_eq!(fates.first(), Some(&"held"), "{lines:#?}");
+    assert_eq!(fates.last(), Some(&"refused"), "{lines:#?}");
+}
+
 /// `(event.name, XID code)` of each record, in arrival order.
 fn xid_records(rx: &Receiver) -> Vec<(String, String)> {
     rx.log_records()

@@ -184,11 +184,16 @@ def test_rules_use_exported_names(metrics_catalogue):
                 assert label in metrics_catalogue["labels"], f"{name}: annotation label {label}"
 
 
+# The alerts on errors hold 5 minutes after the error, also when the sidecar stopped meanwhile
+# (a job that crashed on the XID): they join the 5-minute variant of gpu_sidecar:reporting.
+ERROR_ALERTS = {"GPUXidError", "GPUUncorrectedErrors"}
+
+
 def reporting_records():
-    """gpu_sidecar:reporting and the records built on it (transitively): series of reporting
-    sidecars only."""
+    """gpu_sidecar:reporting (and its 5-minute variant gpu_sidecar:reported_5m) and the records
+    built on them (transitively): series of reporting sidecars only."""
     records = {r["record"]: promql_refs(r["expr"])[0] for r in all_rules() if "record" in r}
-    out = {"gpu_sidecar:reporting"}
+    out = {"gpu_sidecar:reporting", "gpu_sidecar:reported_5m"}
     while True:
         more = {name for name, refs in records.items() if refs & out} - out
         if not more:
@@ -204,6 +209,7 @@ def test_every_alert_counts_only_reporting_sidecars_and_groups_by_instance():
     for r in rules():
         metrics, _ = promql_refs(r["expr"])
         assert metrics & reporting, f"{r['alert']}: not joined with gpu_sidecar:reporting"
+        assert ("gpu_sidecar:reported_5m" in metrics) == (r["alert"] in ERROR_ALERTS), r["alert"]
         # A sidecar is (job, instance); pod labels come from target_info and may be absent.
         # A job's alerts compare the workers of one job (its records group by the job).
         for by in re.findall(r"\bby\s*\(([^)]*)\)", r["expr"]):

@@ -74,6 +74,11 @@ struct Replay {
 /// faster; `real_time`: 1 s apart, at the scenario's own pace), with the report, the log and
 /// the page at shutdown written into a new directory.
 fn replay(scen: &Value, rows: usize, real_time: bool) -> Replay {
+    replay_with(scen, rows, real_time, &[])
+}
+
+/// As [`replay`], with these settings on top.
+fn replay_with(scen: &Value, rows: usize, real_time: bool, extra: &[(&str, &str)]) -> Replay {
     let (scale, interval) = if real_time {
         ("1", "1s")
     } else {
@@ -99,6 +104,7 @@ fn replay(scen: &Value, rows: usize, real_time: bool) -> Replay {
         .env("GPU_SIDECAR_SAMPLE_LOG", &log_path)
         .env("K8S_POD_NAME", "resnet-train-0")
         .env("K8S_NAMESPACE_NAME", "ml")
+        .envs(extra.iter().copied())
         .spawn();
     let enough = || std::fs::read_to_string(&log_path).is_ok_and(|t| t.lines().count() > rows);
     let pace = if real_time { rows as u64 } else { 0 };
@@ -383,8 +389,12 @@ fn compare(base: &Path, new: &Path, extra: &[&str]) -> (Option<i32>, String, Str
 /// else: the two runs agree within 10 % on every other figure.
 #[test]
 fn compare_catches_the_tensor_cores_going_idle() {
-    let bf16 = replay(&h200(false, None), 25, false);
-    let idle = replay(&h200(false, Some(0.4)), 25, false);
+    // At the recording's own pace, so that energy is judged too (10x faster, the counter
+    // counts 10x what power reads, and the energy check says so).
+    let own_pace = [("NVML_MOCK_TIME_SCALE", "1")];
+    let bf16 = replay_with(&h200(false, None), 25, false, &own_pace);
+    let idle = replay_with(&h200(false, Some(0.4)), 25, false, &own_pace);
+    assert_eq!(bf16.report["pod"]["energy_counter_agrees"], true);
     let (code, out, err) = compare(&bf16.report_path, &bf16.report_path, &[]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(
@@ -440,6 +450,166 @@ fn compare_catches_the_tensor_cores_going_idle() {
         .0,
         Some(0)
     );
+}
+
+/// The H200 recording with its GPU fallen off the bus from `at` (scenario seconds): every
+/// NVML call on it answers GPU_IS_LOST.
+fn h200_lost(at: f64) -> Value {
+    let mut scen = h200(false, None);
+    scen["faults"] =
+        serde_json::json!([{"call": "*", "device": 0, "from_s": at, "to_s": null, "code": 15}]);
+    scen
+}
+
+/// The broken run: the H200 replay with its GPU lost 3 s in. Its report counts and says
+/// it (and says it was lost before its first GPM window, not that GPM needs Hopper; once, on
+/// the page too); `compare` against the whole replay does not read it as an improvement (its
+/// energy is far lower): exit 4 + 8 (a GPU lost, samples missed), naming the GPU and the
+/// samples. The whole replay against itself, at full precision: exit 0, every change 0.
+#[test]
+fn compare_fails_a_run_whose_gpu_was_lost() {
+    // BASE at the recording's own pace (its energy checked and judged); the lost run 10x
+    // faster, so that its GPU is lost 0.3 s in.
+    let base = replay_with(
+        &h200(false, None),
+        25,
+        false,
+        &[("NVML_MOCK_TIME_SCALE", "1")],
+    );
+    let lost = replay_with(
+        &h200_lost(3.0),
+        25,
+        false,
+        &[("GPU_SIDECAR_GPM_INTERVAL", "10s")],
+    );
+    let uuid = "GPU-0c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5";
+    let g = &lost.report["gpus"][0];
+    let (taken, missed, n_lost) = (
+        num(g, "samples_taken"),
+        num(g, "samples_missed"),
+        num(g, "samples_lost"),
+    );
+    assert!(taken >= 1.0 && n_lost >= 15.0 && missed >= n_lost, "{g}");
+    let at = num(g, "lost_at_s");
+    assert!((0.1..2.0).contains(&at), "lost 0.3 s in (3 s at 10x): {at}");
+    let notes: Vec<&str> = lost.report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with(uuid) && n.contains("was lost")),
+        "{notes:?}"
+    );
+    let gpm: Vec<&&str> = notes.iter().filter(|n| n.contains("GPM")).collect();
+    assert_eq!(gpm.len(), 1, "{notes:?}");
+    assert!(
+        gpm[0].contains("before its first GPM window ended"),
+        "{gpm:?}"
+    );
+    let page = read_text(&lost.live_page);
+    assert_eq!(
+        page.matches("before its first GPM window ended").count(),
+        1,
+        "the note once on the page"
+    );
+    assert!(
+        !page.contains("Hopper"),
+        "no guess about the GPU's generation"
+    );
+
+    let (code, out, err) = compare(&base.report_path, &lost.report_path, &[]);
+    assert_eq!(code, Some(4 + 8), "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "INCOMPLETE (gpus, exit bit 4): GPU 0 ({uuid}, NVIDIA H200) was lost"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "INCOMPLETE (samples, exit bit 8): {} of {} samples missed",
+            missed,
+            taken + missed
+        )),
+        "{out}"
+    );
+    assert!(!out.contains("OK:") && !out.contains("REGRESSION"), "{out}");
+    let (_, json, _) = compare(&base.report_path, &lost.report_path, &["--json"]);
+    let c: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(c["exit_code"], 12);
+    assert_eq!(c["regressions"], serde_json::json!([]), "not judged");
+
+    let (code, json, err) = compare(&base.report_path, &base.report_path, &["--json"]);
+    assert_eq!(code, Some(0), "{json}{err}");
+    let c: Value = serde_json::from_str(&json).unwrap();
+    for row in c["figures"].as_array().unwrap() {
+        assert!(
+            row["change_percent"] == 0.0 || row["base"].is_null(),
+            "{row}"
+        );
+    }
+}
+
+/// A GPU at 650 W whose energy counter does not move: the report keeps the counter's 0 J and
+/// says, once, what the power readings add up to over the same span (650 W x its span); the
+/// page says it once; `compare` says it and leaves energy unjudged (the run is whole).
+#[test]
+fn a_frozen_energy_counter_is_said_by_the_report_the_page_and_compare() {
+    let mut scen = h200(false, None);
+    for row in scen["devices"][0]["timeline"].as_array_mut().unwrap() {
+        row["power_mw"] = Value::from(650_000);
+        row["energy_mj"] = Value::from(7_749_089u64);
+    }
+    // At the recording's own pace (a replay 10x faster counts 10x the energy its power reads:
+    // the check says so too), 100 ms samples.
+    let own_pace = [("NVML_MOCK_TIME_SCALE", "1")];
+    let frozen = replay_with(&scen, 25, false, &own_pace);
+    let g = &frozen.report["gpus"][0];
+    assert_eq!(num(g, "energy_j"), 0.0, "{g}");
+    assert_eq!(g["energy_source"], "counter");
+    assert_eq!(g["energy_counter_agrees"], false, "{g}");
+    let integral = num(g, "energy_power_integral_j");
+    let wall = num(g, "wall_time_s");
+    assert!(
+        (integral - 650.0 * wall).abs() < 1.0,
+        "{integral} J over {wall} s"
+    );
+    assert_eq!(frozen.report["pod"]["energy_counter_agrees"], false);
+    let said = "energy counter (nvmlDeviceGetTotalEnergyConsumption) counted 0 J";
+    let notes: Vec<&str> = frozen.report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|n| n.contains(said))
+        .collect();
+    assert_eq!(notes.len(), 1, "{:?}", frozen.report["notes"]);
+    assert!(
+        notes[0].contains(&format!("add up to {integral:.0} J")),
+        "{}",
+        notes[0]
+    );
+    assert_eq!(read_text(&frozen.live_page).matches(said).count(), 1);
+
+    let base = replay_with(&h200(false, None), 25, false, &own_pace);
+    assert_eq!(
+        base.report["pod"]["energy_counter_agrees"], true,
+        "{}",
+        base.report
+    );
+    let (code, out, err) = compare(&base.report_path, &frozen.report_path, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("note: energy not judged: the energy counter of NEW disagrees"),
+        "{out}"
+    );
+    assert!(out.contains(said), "NEW's own note: {out}");
+    let energy = out.lines().find(|l| l.starts_with("energy ")).unwrap();
+    assert!(energy.ends_with("not judged"), "{energy}");
 }
 
 /// Bad input is exit 2 with one line on stderr naming what is wrong, and nothing on stdout.

@@ -553,104 +553,139 @@ fn h200_recording_fires_only_the_power_cap() {
 /// XID 79 two seconds after the agent started (the real H200 recording with one event): no
 /// XID or alert series before it (nothing at 0 for what has not happened), then both born at 1
 /// with the agent's start as start time, in an export of the first seconds, and at 1 in every
-/// export after. This is the shape the promtool test of `GPUXidError` feeds the shipped rule
-/// (tests/packaging/prometheus-rules-agent.test.yaml, "an xid in the first export interval":
-/// `_ 1x39`), where the rule fires though `increase()` alone reads 0.
+/// export after; beside them `nvidia.gpu.xid.last_seen` at the XID's time. Then the same agent
+/// again (the same pod, container and identity: a restarted sidecar) with its own XID 79: the
+/// count is born at 1 again, exactly as in the first run (so behind the collector's Prometheus
+/// exporter, which loses start times, Prometheus sees 1 then 1 and `increase()` reads 0), while
+/// `last_seen` moves to the second XID's time. These are the shapes the promtool tests of
+/// `GPUXidError` feed the shipped rule (tests/packaging/prometheus-rules-agent.test.yaml, "an
+/// xid in the first export interval" and "an xid in each run of a restarted sidecar").
 #[test]
 fn xid_at_start_is_a_series_born_at_1_from_the_agents_start() {
     let mut v: serde_json::Value = common::read_json(common::scenario("h200-under-load.json"));
     v["events"] = serde_json::json!([{ "t": 2.0, "device": 0, "type": "xid", "data": 79 }]);
     let path = common::temp_path("xid-at-start.json");
     std::fs::write(&path, v.to_string()).unwrap();
-    let rx = Receiver::start(Protocol::Grpc);
-    let spawned = now_ns();
-    let mut agent = Agent::builder()
-        .otlp(&rx)
-        .env_mock_path(&path)
-        .env("NVML_MOCK_NO_LATENCY", "1")
-        .env("GPU_SIDECAR_SAMPLE_INTERVAL", "500ms")
-        .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
-        .spawn();
-    assert!(
-        rx.wait_for_log_event("nvidia.gpu.xid", Duration::from_secs(20)),
-        "{}",
-        agent.dump()
-    );
     let h200 = "GPU-0c1d2e3f-4a5b-4c6d-8e7f-90a1b2c3d4e5";
-    let xid_time = rx.log_events("nvidia.gpu.xid")[0].time_unix_nano;
-    // Two more exports after the one that carried it.
-    let born_in = |r: &common::Received<_>| {
-        !common::receiver::request_points(&r.request, "nvidia.gpu.xid.errors").is_empty()
-    };
-    assert!(rx.wait_until(Duration::from_secs(20), |r| {
-        r.metrics_requests().iter().filter(|q| born_in(q)).count() >= 3
-    }));
-    agent.sigterm();
-    assert!(agent
-        .wait_exit(Duration::from_secs(15))
-        .is_some_and(|s| s.success()));
-    // Export by export (as Prometheus scrapes them): absent, ..., then 1, 1, ...
-    let mut shape = Vec::new();
-    for r in rx.metrics_requests() {
-        let xid = common::receiver::request_points(&r.request, "nvidia.gpu.xid.errors");
-        let alert: Vec<_> = common::receiver::request_points(&r.request, "nvidia.gpu.alerts")
-            .into_iter()
-            .filter(|p| p.attr("nvidia.gpu.alert.rule") == Some("xid"))
-            .collect();
-        match xid.as_slice() {
-            [] => {
-                assert!(
-                    shape.iter().all(Option::is_none),
-                    "the series went away: {shape:?}"
-                );
-                assert!(
-                    alert.is_empty(),
-                    "an alert series before the XID: {alert:#?}"
-                );
-                shape.push(None);
+    // One run: (the XID event's time, the count's shape, last_seen's values), export by export.
+    let run = || {
+        let rx = Receiver::start(Protocol::Grpc);
+        let spawned = now_ns();
+        let mut agent = Agent::builder()
+            .otlp(&rx)
+            .env_mock_path(&path)
+            .env("NVML_MOCK_NO_LATENCY", "1")
+            .env("GPU_SIDECAR_SAMPLE_INTERVAL", "500ms")
+            .env("OTEL_METRIC_EXPORT_INTERVAL", "1000")
+            .env("K8S_POD_NAME", "trainer-0")
+            .env("K8S_NAMESPACE_NAME", "ml")
+            .env("K8S_CONTAINER_NAME", "trainer")
+            .spawn();
+        assert!(
+            rx.wait_for_log_event("nvidia.gpu.xid", Duration::from_secs(20)),
+            "{}",
+            agent.dump()
+        );
+        let xid_time = rx.log_events("nvidia.gpu.xid")[0].time_unix_nano;
+        // Two more exports after the one that carried it.
+        let born_in = |r: &common::Received<_>| {
+            !common::receiver::request_points(&r.request, "nvidia.gpu.xid.errors").is_empty()
+        };
+        assert!(rx.wait_until(Duration::from_secs(20), |r| {
+            r.metrics_requests().iter().filter(|q| born_in(q)).count() >= 3
+        }));
+        agent.sigterm();
+        assert!(agent
+            .wait_exit(Duration::from_secs(15))
+            .is_some_and(|s| s.success()));
+        // Export by export (as Prometheus scrapes them): absent, ..., then 1, 1, ...
+        let mut shape = Vec::new();
+        let mut last_seen = Vec::new();
+        for r in rx.metrics_requests() {
+            let xid = common::receiver::request_points(&r.request, "nvidia.gpu.xid.errors");
+            let seen = common::receiver::request_points(&r.request, "nvidia.gpu.xid.last_seen");
+            let alert: Vec<_> = common::receiver::request_points(&r.request, "nvidia.gpu.alerts")
+                .into_iter()
+                .filter(|p| p.attr("nvidia.gpu.alert.rule") == Some("xid"))
+                .collect();
+            assert_eq!(xid.len(), seen.len(), "born together: {xid:#?} {seen:#?}");
+            match xid.as_slice() {
+                [] => {
+                    assert!(
+                        shape.iter().all(Option::is_none),
+                        "the series went away: {shape:?}"
+                    );
+                    assert!(
+                        alert.is_empty(),
+                        "an alert series before the XID: {alert:#?}"
+                    );
+                    shape.push(None);
+                }
+                [p] => {
+                    assert_eq!(p.attr("hw.id"), Some(h200));
+                    assert_eq!(p.attr("nvidia.gpu.xid.code"), Some("79"));
+                    assert_eq!(
+                        p.kind,
+                        Kind::Sum {
+                            monotonic: true,
+                            cumulative: true
+                        }
+                    );
+                    // From the agent's start: before the XID and before the first export.
+                    assert!(p.start_time_unix_nano >= spawned, "{p:?}");
+                    assert!(p.start_time_unix_nano < xid_time, "{p:?}");
+                    let [a] = alert.as_slice() else {
+                        panic!("one xid alert series with the XID series: {alert:#?}")
+                    };
+                    assert_eq!(a.attr("nvidia.gpu.alert.state"), Some("firing"));
+                    assert_eq!(
+                        (a.value, a.start_time_unix_nano),
+                        (1.0, p.start_time_unix_nano)
+                    );
+                    let s = &seen[0];
+                    assert_eq!((s.kind, s.unit.as_str()), (Kind::Gauge, "s"), "{s:?}");
+                    assert_eq!(s.attrs, p.attrs, "the same series' attributes");
+                    last_seen.push(s.value);
+                    shape.push(Some(p.value));
+                }
+                more => panic!("one XID series: {more:#?}"),
             }
-            [p] => {
-                assert_eq!(p.attr("hw.id"), Some(h200));
-                assert_eq!(p.attr("nvidia.gpu.xid.code"), Some("79"));
-                assert_eq!(
-                    p.kind,
-                    Kind::Sum {
-                        monotonic: true,
-                        cumulative: true
-                    }
-                );
-                // From the agent's start: before the XID and before the first export.
-                assert!(p.start_time_unix_nano >= spawned, "{p:?}");
-                assert!(p.start_time_unix_nano < xid_time, "{p:?}");
-                let [a] = alert.as_slice() else {
-                    panic!("one xid alert series with the XID series: {alert:#?}")
-                };
-                assert_eq!(a.attr("nvidia.gpu.alert.state"), Some("firing"));
-                assert_eq!(
-                    (a.value, a.start_time_unix_nano),
-                    (1.0, p.start_time_unix_nano)
-                );
-                shape.push(Some(p.value));
-            }
-            more => panic!("one XID series: {more:#?}"),
         }
+        let first = shape.iter().position(Option::is_some).unwrap();
+        assert!(
+            first >= 1,
+            "the first export (at start) comes before the XID: {shape:?}"
+        );
+        assert!(
+            shape[first..].iter().all(|v| *v == Some(1.0)),
+            "born at 1 and staying there: {shape:?}"
+        );
+        let first_export = rx.metrics_requests()[0].at;
+        let born = rx.metrics_requests().into_iter().find(born_in).unwrap().at;
+        assert!(
+            born.duration_since(first_export) < Duration::from_secs(5),
+            "in an export of the first seconds: {:?}",
+            born.duration_since(first_export)
+        );
+        (xid_time, shape, last_seen)
+    };
+    let (t1, shape1, seen1) = run();
+    let (t2, shape2, seen2) = run();
+    // The count: the same shape in both runs (what Prometheus cannot tell apart).
+    assert_eq!(
+        shape1.iter().flatten().collect::<Vec<_>>().first(),
+        shape2.iter().flatten().collect::<Vec<_>>().first()
+    );
+    // last_seen: the XID's own time (the event's, to the microsecond), in every export of its
+    // run, and another value in the second run.
+    for (t, seen) in [(t1, &seen1), (t2, &seen2)] {
+        let secs = t as f64 / 1e9;
+        assert!(
+            seen.iter().all(|v| (v - secs).abs() < 1e-3),
+            "{seen:?} against the event's {secs}"
+        );
     }
-    let first = shape.iter().position(Option::is_some).unwrap();
-    assert!(
-        first >= 1,
-        "the first export (at start) comes before the XID: {shape:?}"
-    );
-    assert!(
-        shape[first..].iter().all(|v| *v == Some(1.0)),
-        "born at 1 and staying there: {shape:?}"
-    );
-    let first_export = rx.metrics_requests()[0].at;
-    let born = rx.metrics_requests().into_iter().find(born_in).unwrap().at;
-    assert!(
-        born.duration_since(first_export) < Duration::from_secs(5),
-        "in an export of the first seconds: {:?}",
-        born.duration_since(first_export)
-    );
+    assert!(seen2[0] > seen1[0] + 1.0, "{seen1:?} then {seen2:?}");
 }
 
 #[test]

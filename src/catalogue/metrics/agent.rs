@@ -60,6 +60,16 @@ pub static XID_ERRORS: AgentMetricDef = AgentMetricDef {
     source: "`nvmlEventSetWait_v2` (drivers before R450: `nvmlEventSetWait`, no MIG attribution) on an event set registered for `nvmlEventTypeXidCriticalError` (`eventData` = the XID), thread `nvml-events`",
 };
 
+/// `nvidia.gpu.xid.last_seen`: when each XID code was last reported on each GPU.
+pub static XID_LAST_SEEN: AgentMetricDef = AgentMetricDef {
+    name: "nvidia.gpu.xid.last_seen",
+    instrument: AgentInstrument::Gauge,
+    unit: "s",
+    description: "Unix time (seconds) of the last report of the XID code on the device, born with the code's first report (one series per GPU and code seen, as `nvidia.gpu.xid.errors`). It changes at every report, in every run of the agent, where a count born at 1 again after a restart does not: the shipped `GPUXidError` rule reads it ([First occurrences](events.md#first-occurrences)).",
+    attributes: "as `nvidia.gpu.xid.errors`",
+    source: "the time the `nvml-events` thread received the XID from `nvmlEventSetWait_v2` (NVML's events carry no time)",
+};
+
 /// `gpu_sidecar.sample.duration`: the agent's own cost.
 pub static SAMPLE_DURATION: AgentMetricDef = AgentMetricDef {
     name: "gpu_sidecar.sample.duration",
@@ -114,6 +124,7 @@ pub static CERTIFICATE_RENEWAL: AgentMetricDef = AgentMetricDef {
 /// Every recorded metric, in documentation order.
 pub static RECORDED: &[&AgentMetricDef] = &[
     &XID_ERRORS,
+    &XID_LAST_SEEN,
     &SAMPLE_DURATION,
     &ALERTS,
     &ADMISSIONS,

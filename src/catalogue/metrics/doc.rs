@@ -104,7 +104,9 @@ pub fn markdown(h200: H200Series) -> String {
          - Counters of events (`nvidia.gpu.alerts`, `nvidia.gpu.xid.errors`, \
          `gpu_sidecar.export.failures`, `gpu_sidecar.events.dropped`, `gpu_sidecar.nvml.*`) are born \
          with their first event, at 1 with the agent's start as start time, never exported at 0 \
-         (see [events.md](events.md#first-occurrences)).\n\
+         (see [events.md](events.md#first-occurrences)); so is `nvidia.gpu.xid.last_seen`, the time \
+         of each XID code's last report, which the XID alert reads (one series per GPU and code \
+         seen; none on a GPU without XIDs).\n\
          - Breakdowns by kind (the clock-event reasons, the non-tensor pipes, a process's encoder and \
          decoder utilization): a kind appears from the first export where it is not 0, then stays \
          (column *attributes*). The dashboard's \"Clocks held back by\" panel and the rules read \
@@ -179,8 +181,10 @@ pub fn markdown(h200: H200Series) -> String {
          `nvidia.gpu.alerts` series with the first firing (or resolution) of its rule on its device. \
          Its start time is the agent's start, so its first point (1 for one event) says that the \
          count went from 0 to 1 since then: backends that take start times as created timestamps \
-         see the step, and the shipped Prometheus rules catch a series born non-zero (`increase(x[5m]) \
-         > 0 or (x unless last_over_time(x[5m] offset 5m))`: see [events.md](events.md#first-occurrences)).\n\n",
+         see the step. Prometheus behind the collector's exporter does not (no start times there, \
+         and a restarted agent's count is born at 1 again), so the XID alert reads \
+         `nvidia.gpu.xid.last_seen`, a gauge whose value is the last report's Unix time: it changes \
+         at every XID, in every run ([events.md](events.md#first-occurrences)).\n\n",
     );
     agent_table(&mut s, RECORDED);
     s.push_str(

@@ -16,6 +16,7 @@ fn h200() -> DeviceSample {
         vbios_version: Some("96.00.AF.00.01".into()),
         driver_version: Some("580.159.04".into()),
         mig: None,
+        gpm_supported: None,
     });
     let mut d = DeviceSample::empty(info, DeviceState::Ok);
     d.utilization_gpu_percent = Some(99);

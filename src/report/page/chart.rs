@@ -294,7 +294,9 @@ fn path_data(pts: &[(f64, f64, bool)]) -> String {
 fn missing_text(key: &str) -> &'static str {
     match key {
         "sm_activity_percent" | "tensor_activity_percent" => {
-            "no GPM reading (SM and tensor activity need Hopper or newer, and a sample log with those columns)"
+            // Why is the report's note (said once, under the summary); from a sample log,
+            // these are its sm_activity_percent and tensor_activity_percent columns.
+            "no GPM reading (why: see the notes)"
         }
         "power_limit_w" => "no power limit read",
         _ => "no reading",

@@ -111,7 +111,13 @@ fn absent_reason(f: &Figure, report: &Value, gpu: Option<&Value>) -> String {
     let name = f.name;
     let mig = gpu.is_some_and(|g| g["uuid"].as_str().is_some_and(|u| u.starts_with("MIG-")));
     if name.starts_with("sm_") || name.starts_with("tensor_") || name.starts_with("dram_") {
-        "no GPM reading (GPM needs Hopper or newer; see the notes)".into()
+        // Why is the report's note (not supported, lost before its first window, a short run):
+        // said once, there.
+        "no GPM reading (why: see the notes)".into()
+    } else if name == "energy_power_integral_j" {
+        "not cross-checked (energy from power itself, a counter reset, or power read over less than 90 % of the counter's span)".into()
+    } else if name.starts_with("ecc_") {
+        "NVML gave no ECC counts (ECC off, or not supported)".into()
     } else if name.ends_with("cost") && report["price_per_gpu_hour"].is_null() {
         "no price set (GPU_SIDECAR_PRICE_PER_GPU_HOUR)".into()
     } else if mig && (name.starts_with("power") || name.starts_with("energy") || name == "cost") {
@@ -256,6 +262,18 @@ fn event_rows(report: &Value) -> Vec<EventRow> {
         .collect()
 }
 
+/// The report's notes, each once (a report merged by hand, or an older agent's, may repeat
+/// one).
+fn notes(report: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in report["notes"].as_array().into_iter().flatten() {
+        if let Some(n) = n.as_str().filter(|n| !out.iter().any(|o| o == n)) {
+            out.push(n.to_string());
+        }
+    }
+    out
+}
+
 /// The time axis: the report's start to its end; else the curves' start, over what they
 /// hold.
 fn axis(report: &Value, curves: Option<&Curves>) -> Option<Axis> {
@@ -299,14 +317,7 @@ pub fn render(report: &Value, curves: Option<&Curves>, source: &CurvesSource) ->
             .chain(gpus(report).iter().map(gpu_title))
             .collect(),
         rows,
-        notes: report["notes"]
-            .as_array()
-            .map(|n| {
-                n.iter()
-                    .filter_map(|s| s.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        notes: notes(report),
         absent,
         charts,
         curves_note,

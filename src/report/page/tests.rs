@@ -21,6 +21,7 @@ fn info(index: u32, uuid: &str, name: &str) -> Arc<DeviceInfo> {
         vbios_version: None,
         driver_version: None,
         mig: None,
+        gpm_supported: None,
     })
 }
 

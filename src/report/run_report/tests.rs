@@ -13,6 +13,7 @@ fn info(index: u32, uuid: &str) -> Arc<DeviceInfo> {
         vbios_version: None,
         driver_version: None,
         mig: None,
+        gpm_supported: None,
     })
 }
 
@@ -79,10 +80,78 @@ fn energy_is_the_counter_difference_not_integrated_power() {
     let g0 = &r.gpus[0].summary;
     assert_eq!(g0.energy_j, Some(500.0));
     assert_eq!(g0.energy_source, Some(EnergySource::Counter));
-    assert_eq!(g0.energy_kwh, Some(round(500.0 / 3.6e6, 9)));
+    assert_eq!(g0.energy_kwh, Some(500.0 / 3.6e6));
     assert_eq!(g0.power_mean_w, Some(100.0));
     assert_eq!(r.pod.energy_j, Some(500.0));
     assert_eq!(r.pod.energy_source, Some(EnergySource::Counter));
+    // ... and says that power (200 J over the counter's 2 s) does not agree.
+    assert_eq!(
+        (g0.energy_power_integral_j, g0.energy_counter_agrees),
+        (Some(200.0), Some(false))
+    );
+    assert_eq!(r.pod.energy_counter_agrees, Some(false));
+    let said: Vec<&String> = r
+        .notes
+        .iter()
+        .filter(|n| n.contains("energy counter"))
+        .collect();
+    assert_eq!(said.len(), 1, "{:?}", r.notes);
+    assert!(
+        said[0].contains("counted 500 J") && said[0].contains("add up to 200 J"),
+        "{said:?}"
+    );
+}
+
+/// The frozen counter: 650 W for 20 s while the energy counter did not move. The
+/// report keeps the counter's 0 J (its documented source) and says, once, that the power
+/// readings add up to 13 kJ over the same span; a counter that agrees within the tolerance
+/// (sampled power is coarser than the counter) raises nothing.
+#[test]
+fn an_energy_counter_that_disagrees_with_power_is_said() {
+    let g = info(0, "GPU-a");
+    let run = |energy: &dyn Fn(u64) -> u64| {
+        let c = Clock::new();
+        let mut acc = RunAccumulator::new(&crate::sampling::Timing::every(Duration::from_secs(1)));
+        for k in 0..=20u64 {
+            let s = sample(
+                &g,
+                Some(99),
+                None,
+                None,
+                Some(650_000),
+                Some(energy(k)),
+                None,
+                None,
+            );
+            acc.add(&c.snap(k + 1, k as f64, vec![s]));
+        }
+        acc.report(BTreeMap::new())
+    };
+    let frozen = run(&|_| 9_000_000);
+    let s = &frozen.gpus[0].summary;
+    assert_eq!(s.energy_j, Some(0.0));
+    assert_eq!(s.energy_source, Some(EnergySource::Counter));
+    assert_eq!(s.energy_power_integral_j, Some(13_000.0));
+    assert_eq!(s.energy_counter_agrees, Some(false));
+    let notes: Vec<&String> = frozen
+        .notes
+        .iter()
+        .filter(|n| n.contains("energy"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{:?}", frozen.notes);
+    assert!(
+        notes[0].contains("counted 0 J") && notes[0].contains("13000 J"),
+        "{notes:?}"
+    );
+    // 20 % over the integral: within the 25 % tolerated.
+    let close = run(&|k| 9_000_000 + k * 780_000);
+    let s = &close.gpus[0].summary;
+    assert_eq!(s.energy_counter_agrees, Some(true), "{s:?}");
+    assert!(
+        !close.notes.iter().any(|n| n.contains("energy")),
+        "{:?}",
+        close.notes
+    );
 }
 
 #[test]
@@ -149,6 +218,75 @@ fn missed_samples_are_errors_lost_gpus_and_queue_drops() {
         );
     }
     assert_eq!((r.pod.samples_taken, r.pod.samples_missed), (4, 6));
+    // GPU b was lost at tick 2 (0.1 s in): counted and said; a was not.
+    let lost: Vec<(u64, Option<f64>)> = r
+        .gpus
+        .iter()
+        .map(|g| (g.summary.samples_lost, g.summary.lost_at_s))
+        .collect();
+    assert_eq!(lost[0], (0, None));
+    assert_eq!(lost[1].0, 1);
+    assert!(approx(lost[1].1.unwrap(), 0.1, 1e-9), "{lost:?}");
+    assert_eq!(r.pod.samples_lost, 1);
+    assert!(r
+        .notes
+        .iter()
+        .any(|n| n.starts_with("GPU-b") && n.contains("was lost")));
+}
+
+/// A GPU lost before its first GPM window says so, not "needs Hopper"; one that NVML says has
+/// no GPM says that; a run shorter than a GPM window says that; each note once.
+#[test]
+fn gpm_notes_say_what_happened() {
+    let timing = crate::sampling::Timing::every(Duration::from_secs(1));
+    let window = timing.slow_intervals.gpm + timing.export_interval;
+    let with = |uuid: &str, gpm: Option<bool>| {
+        let mut i = (*info(0, uuid)).clone();
+        i.gpm_supported = gpm;
+        Arc::new(i)
+    };
+    let (lost, none, short) = (
+        with("GPU-lost", Some(true)),
+        with("GPU-old", Some(false)),
+        with("GPU-short", Some(true)),
+    );
+    let c = Clock::new();
+    let mut acc = RunAccumulator::new(&timing);
+    let ok = |i: &Arc<DeviceInfo>| sample(i, Some(90), None, None, None, None, None, None);
+    let ticks = 3;
+    for k in 0..ticks {
+        let l = if k == 0 {
+            ok(&lost)
+        } else {
+            DeviceSample::empty(lost.clone(), DeviceState::Lost)
+        };
+        acc.add(&c.snap(k + 1, k as f64, vec![l, ok(&none), ok(&short)]));
+    }
+    assert!(Duration::from_secs(ticks) < window, "{window:?}");
+    let r = acc.report(BTreeMap::new());
+    let gpm: Vec<&String> = r.notes.iter().filter(|n| n.contains("GPM")).collect();
+    assert_eq!(gpm.len(), 3, "{:?}", r.notes);
+    assert!(
+        gpm[0].starts_with("GPU-lost")
+            && gpm[0].contains("lost 1 s into the run, before its first GPM window"),
+        "{}",
+        gpm[0]
+    );
+    assert!(!gpm[0].contains("Hopper"), "{}", gpm[0]);
+    assert!(
+        gpm[1].starts_with("GPU-old") && gpm[1].contains("GPM is not supported"),
+        "{}",
+        gpm[1]
+    );
+    assert!(
+        gpm[2].starts_with("GPU-short")
+            && gpm[2].contains("the run ended 2 s after its first sample"),
+        "{}",
+        gpm[2]
+    );
+    let mut unique = r.notes.clone();
+    unique.dedup();
+    assert_eq!(unique, r.notes);
 }
 
 #[test]
@@ -226,7 +364,7 @@ fn utilization_mean_p95_busy_and_memory() {
     let s = acc.report(BTreeMap::new()).gpus[0].summary.clone();
     let values: Vec<f64> = (0..20).map(|k| k as f64 * 0.05).collect();
     let mean = values.iter().sum::<f64>() / 20.0;
-    assert_eq!(s.utilization_mean, Some(round(mean, 4)));
+    assert!(approx(s.utilization_mean.unwrap(), mean, 1e-12), "{s:?}");
     // Nearest rank: ceil(0.95 × 20) = 19th value = 90 %.
     assert_eq!(s.utilization_p95, Some(0.9));
     // Utilization 0 at t = 0 holds 1 s; the other 18 holds count; the last holds 0 s.

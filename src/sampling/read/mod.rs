@@ -229,6 +229,7 @@ fn static_info(
         driver_version: driver.clone(),
         uuid,
         mig: None,
+        gpm_supported: None,
     }
 }
 
@@ -392,7 +393,7 @@ impl<'n> Reader<'n> {
             if !gpu_selected && migs.is_empty() {
                 continue;
             }
-            let info = static_info(
+            let mut info = static_info(
                 &mut gate,
                 nvml,
                 &device,
@@ -422,6 +423,7 @@ impl<'n> Reader<'n> {
                     false
                 }
             };
+            info.gpm_supported = Some(gpm_supported);
             let parent_uuid = info.uuid.clone();
             if let Some(shared) = gpu_wanted {
                 let io0 = io.get(&info.uuid).copied().unwrap_or_default();
@@ -433,7 +435,7 @@ impl<'n> Reader<'n> {
             } else {
                 unselected_parents.push(Arc::new(info));
             }
-            for (md, info, shared) in migs {
+            for (md, mut info, shared) in migs {
                 tracing::info!(
                     gpu = index,
                     uuid = %info.uuid,
@@ -442,6 +444,7 @@ impl<'n> Reader<'n> {
                     "MIG device found"
                 );
                 let gpu_instance_id = info.mig.as_ref().and_then(|m| m.gpu_instance_id);
+                info.gpm_supported = Some(gpm_supported && gpu_instance_id.is_some());
                 // A second handle on the parent, for GPM MIG samples.
                 let parent = match nvml.device_by_index(index) {
                     Ok(p) => p,

@@ -26,7 +26,7 @@
 //! ([`ExportStatus`]): the first one at once, with the endpoint and the cause, then at most
 //! once a minute, and one line when they work again.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -72,6 +72,8 @@ struct Shared {
     closed: AtomicBool,
     /// `gpu_sidecar.events.dropped`.
     dropped: Counter,
+    /// The same count, for the run report.
+    dropped_total: AtomicU64,
 }
 
 impl Shared {
@@ -84,6 +86,7 @@ impl Shared {
         let n = outbox.take_dropped();
         if n > 0 {
             self.dropped.add(n, &[]);
+            self.dropped_total.fetch_add(n, Ordering::Relaxed);
         }
     }
 }
@@ -166,6 +169,13 @@ struct Sender {
     target: String,
 }
 
+/// What a failed events export's line says of a batch the collector refused for good (a
+/// permanent error; a collector without a logs pipeline answers `UNIMPLEMENTED` or 404).
+const EVENTS_REFUSED: &str = "the collector refused these events for good (a permanent error: it will never take them; a collector without a logs pipeline answers so): they are dropped, counted in gpu_sidecar.events.dropped, and so is every batch it refuses after";
+
+/// What a failed events export's line says of a batch that failed for now.
+const EVENTS_HELD: &str = "these events are held (up to OTEL_BLRP_MAX_QUEUE_SIZE, the oldest dropped first) and sent again until the collector takes them";
+
 /// The delays between two sends of a batch that failed: 1 s doubling to 5 s, with jitter.
 fn retry_backoff() -> impl Iterator<Item = Duration> {
     use backon::BackoffBuilder as _;
@@ -222,31 +232,31 @@ impl Sender {
                 .transport
                 .send(&self.request(records), self.timeout)
                 .await;
-            self.status.record(&result, &self.target);
-            let retry = {
+            let (retry, refused) = {
                 let mut outbox = self.shared.lock();
-                let retry = match &result {
+                let outcome = match &result {
                     Ok(()) => {
                         outbox.delivered();
                         backoff = retry_backoff();
-                        None
+                        (None, None)
                     }
                     Err(e) if e.retryable() => {
                         outbox.failed();
-                        backoff.next()
+                        (backoff.next(), None)
                     }
-                    Err(e) => {
-                        let n = outbox.refused();
-                        tracing::error!(
-                            target_endpoint = %self.target,
-                            "the collector refused {n} events for good ({e}): they are dropped, counted in gpu_sidecar.events.dropped"
-                        );
-                        None
-                    }
+                    Err(_) => (None, Some(outbox.refused())),
                 };
                 self.shared.count_drops(&mut outbox);
-                retry
+                outcome
             };
+            // One line per failure, saying what really happens to these events: held and sent
+            // again, or refused for good and dropped (never both of the same batch).
+            match refused {
+                None => self.status.record(&result, &self.target),
+                Some(n) => self
+                    .status
+                    .record_with(&result, &self.target, EVENTS_REFUSED, Some(n)),
+            }
             self.shared.changed.notify_all();
             if let Some(delay) = retry {
                 if !self.shared.closed.load(Ordering::SeqCst) {
@@ -309,6 +319,7 @@ impl Events {
             changed: Condvar::new(),
             closed: AtomicBool::new(false),
             dropped: recorded.counter(&EVENTS_DROPPED),
+            dropped_total: AtomicU64::new(0),
         });
         let resource = ResourceLogs {
             resource: Some(proto::resource(&resource)),
@@ -329,10 +340,7 @@ impl Events {
             batch: b.max_export_batch_size,
             delay: b.schedule_delay,
             timeout: config.otlp.logs.timeout,
-            status: ExportStatus::new(
-                "events",
-                "these events are held (up to OTEL_BLRP_MAX_QUEUE_SIZE, the oldest dropped first) and sent again until the collector takes them",
-            ),
+            status: ExportStatus::new("events", EVENTS_HELD),
             target,
         };
         let task = tokio::runtime::Handle::current().spawn(sender.run());
@@ -354,6 +362,14 @@ impl Events {
             shared: self.shared.clone(),
             tap: self.tap.clone(),
         }
+    }
+
+    /// Events dropped so far before the collector took them (`gpu_sidecar.events.dropped`):
+    /// the run report's `events_undelivered`.
+    pub fn dropped(&self) -> u64 {
+        self.shared
+            .as_ref()
+            .map_or(0, |s| s.dropped_total.load(Ordering::Relaxed))
     }
 
     /// Events waiting for the collector (for tests and the shutdown line).

@@ -1,18 +1,23 @@
 //! The metrics recorded as things happen ([`RECORDED`](crate::catalogue::metrics::RECORDED): XIDs,
-//! alerts, sample durations, the webhook's certificate): cumulative counts and histograms by
-//! attribute set, and gauges' last values, kept in memory until each export reads them
-//! ([`Recorded::collect`], [`Recorded::gauges`]).
+//! alerts, sample durations, the webhook's certificate, the last XID of each code): cumulative
+//! counts and histograms by attribute set, and gauges' last values (a last-event time is a gauge
+//! in Unix seconds), kept in memory until each export reads them ([`Recorded::collect`],
+//! [`Recorded::gauges`]).
 //!
 //! A series is born with its first increment (nothing is exported for what never
 //! happened), counting from the agent's start: the encoder gives it the agent's start as
 //! start time, so its first point (the first count, 1 for one event) says when the count
 //! began, and backends that take start times as created timestamps see the step from 0.
-//! The shipped Prometheus rules catch a series born non-zero as well (docs/events.md).
+//! Prometheus behind the collector's exporter sees no start time, so a count born at 1, or
+//! born at 1 again in a restarted agent, shows no increase there: a [`TimeGauge`] (the Unix
+//! time of the last event, `nvidia.gpu.xid.last_seen`) changes at every event, in every run,
+//! and is what the shipped `GPUXidError` rule reads (docs/events.md, First occurrences).
 //! Each metric keeps at most [`MAX_SERIES`] attribute sets; beyond that, new sets are
 //! dropped with one warning, so memory stays bounded.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
 
@@ -61,7 +66,7 @@ pub struct GaugeValue {
     pub def: &'static AgentMetricDef,
     /// Its attributes.
     pub attributes: Vec<KeyValue>,
-    /// The value last set.
+    /// The value last set (for a last-event time, Unix seconds with sub-second precision).
     pub value: f64,
 }
 
@@ -124,7 +129,7 @@ impl Recorded {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Every series, as of now.
+    /// Every counter and histogram series, as of now.
     pub fn collect(&self) -> (Vec<CounterValue>, Vec<HistogramValue>) {
         let s = self.lock();
         (
@@ -181,7 +186,11 @@ impl Counter {
     }
 }
 
-/// A gauge: the last value set, exported at each export until it is cleared.
+/// A gauge: the last value set, exported at each export until it is cleared. A last-event time
+/// ([`Gauge::set_time`]) is one too, its value a Unix time in seconds (as
+/// `gpu_sidecar.export.last_success`; Prometheus' own practice for "when did it last happen",
+/// e.g. cAdvisor's `container_last_seen`): unlike a count, it changes at every event, also at
+/// the first one and in a restarted agent, whatever the backend makes of start times.
 #[derive(Debug, Clone)]
 pub struct Gauge {
     def: &'static AgentMetricDef,
@@ -215,6 +224,21 @@ impl Gauge {
             .lock()
             .gauges
             .retain(|_, g| !std::ptr::eq(g.def, self.def));
+    }
+
+    /// Sets the series of `attributes` to `at` (an event's time) as Unix seconds, creating it
+    /// on its first event. A later call replaces the value, even with an earlier time (the wall
+    /// clock stepped back): the last event's time is what it says.
+    pub fn set_time(&self, at: SystemTime, attributes: &[KeyValue]) {
+        self.set(unix_seconds(at), attributes);
+    }
+}
+
+/// `t` as Unix seconds (negative before 1970, which no event time is).
+pub fn unix_seconds(t: SystemTime) -> f64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
     }
 }
 
@@ -265,7 +289,8 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalogue::metrics::{ALERTS, SAMPLE_DURATION};
+    use crate::catalogue::metrics::{ALERTS, SAMPLE_DURATION, XID_LAST_SEEN};
+    use std::time::Duration;
 
     #[test]
     fn counter_series_are_born_with_their_first_increment() {
@@ -281,6 +306,25 @@ mod tests {
             counters.iter().map(|c| c.count).collect::<Vec<_>>(),
             vec![1, 1]
         );
+    }
+
+    #[test]
+    fn a_time_gauge_holds_the_last_events_time() {
+        let r = Recorded::new();
+        let g = r.gauge(&XID_LAST_SEEN);
+        let a = [KeyValue::new("hw.id", "GPU-a")];
+        assert!(r.gauges().is_empty(), "nothing before the first event");
+        let t0 = UNIX_EPOCH + Duration::from_millis(1_800_000_000_250);
+        g.set_time(t0, &a);
+        assert_eq!(r.gauges()[0].value, 1_800_000_000.25);
+        g.set_time(t0 + Duration::from_secs(42), &a);
+        // A wall clock stepped back: the last event is still the one said.
+        g.set_time(
+            t0 - Duration::from_secs(1),
+            &[KeyValue::new("hw.id", "GPU-b")],
+        );
+        let values: Vec<f64> = r.gauges().iter().map(|g| g.value).collect();
+        assert_eq!(values, vec![1_800_000_042.25, 1_799_999_999.25]);
     }
 
     #[test]

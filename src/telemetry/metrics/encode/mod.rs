@@ -522,6 +522,8 @@ impl Encoder {
                 n,
             );
         }
+        // Gauges (the webhook's certificate times, last-event times): stamped with the
+        // export's time.
         let mut by_def: Vec<(&'static AgentMetricDef, Vec<NumberDataPoint>)> = Vec::new();
         for g in recorded.gauges() {
             let dp = point(&g.attributes, None, now.wall, number(Number::F64, g.value));
